@@ -1,0 +1,156 @@
+//! The command-line client. It parses arguments, renders output and does file I/O; every
+//! capability it uses is a public function of the library.
+//!
+//! Exit status: 0 success, 1 a runtime error (one line on stderr), 2 a usage error.
+
+mod args;
+mod commands;
+
+use args::{flag, val, Command, Opt, Usage};
+
+/// Options every command that opens a model accepts.
+const MODEL_OPTS: &[Opt] = &[
+    val("threads", "N", "compute threads (default: one per available CPU)"),
+    val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
+    val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
+    flag("scalar", "use the scalar reference kernels"),
+];
+
+const SAMPLING_OPTS: &[Opt] = &[
+    Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to generate (default 256)" },
+    val("temp", "F", "temperature, 0 = greedy (default 0.8)"),
+    val("top-k", "N", "keep the k most likely tokens, 0 = off (default 40)"),
+    val("top-p", "F", "nucleus: keep tokens up to probability p, 1 = off (default 0.95)"),
+    val("min-p", "F", "drop tokens below p x the top probability, 0 = off (default 0.05)"),
+    val("repeat-penalty", "F", "penalty on the last 64 tokens, 1 = off (default 1)"),
+    val("seed", "N", "random seed (default: from the clock, printed)"),
+    Opt { long: "stop", short: None, value: Some("STR"), repeat: true, help: "stop when the text contains STR (repeatable)" },
+    val("file", "F", "read the prompt from file F"),
+    flag("ignore-eos", "keep generating past end-of-sequence tokens"),
+];
+
+const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+
+pub const RUN: Command = Command {
+    name: "run",
+    usage: "run MODEL [PROMPT | -] [options]",
+    about: "Generate text after a prompt, streaming it to stdout. The prompt is the argument, --file F, \
+or stdin (`-`, or piped). A one-line summary goes to stderr.",
+    opts: &[SAMPLING_OPTS, MODEL_OPTS, HELP_OPT],
+    positionals: &["MODEL", "PROMPT"],
+};
+
+pub const EVAL: Command = Command {
+    name: "eval",
+    usage: "eval MODEL (PROMPT | --ids 1,2,3) [options]",
+    about: "Run a prompt and print the next-token distribution without generating.",
+    opts: &[&[
+        val("ids", "LIST", "comma-separated token ids instead of a prompt"),
+        val("top", "K", "how many candidates to print (default 10)"),
+        flag("json", "print JSON"),
+        val("dump-logits", "PATH", "write the logits of every position: raw little-endian f32 [positions x vocab]"),
+        val("dump-hidden", "PATH", "write the hidden states: raw f32 [layers+2 x positions x hidden]"),
+        val("file", "F", "read the prompt from file F"),
+        flag("markup", "resolve special-token strings in the prompt to control tokens"),
+    ], MODEL_OPTS, HELP_OPT],
+    positionals: &["MODEL", "PROMPT"],
+};
+
+pub const INFO: Command = Command {
+    name: "info",
+    usage: "info MODEL [--json]",
+    about: "Describe a model: architecture, shape, parameters, dtypes and the bytes it holds.",
+    opts: &[&[flag("json", "print JSON")], MODEL_OPTS, HELP_OPT],
+    positionals: &["MODEL"],
+};
+
+pub const BENCH: Command = Command {
+    name: "bench",
+    usage: "bench MODEL [--prompt-tokens N] [-n N]",
+    about: "Measure prefill and decode speed (figures are printed, never asserted).",
+    opts: &[&[
+        val("prompt-tokens", "N", "prompt length (default 128)"),
+        Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
+        flag("json", "print JSON"),
+    ], MODEL_OPTS, HELP_OPT],
+    positionals: &["MODEL"],
+};
+
+pub const RANDOM_MODEL: Command = Command {
+    name: "random-model",
+    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--seed N]",
+    about: "Write a checkpoint of random weights with a real model's shape, for benchmarks. \
+Presets: smollm2-135m, llama-1b.",
+    opts: &[&[
+        val("preset", "NAME", "a known shape"),
+        val("config", "FILE", "a config.json to take the shape from"),
+        val("out", "DIR", "output directory (config.json + model.safetensors)"),
+        val("dtype", "T", "bf16 (default), f16 or f32"),
+        val("seed", "N", "random seed (default 1)"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+pub const VERSION: Command = Command {
+    name: "version",
+    usage: "version",
+    about: "Print the version.",
+    opts: &[HELP_OPT],
+    positionals: &[],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &RANDOM_MODEL, &VERSION];
+
+fn overview() -> String {
+    let mut s = String::from(
+        "waste — runs large language models, bigger than RAM, on the CPU\n\nUsage: waste COMMAND [ARGS]\n\nCommands:\n");
+    for c in COMMANDS {
+        let first = c.about.split(". ").next().unwrap_or("");
+        s.push_str(&format!("  {:<14} {}\n", c.name, first.trim_end_matches('.')));
+    }
+    s.push_str("\n`waste COMMAND --help` describes a command's options.\n");
+    s
+}
+
+/// Runs the command line `args` (without the program name); returns the exit status.
+pub fn main(args: Vec<String>) -> i32 {
+    let Some(name) = args.first() else {
+        eprint!("{}", overview());
+        return 2;
+    };
+    if name == "--help" || name == "-h" || name == "help" {
+        print!("{}", overview());
+        return 0;
+    }
+    if name == "--version" || name == "-V" {
+        println!("waste {}", waste::VERSION);
+        return 0;
+    }
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
+        eprintln!("waste: unknown command `{name}` (see `waste --help`)");
+        return 2;
+    };
+    let rest = &args[1..];
+    let parsed = match cmd.parse(rest) {
+        Ok(p) => p,
+        Err(Usage(msg)) => {
+            eprintln!("waste {msg}");
+            return 2;
+        }
+    };
+    if parsed.flag("help") {
+        print!("{}", cmd.help());
+        return 0;
+    }
+    match commands::dispatch(cmd.name, &parsed) {
+        Ok(()) => 0,
+        Err(commands::Failure::Usage(msg)) => {
+            eprintln!("waste {}: {msg}", cmd.name);
+            2
+        }
+        Err(commands::Failure::Run(e)) => {
+            eprintln!("waste {}: {e}", cmd.name);
+            1
+        }
+    }
+}

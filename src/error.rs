@@ -1,0 +1,127 @@
+//! The one error type of the library: a kind a host can match on, and a message that names
+//! what was wrong (the file, the tensor, the field, the byte offset, the layer and expert).
+//!
+//! Errors are values, never printed and never fatal: the library returns them and the host
+//! (the CLI included) decides what to do.
+
+use std::fmt;
+use std::path::Path;
+
+/// What class of failure an [`Error`] is. Hosts match on this; the message carries the detail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// An operating-system I/O call failed (open, read, write, rename, mmap).
+    Io,
+    /// Bytes on disk are malformed: JSON, safetensors, a quantized block, a container record.
+    Format,
+    /// `config.json` is missing a field, has a value of the wrong type, or an inconsistent one.
+    Config,
+    /// A tensor is missing or has the wrong shape or dtype for the config.
+    Tensor,
+    /// A tokenizer file is malformed, or a token id is out of range.
+    Tokenizer,
+    /// Something valid that this engine does not implement (an architecture, a dtype, a platform
+    /// call such as CPU binding).
+    Unsupported,
+    /// A caller-supplied argument is out of range or malformed (options, sampling parameters,
+    /// command-line arguments).
+    Arg,
+    /// The RAM budget is below the model's floor (see `waste plan`).
+    RamBudget,
+    /// The run hit a limit of the session: the context window is full.
+    Context,
+    /// A container record failed its integrity check (header, CRC-32).
+    Corrupt,
+}
+
+impl ErrorKind {
+    fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Io => "I/O error",
+            ErrorKind::Format => "format error",
+            ErrorKind::Config => "config error",
+            ErrorKind::Tensor => "tensor error",
+            ErrorKind::Tokenizer => "tokenizer error",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Arg => "invalid argument",
+            ErrorKind::RamBudget => "RAM budget below the floor",
+            ErrorKind::Context => "context full",
+            ErrorKind::Corrupt => "corrupt data",
+        }
+    }
+}
+
+/// A failure, with its [`ErrorKind`] and a message naming what was wrong.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<std::io::Error>,
+}
+
+/// The library's result type.
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An error of `kind` with a message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error { kind, message: message.into(), source: None }
+    }
+
+    /// An I/O error on `path` while doing `what` ("open", "read", ...).
+    pub fn io(path: &Path, what: &str, err: std::io::Error) -> Error {
+        Error {
+            kind: ErrorKind::Io,
+            message: format!("{}: cannot {what}: {err}", path.display()),
+            source: Some(err),
+        }
+    }
+
+    /// A malformed-bytes error in file `path`.
+    pub fn format(path: &Path, message: impl fmt::Display) -> Error {
+        Error::new(ErrorKind::Format, format!("{}: {message}", path.display()))
+    }
+
+    /// A config error in `path` about `field`.
+    pub fn config(path: &Path, field: &str, message: impl fmt::Display) -> Error {
+        Error::new(ErrorKind::Config, format!("{}: field `{field}`: {message}", path.display()))
+    }
+
+    /// An argument error naming the argument.
+    pub fn arg(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Arg, message)
+    }
+
+    /// Something this engine does not implement.
+    pub fn unsupported(message: impl Into<String>) -> Error {
+        Error::new(ErrorKind::Unsupported, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The message alone, without the kind label.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error with `prefix: ` put in front of the message (adds context on the way up).
+    pub fn context(mut self, prefix: impl fmt::Display) -> Error {
+        self.message = format!("{prefix}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.label(), self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,518 @@
+//! `config.json` of a Hugging Face checkpoint → [`ModelConfig`], the one description of a
+//! model's shape that the rest of the engine reads.
+//!
+//! Families are rows of [`FAMILIES`], not separate parsers: each row says which architecture
+//! string it answers to and which structural features it has (spec §0–§2). Both config
+//! generations are accepted: `rope_scaling` + top-level `rope_theta` (transformers 4) and
+//! `rope_parameters` (transformers 5), merged as spec §0.7 says.
+
+use super::json::Json;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// The model families the engine knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Mixtral,
+    Qwen2Moe,
+    Qwen3Moe,
+    Olmoe,
+}
+
+/// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Qwen3: per head, weight of `head_dim` elements.
+    PerHead,
+    /// OLMoE: over the whole q (resp. k) projection, before the split into heads.
+    Whole,
+}
+
+/// How the router turns logits into expert weights (spec §2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routing {
+    /// Softmax over all experts, top-k, then divide by the sum of the k when `renormalize`.
+    SoftmaxTopK { renormalize: bool },
+}
+
+/// One row of the family table: what a `config.json` architecture string means structurally.
+pub struct Family {
+    pub arch: Arch,
+    /// The `architectures[0]` string of config.json.
+    pub class: &'static str,
+    /// q/k/v projections always carry a bias (Qwen2 hard-codes it).
+    pub qkv_bias: bool,
+    pub qk_norm: QkNorm,
+    /// The expert layout: `None` for dense families.
+    pub moe: Option<MoeLayout>,
+    pub default_rope_theta: f64,
+    pub default_rms_eps: f64,
+}
+
+/// Tensor naming and routing of a softmax-routed MoE family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeLayout {
+    /// Prefix of the MoE block inside a layer: `mlp` or `block_sparse_moe`.
+    pub block: &'static str,
+    /// Names of the gate, up and down matrices of one expert.
+    pub names: [&'static str; 3],
+    /// A shared expert with a sigmoid scalar gate (Qwen2-MoE).
+    pub shared_expert: bool,
+}
+
+/// The family table (spec §1–§2).
+pub const FAMILIES: &[Family] = &[
+    Family { arch: Arch::Llama, class: "LlamaForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: None, default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::Qwen2, class: "Qwen2ForCausalLM", qkv_bias: true, qk_norm: QkNorm::None,
+        moe: None, default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::Qwen3, class: "Qwen3ForCausalLM", qkv_bias: false, qk_norm: QkNorm::PerHead,
+        moe: None, default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::Mixtral, class: "MixtralForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "block_sparse_moe", names: ["w1", "w3", "w2"], shared_expert: false }),
+        default_rope_theta: 1e6, default_rms_eps: 1e-5 },
+    Family { arch: Arch::Qwen2Moe, class: "Qwen2MoeForCausalLM", qkv_bias: true, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: true }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::Qwen3Moe, class: "Qwen3MoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::PerHead,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::Olmoe, class: "OlmoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::Whole,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+];
+
+/// Architectures named in the spec that this engine recognises but does not run yet.
+const KNOWN_UNSUPPORTED: &[&str] =
+    &["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiLinearForCausalLM"];
+
+/// RoPE frequency scaling (spec §0.5).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Llama 3.x: `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: f64 },
+    /// Position interpolation: inv_freq / factor.
+    Linear { factor: f64 },
+}
+
+/// Rotary embedding parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f64,
+    /// Rotated channels per head (`head_dim` × `partial_rotary_factor`).
+    pub dim: usize,
+    pub scaling: RopeScaling,
+}
+
+/// The MoE part of a config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    pub layout: MoeLayout,
+    pub experts: usize,
+    pub top_k: usize,
+    /// Width of one routed expert.
+    pub expert_intermediate: usize,
+    pub routing: Routing,
+    /// Width of the shared expert (Qwen2-MoE), 0 when there is none.
+    pub shared_intermediate: usize,
+    /// Which layers are MoE (the others are dense SwiGLU with `intermediate`).
+    pub moe_layers: Vec<bool>,
+}
+
+/// Everything the engine needs to know about a model's shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    /// The architecture string from config.json.
+    pub class: String,
+    pub hidden: usize,
+    /// Dense FFN width.
+    pub intermediate: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub rms_eps: f32,
+    pub rope: RopeConfig,
+    pub tie_embeddings: bool,
+    pub qkv_bias: bool,
+    /// Bias on o_proj (Llama `attention_bias`).
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    pub qk_norm: QkNorm,
+    /// OLMoE `clip_qkv`: clamp q, k, v to [−c, c] after the norms.
+    pub clip_qkv: Option<f32>,
+    /// Per layer: the sliding attention window, if that layer uses one.
+    pub sliding_window: Vec<Option<usize>>,
+    pub max_position: usize,
+    pub bos_token: Option<u32>,
+    pub eos_tokens: Vec<u32>,
+    pub moe: Option<MoeConfig>,
+}
+
+/// A config.json being read: lookups that name the file and field in their errors.
+struct Fields<'a> {
+    path: &'a Path,
+    root: &'a Json,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, key: &str) -> Option<&'a Json> {
+        self.root.get(key).filter(|v| !v.is_null())
+    }
+    fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_u64().and_then(|n| usize::try_from(n).ok()).map(Some).ok_or_else(|| {
+                Error::config(self.path, key, format!("expected a non-negative integer, found {}", v.type_name()))
+            }),
+        }
+    }
+    fn usize_req(&self, key: &str) -> Result<usize> {
+        self.usize_opt(key)?.ok_or_else(|| Error::config(self.path, key, "missing"))
+    }
+    fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
+        f64_of(self.path, key, self.get(key))
+    }
+    fn bool_or(&self, key: &str, default: bool) -> Result<bool> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| Error::config(self.path, key, format!("expected a boolean, found {}", v.type_name()))),
+        }
+    }
+    /// A token id or a list of them (`eos_token_id` is either).
+    fn token_ids(&self, key: &str) -> Result<Vec<u32>> {
+        let bad = || Error::config(self.path, key, "expected a token id or a list of token ids");
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Json::Array(a)) => a.iter().map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)).collect(),
+            Some(v) => Ok(vec![v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)?]),
+        }
+    }
+}
+
+fn f64_of(path: &Path, key: &str, v: Option<&Json>) -> Result<Option<f64>> {
+    match v.filter(|v| !v.is_null()) {
+        None => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(f) if f.is_finite() => Ok(Some(f)),
+            _ => Err(Error::config(path, key, format!("expected a finite number, found {}", v.type_name()))),
+        },
+    }
+}
+
+/// Largest dimension accepted from a config before any buffer is sized from it.
+const MAX_DIM: usize = 1 << 24;
+
+impl ModelConfig {
+    /// Reads `dir/config.json`.
+    pub fn load(dir: &Path) -> Result<ModelConfig> {
+        let path: PathBuf = dir.join("config.json");
+        let root = super::read_json(&path, 4 << 20)?;
+        ModelConfig::from_json(&path, &root)
+    }
+
+    /// Builds a config from parsed JSON; `path` is used in error messages.
+    pub fn from_json(path: &Path, root: &Json) -> Result<ModelConfig> {
+        if root.as_object().is_none() {
+            return Err(Error::format(path, "config is not a JSON object"));
+        }
+        let f = Fields { path, root };
+        let class = match f.get("architectures").and_then(Json::as_array).and_then(|a| a.first()) {
+            Some(v) => v.as_str().ok_or_else(|| Error::config(path, "architectures", "expected a list of strings"))?.to_string(),
+            None => return Err(Error::config(path, "architectures", "missing")),
+        };
+        let Some(family) = FAMILIES.iter().find(|fam| fam.class == class) else {
+            let what = if KNOWN_UNSUPPORTED.contains(&class.as_str()) { "is not supported yet" } else { "is not a supported architecture" };
+            return Err(Error::unsupported(format!("{}: architecture `{class}` {what} (supported: {})",
+                path.display(), FAMILIES.iter().map(|f| f.class).collect::<Vec<_>>().join(", "))));
+        };
+        let hidden = f.usize_req("hidden_size")?;
+        let layers = f.usize_req("num_hidden_layers")?;
+        let heads = f.usize_req("num_attention_heads")?;
+        let vocab = f.usize_req("vocab_size")?;
+        let kv_heads = f.usize_opt("num_key_value_heads")?.unwrap_or(heads);
+        for (key, v) in [("hidden_size", hidden), ("num_hidden_layers", layers), ("num_attention_heads", heads),
+            ("vocab_size", vocab), ("num_key_value_heads", kv_heads)] {
+            if v == 0 || v > MAX_DIM {
+                return Err(Error::config(path, key, format!("{v} is out of range 1..={MAX_DIM}")));
+            }
+        }
+        if heads % kv_heads != 0 {
+            return Err(Error::config(path, "num_key_value_heads",
+                format!("{kv_heads} does not divide num_attention_heads {heads}")));
+        }
+        let head_dim = match f.usize_opt("head_dim")? {
+            Some(d) => d,
+            None if hidden % heads == 0 => hidden / heads,
+            None => return Err(Error::config(path, "head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
+        };
+        if head_dim == 0 || head_dim % 2 != 0 || head_dim > 4096 {
+            return Err(Error::config(path, "head_dim", format!("{head_dim} must be even and in 2..=4096")));
+        }
+        let intermediate = f.usize_opt("intermediate_size")?.unwrap_or(0);
+        if intermediate > MAX_DIM {
+            return Err(Error::config(path, "intermediate_size", format!("{intermediate} is out of range")));
+        }
+        let rms_eps = f.f64_opt("rms_norm_eps")?.unwrap_or(family.default_rms_eps);
+        if !(rms_eps > 0.0 && rms_eps < 1.0) {
+            return Err(Error::config(path, "rms_norm_eps", format!("{rms_eps} is out of range (0, 1)")));
+        }
+        let rope = parse_rope(&f, family, head_dim)?;
+        let attention_bias = f.bool_or("attention_bias", false)?;
+        let (qkv_bias, o_bias) = match family.arch {
+            Arch::Llama => (attention_bias, attention_bias),
+            // Qwen2's q/k/v biases are hard-coded; Qwen3 and OLMoE honour attention_bias on q/k/v/o.
+            _ if family.qkv_bias => (true, false),
+            _ => (attention_bias, attention_bias),
+        };
+        let mlp_bias = family.arch == Arch::Llama && f.bool_or("mlp_bias", false)?;
+        let clip_qkv = f.f64_opt("clip_qkv")?.map(|c| c as f32);
+        if clip_qkv.is_some_and(|c| c <= 0.0) {
+            return Err(Error::config(path, "clip_qkv", "must be positive"));
+        }
+        let sliding_window = parse_sliding_window(&f, family.arch, layers)?;
+        let max_position = f.usize_opt("max_position_embeddings")?.unwrap_or(4096);
+        let moe = match family.moe {
+            Some(layout) => Some(parse_moe(&f, family.arch, layout, layers)?),
+            None => None,
+        };
+        let dense_layers = moe.as_ref().map_or(layers, |m| m.moe_layers.iter().filter(|&&x| !x).count());
+        if dense_layers > 0 && intermediate == 0 {
+            return Err(Error::config(path, "intermediate_size", "missing or zero"));
+        }
+        Ok(ModelConfig {
+            arch: family.arch,
+            class,
+            hidden,
+            intermediate,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+            rms_eps: rms_eps as f32,
+            rope,
+            tie_embeddings: f.bool_or("tie_word_embeddings", false)?,
+            qkv_bias,
+            o_bias,
+            mlp_bias,
+            qk_norm: family.qk_norm,
+            clip_qkv,
+            sliding_window,
+            max_position,
+            bos_token: f.token_ids("bos_token_id")?.first().copied(),
+            eos_tokens: f.token_ids("eos_token_id")?,
+            moe,
+        })
+    }
+
+    /// The family row of this config.
+    pub fn family(&self) -> &'static Family {
+        FAMILIES.iter().find(|f| f.arch == self.arch).unwrap_or(&FAMILIES[0])
+    }
+
+    /// Width of the query projection (heads × head_dim).
+    pub fn q_dim(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of the key and value projections (kv_heads × head_dim).
+    pub fn kv_dim(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// True when layer `l` has a routed-expert FFN.
+    pub fn is_moe_layer(&self, l: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.moe_layers.get(l).copied().unwrap_or(false))
+    }
+}
+
+/// RoPE fields, merged per spec §0.7: `rope_parameters` wins, then `rope_scaling`, then the
+/// top-level `rope_theta`, then the family default.
+fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig> {
+    let params = f.get("rope_parameters");
+    let scaling = f.get("rope_scaling");
+    let lookup = |key: &str| -> Option<&Json> {
+        params.and_then(|p| p.get(key)).filter(|v| !v.is_null())
+            .or_else(|| scaling.and_then(|s| s.get(key)).filter(|v| !v.is_null()))
+    };
+    let theta = match lookup("rope_theta") {
+        Some(v) => f64_of(f.path, "rope_theta", Some(v))?,
+        None => f.f64_opt("rope_theta")?,
+    }
+    .unwrap_or(family.default_rope_theta);
+    if !(theta > 1.0) {
+        return Err(Error::config(f.path, "rope_theta", format!("{theta} must be greater than 1")));
+    }
+    let partial = match lookup("partial_rotary_factor") {
+        Some(v) => f64_of(f.path, "partial_rotary_factor", Some(v))?,
+        None => f.f64_opt("partial_rotary_factor")?,
+    }
+    .unwrap_or(1.0);
+    if !(partial > 0.0 && partial <= 1.0) {
+        return Err(Error::config(f.path, "partial_rotary_factor", format!("{partial} is out of range (0, 1]")));
+    }
+    let dim = ((head_dim as f64 * partial) as usize) & !1;
+    let kind = lookup("rope_type").or_else(|| lookup("type")).and_then(Json::as_str).unwrap_or("default");
+    let num = |key: &str| -> Result<f64> {
+        f64_of(f.path, &format!("rope_scaling.{key}"), lookup(key))?
+            .ok_or_else(|| Error::config(f.path, &format!("rope_scaling.{key}"), format!("missing for rope_type `{kind}`")))
+    };
+    let scaling = match kind {
+        "default" => RopeScaling::None,
+        "llama3" => {
+            let s = RopeScaling::Llama3 {
+                factor: num("factor")?,
+                low_freq_factor: num("low_freq_factor")?,
+                high_freq_factor: num("high_freq_factor")?,
+                original_max: num("original_max_position_embeddings")?,
+            };
+            if let RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } = s {
+                if factor <= 0.0 || low_freq_factor <= 0.0 || high_freq_factor <= low_freq_factor || original_max <= 0.0 {
+                    return Err(Error::config(f.path, "rope_scaling", "llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0"));
+                }
+            }
+            s
+        }
+        "linear" => {
+            let factor = num("factor")?;
+            if factor <= 0.0 {
+                return Err(Error::config(f.path, "rope_scaling.factor", "must be positive"));
+            }
+            RopeScaling::Linear { factor }
+        }
+        other => {
+            return Err(Error::unsupported(format!("{}: field `rope_scaling.rope_type`: `{other}` is not supported for {}",
+                f.path.display(), family.class)))
+        }
+    };
+    Ok(RopeConfig { theta, dim, scaling })
+}
+
+/// Per-layer sliding windows (spec §0.6): Mixtral's non-null `sliding_window`; Qwen2/3 only
+/// with `use_sliding_window`, for the layers `layer_types` marks (or from `max_window_layers` on).
+fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Option<usize>>> {
+    let window = f.usize_opt("sliding_window")?;
+    let mut out = vec![None; layers];
+    let Some(w) = window else { return Ok(out) };
+    if w == 0 {
+        return Err(Error::config(f.path, "sliding_window", "must be positive"));
+    }
+    match arch {
+        Arch::Mixtral => out.iter_mut().for_each(|o| *o = Some(w)),
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
+            if !f.bool_or("use_sliding_window", false)? {
+                return Ok(out);
+            }
+            if let Some(types) = f.get("layer_types").and_then(Json::as_array) {
+                for (l, t) in types.iter().enumerate().take(layers) {
+                    if t.as_str() == Some("sliding_attention") {
+                        out[l] = Some(w);
+                    }
+                }
+            } else {
+                let from = f.usize_opt("max_window_layers")?.unwrap_or(layers);
+                out.iter_mut().skip(from).for_each(|o| *o = Some(w));
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result<MoeConfig> {
+    let (experts_key, width_key) = match arch {
+        Arch::Mixtral => ("num_local_experts", "intermediate_size"),
+        Arch::Olmoe => ("num_experts", "intermediate_size"),
+        _ => ("num_experts", "moe_intermediate_size"),
+    };
+    let experts = f.usize_req(experts_key)?;
+    let top_k = f.usize_req("num_experts_per_tok")?;
+    if experts == 0 || experts > 1 << 16 {
+        return Err(Error::config(f.path, experts_key, format!("{experts} is out of range 1..=65536")));
+    }
+    if top_k == 0 || top_k > experts {
+        return Err(Error::config(f.path, "num_experts_per_tok", format!("{top_k} is out of range 1..={experts}")));
+    }
+    let expert_intermediate = f.usize_req(width_key)?;
+    if expert_intermediate == 0 || expert_intermediate > MAX_DIM {
+        return Err(Error::config(f.path, width_key, "out of range"));
+    }
+    let renormalize = match arch {
+        Arch::Mixtral => true,
+        Arch::Olmoe => f.bool_or("norm_topk_prob", false)?,
+        _ => f.bool_or("norm_topk_prob", false)?,
+    };
+    let shared_intermediate = if layout.shared_expert {
+        f.usize_opt("shared_expert_intermediate_size")?.unwrap_or(0)
+    } else {
+        0
+    };
+    let mut moe_layers = vec![true; layers];
+    if matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe) {
+        let step = f.usize_opt("decoder_sparse_step")?.unwrap_or(1);
+        if step == 0 {
+            return Err(Error::config(f.path, "decoder_sparse_step", "must be positive"));
+        }
+        let only_mlp: Vec<usize> = match f.get("mlp_only_layers") {
+            None => Vec::new(),
+            Some(v) => v.as_array().and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| Error::config(f.path, "mlp_only_layers", "expected a list of layer indices"))?,
+        };
+        for (l, m) in moe_layers.iter_mut().enumerate() {
+            *m = !only_mlp.contains(&l) && (l + 1) % step == 0;
+        }
+    }
+    Ok(MoeConfig {
+        layout,
+        experts,
+        top_k,
+        expert_intermediate,
+        routing: Routing::SoftmaxTopK { renormalize },
+        shared_intermediate,
+        moe_layers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(text: &str) -> Result<ModelConfig> {
+        ModelConfig::from_json(Path::new("config.json"), &super::super::json::parse(text.as_bytes()).unwrap())
+    }
+
+    const BASE: &str = r#""hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 96"#;
+
+    #[test]
+    fn both_rope_generations_are_accepted() {
+        let old = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "rope_theta": 500000.0,
+            "rope_scaling": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+        let new = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE},
+            "rope_parameters": {{"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+        assert_eq!(old.rope, new.rope);
+        assert_eq!(old.rope.theta, 500000.0);
+        assert!(matches!(old.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = cfg(r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}"#).unwrap_err();
+        assert!(e.to_string().contains("num_hidden_layers"), "{e}");
+        let e = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "rms_norm_eps": "x"}}"#)).unwrap_err();
+        assert!(e.to_string().contains("rms_norm_eps"), "{e}");
+        let e = cfg(&format!(r#"{{"architectures": ["GPT2LMHeadModel"], {BASE}}}"#)).unwrap_err();
+        assert!(e.to_string().contains("GPT2LMHeadModel"), "{e}");
+        assert_eq!(e.kind(), crate::ErrorKind::Unsupported);
+    }
+}

@@ -1,0 +1,409 @@
+//! safetensors files: the reader that checks every header entry against the file before any
+//! byte is trusted, the set of files of a (possibly sharded) checkpoint, and a streaming writer
+//! that never leaves a half-written file under the final name.
+//!
+//! Layout: 8 bytes little-endian header length N, N bytes of JSON header, then the data.
+//! Each header entry is `name: {dtype, shape, data_offsets: [begin, end]}` with offsets relative
+//! to the start of the data; `__metadata__` is a map of strings.
+
+use super::dtype::DType;
+use super::json::{self, Json};
+use crate::error::{Error, ErrorKind, Result};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A header can be large (sharded checkpoints list thousands of tensors) but not unbounded.
+pub const MAX_HEADER_BYTES: u64 = 100 << 20;
+
+/// One tensor's entry, with its byte range made absolute in the file.
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// Absolute file offset of the first byte.
+    pub offset: u64,
+    /// Length in bytes (= shape × dtype size, checked).
+    pub len: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements (weights, for the block widths).
+    pub fn elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// An open safetensors file whose header has been validated.
+pub struct SafeTensors {
+    pub path: PathBuf,
+    pub file: File,
+    pub file_size: u64,
+    pub tensors: Vec<TensorInfo>,
+    pub metadata: Vec<(String, String)>,
+    by_name: HashMap<String, usize>,
+}
+
+impl SafeTensors {
+    /// Opens `path` and validates its header: the length bounded by the file, valid UTF-8 JSON,
+    /// known dtypes, offsets inside the data, lengths matching shape × dtype, no overlaps.
+    pub fn open(path: &Path) -> Result<SafeTensors> {
+        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let file_size = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+        if file_size < 8 {
+            return Err(Error::format(path, format!(
+                "file is {file_size} bytes, shorter than the 8-byte header length")));
+        }
+        let mut len_bytes = [0u8; 8];
+        crate::sys::read_exact_at(&file, path, &mut len_bytes, 0)?;
+        let header_len = u64::from_le_bytes(len_bytes);
+        if header_len > file_size - 8 {
+            return Err(Error::format(path, format!(
+                "header length {header_len} at byte 0 runs past the end of the {file_size}-byte file")));
+        }
+        if header_len > MAX_HEADER_BYTES {
+            return Err(Error::format(path, format!(
+                "header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        crate::sys::read_exact_at(&file, path, &mut header, 8)?;
+        let data_start = 8 + header_len;
+        let (tensors, metadata) = parse_header(path, &header, data_start, file_size)?;
+        let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, by_name })
+    }
+
+    /// The entry named `name`.
+    pub fn get(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The `__metadata__` value for `key`.
+    pub fn metadata(&self, key: &str) -> Option<&str> {
+        self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Reads the bytes of `t` (an entry of this file) into `buf`, which must be `t.len` long.
+    pub fn read_into(&self, t: &TensorInfo, buf: &mut [u8]) -> Result<()> {
+        if buf.len() as u64 != t.len {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{}`: buffer of {} bytes for {} bytes of data",
+                self.path.display(), t.name, buf.len(), t.len)));
+        }
+        crate::sys::read_exact_at(&self.file, &self.path, buf, t.offset)
+            .map_err(|e| e.context(format!("tensor `{}`", t.name)))
+    }
+}
+
+fn parse_header(
+    path: &Path,
+    header: &[u8],
+    data_start: u64,
+    file_size: u64,
+) -> Result<(Vec<TensorInfo>, Vec<(String, String)>)> {
+    let text = std::str::from_utf8(header).map_err(|e| {
+        Error::format(path, format!("header is not UTF-8 at byte {}", 8 + e.valid_up_to()))
+    })?;
+    let root = json::parse(text.as_bytes()).map_err(|e| {
+        Error::format(path, format!("header: invalid JSON at byte {}: {}", 8 + e.offset, e.message))
+    })?;
+    let Some(members) = root.as_object() else {
+        return Err(Error::format(path, "header is not a JSON object"));
+    };
+    let data_size = file_size - data_start;
+    let mut tensors = Vec::with_capacity(members.len());
+    let mut metadata = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (name, entry) in members {
+        if !seen.insert(name.as_str()) {
+            return Err(Error::format(path, format!("tensor `{name}` appears twice in the header")));
+        }
+        if name == "__metadata__" {
+            metadata = parse_metadata(path, entry)?;
+            continue;
+        }
+        tensors.push(parse_entry(path, name, entry, data_start, data_size)?);
+    }
+    // Overlap check: sort the ranges and compare neighbours. Empty tensors overlap nothing.
+    let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].len > 0).collect();
+    order.sort_by_key(|&i| tensors[i].offset);
+    for w in order.windows(2) {
+        let (a, b) = (&tensors[w[0]], &tensors[w[1]]);
+        if a.offset + a.len > b.offset {
+            return Err(Error::format(path, format!(
+                "tensors `{}` (data bytes {}..{}) and `{}` (data bytes {}..{}) overlap",
+                a.name, a.offset - data_start, a.offset + a.len - data_start,
+                b.name, b.offset - data_start, b.offset + b.len - data_start)));
+        }
+    }
+    Ok((tensors, metadata))
+}
+
+fn parse_metadata(path: &Path, entry: &Json) -> Result<Vec<(String, String)>> {
+    let Some(m) = entry.as_object() else {
+        return Err(Error::format(path, "`__metadata__` is not an object"));
+    };
+    m.iter()
+        .map(|(k, v)| match v.as_str() {
+            Some(s) => Ok((k.clone(), s.to_string())),
+            None => Err(Error::format(path, format!(
+                "`__metadata__` field `{k}` is {}, not a string", v.type_name()))),
+        })
+        .collect()
+}
+
+fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size: u64) -> Result<TensorInfo> {
+    let bad = |msg: String| Error::format(path, format!("tensor `{name}`: {msg}"));
+    if entry.as_object().is_none() {
+        return Err(bad(format!("entry is {}, not an object", entry.type_name())));
+    }
+    let dtype_name = entry.get("dtype").and_then(Json::as_str)
+        .ok_or_else(|| bad("field `dtype` is missing or not a string".into()))?;
+    let dtype = DType::from_name(dtype_name)
+        .ok_or_else(|| bad(format!("field `dtype`: unknown dtype `{dtype_name}`")))?;
+    let shape_json = entry.get("shape").and_then(Json::as_array)
+        .ok_or_else(|| bad("field `shape` is missing or not an array".into()))?;
+    let shape = shape_json.iter().map(|d| d.as_u64()).collect::<Option<Vec<u64>>>()
+        .ok_or_else(|| bad("field `shape` holds something other than non-negative integers".into()))?;
+    let offsets = entry.get("data_offsets").and_then(Json::as_array)
+        .ok_or_else(|| bad("field `data_offsets` is missing or not an array".into()))?;
+    let (begin, end) = match offsets {
+        [b, e] => match (b.as_u64(), e.as_u64()) {
+            (Some(b), Some(e)) => (b, e),
+            _ => return Err(bad("field `data_offsets` holds something other than two non-negative integers".into())),
+        },
+        _ => return Err(bad(format!("field `data_offsets` has {} values, not 2", offsets.len()))),
+    };
+    if begin > end || end > data_size {
+        return Err(bad(format!(
+            "field `data_offsets` [{begin}, {end}] is outside the {data_size} data bytes (file offset {})",
+            data_start.saturating_add(end))));
+    }
+    let expected = dtype.tensor_bytes(&shape).ok_or_else(|| {
+        if dtype.is_quantized() {
+            bad(format!("field `shape` {shape:?} is not a 2-D shape of whole {}-weight blocks for {dtype}",
+                super::dtype::BLOCK))
+        } else {
+            bad(format!("field `shape` {shape:?} overflows"))
+        }
+    })?;
+    if end - begin != expected {
+        return Err(bad(format!(
+            "field `data_offsets` covers {} bytes but shape {shape:?} of {dtype} needs {expected}",
+            end - begin)));
+    }
+    Ok(TensorInfo { name: name.to_string(), dtype, shape, offset: data_start + begin, len: end - begin })
+}
+
+/// The tensors of a checkpoint directory: `model.safetensors`, or the shards named by
+/// `model.safetensors.index.json`, with each tensor found by name across the files.
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub files: Vec<SafeTensors>,
+    by_name: HashMap<String, (usize, usize)>,
+}
+
+impl Checkpoint {
+    /// Opens the weights of a Hugging Face checkpoint directory (or a single `.safetensors` file).
+    pub fn open(path: &Path) -> Result<Checkpoint> {
+        let (dir, names) = if path.is_file() {
+            (path.parent().unwrap_or(Path::new(".")).to_path_buf(), vec![path.to_path_buf()])
+        } else {
+            (path.to_path_buf(), shard_paths(path)?)
+        };
+        let mut files = Vec::with_capacity(names.len());
+        let mut by_name = HashMap::new();
+        for (fi, p) in names.iter().enumerate() {
+            let st = SafeTensors::open(p)?;
+            for (ti, t) in st.tensors.iter().enumerate() {
+                if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
+                    return Err(Error::format(p, format!(
+                        "tensor `{}` also appears in {}", t.name, names[other].display())));
+                }
+            }
+            files.push(st);
+        }
+        Ok(Checkpoint { dir, files, by_name })
+    }
+
+    /// The entry named `name` and the file it lives in.
+    pub fn get(&self, name: &str) -> Option<(&SafeTensors, &TensorInfo)> {
+        let &(f, t) = self.by_name.get(name)?;
+        Some((&self.files[f], &self.files[f].tensors[t]))
+    }
+
+    /// Every tensor, file by file, in header order.
+    pub fn tensors(&self) -> impl Iterator<Item = (&SafeTensors, &TensorInfo)> {
+        self.files.iter().flat_map(|f| f.tensors.iter().map(move |t| (f, t)))
+    }
+
+    /// Total bytes of the weight files.
+    pub fn file_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.file_size).sum()
+    }
+}
+
+/// The weight files of a directory: the index's shards in first-seen order, else
+/// `model.safetensors`.
+fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let bytes = super::read_bounded(&index, 64 << 20)?;
+        let root = json::parse(&bytes).map_err(|e| Error::format(&index, e))?;
+        let map = root.get("weight_map").and_then(Json::as_object)
+            .ok_or_else(|| Error::format(&index, "field `weight_map` is missing or not an object"))?;
+        let mut shards: Vec<PathBuf> = Vec::new();
+        for (tensor, file) in map {
+            let Some(f) = file.as_str() else {
+                return Err(Error::format(&index, format!("weight_map entry `{tensor}` is not a string")));
+            };
+            // Shard names are plain file names inside the directory; refuse paths.
+            if f.is_empty() || f.contains('/') || f.contains('\\') || f == ".." {
+                return Err(Error::format(&index, format!("weight_map entry `{tensor}` names `{f}`, not a file in the directory")));
+            }
+            let p = dir.join(f);
+            if !shards.contains(&p) {
+                shards.push(p);
+            }
+        }
+        if shards.is_empty() {
+            return Err(Error::format(&index, "weight_map is empty"));
+        }
+        return Ok(shards);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    Err(Error::new(ErrorKind::Io, format!(
+        "{}: no model.safetensors or model.safetensors.index.json", dir.display())))
+}
+
+/// One tensor to write: its name, dtype, shape, and exact byte length.
+#[derive(Clone, Debug)]
+pub struct TensorSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+}
+
+/// Writes a safetensors file tensor by tensor without holding the whole model: the header is
+/// computed from the specs first, then each tensor's bytes are streamed in order. The file is
+/// written under a temporary name, synced, and renamed into place by [`Writer::finish`].
+pub struct Writer {
+    path: PathBuf,
+    tmp: PathBuf,
+    out: std::io::BufWriter<File>,
+    expected: Vec<(String, u64)>,
+    next: usize,
+    written_in_tensor: u64,
+}
+
+impl Writer {
+    /// Creates `path`'s temporary sibling and writes the header for `specs` (in that order)
+    /// with `metadata` as `__metadata__`.
+    pub fn create(path: &Path, specs: &[TensorSpec], metadata: &[(String, String)]) -> Result<Writer> {
+        let mut members = Vec::new();
+        if !metadata.is_empty() {
+            members.push(("__metadata__".to_string(),
+                Json::object(metadata.iter().map(|(k, v)| (k.clone(), Json::str(v.clone()))))));
+        }
+        let mut offset = 0u64;
+        let mut expected = Vec::with_capacity(specs.len());
+        for s in specs {
+            let len = s.dtype.tensor_bytes(&s.shape).ok_or_else(|| Error::new(ErrorKind::Tensor,
+                format!("tensor `{}`: shape {:?} does not fit {}", s.name, s.shape, s.dtype)))?;
+            members.push((s.name.clone(), Json::object([
+                ("dtype", Json::str(s.dtype.name())),
+                ("shape", Json::Array(s.shape.iter().map(|&d| Json::uint(d)).collect())),
+                ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)])),
+            ])));
+            expected.push((s.name.clone(), len));
+            offset += len;
+        }
+        let mut header = Json::Object(members).to_string_compact().into_bytes();
+        // Pad with spaces so the data starts 8-byte aligned, as the reference writer does.
+        while (8 + header.len()) % 8 != 0 {
+            header.push(b' ');
+        }
+        let tmp = temp_sibling(path);
+        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        let io = |e| Error::io(&tmp, "write", e);
+        out.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
+        out.write_all(&header).map_err(io)?;
+        Ok(Writer { path: path.to_path_buf(), tmp, out, expected, next: 0, written_in_tensor: 0 })
+    }
+
+    /// Appends bytes of the current tensor (tensors are written in spec order; a tensor may be
+    /// written in several calls).
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let Some((name, len)) = self.expected.get(self.next) else {
+                return Err(Error::new(ErrorKind::Tensor, format!(
+                    "{}: {} bytes written past the last tensor", self.tmp.display(), rest.len())));
+            };
+            let room = (len - self.written_in_tensor) as usize;
+            let take = room.min(rest.len());
+            self.out.write_all(&rest[..take]).map_err(|e| Error::io(&self.tmp, &format!("write tensor `{name}`"), e))?;
+            self.written_in_tensor += take as u64;
+            rest = &rest[take..];
+            if self.written_in_tensor == *len {
+                self.next += 1;
+                self.written_in_tensor = 0;
+            }
+        }
+        // Skip over empty tensors so `finish` sees them as done.
+        while self.expected.get(self.next).is_some_and(|(_, l)| *l == 0) {
+            self.next += 1;
+        }
+        Ok(())
+    }
+
+    /// Checks every tensor was written in full, syncs the file and renames it into place.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        while self.expected.get(self.next).is_some_and(|(_, l)| *l == 0) {
+            self.next += 1;
+        }
+        if let Some((name, len)) = self.expected.get(self.next) {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has {} of its {len} bytes", self.tmp.display(), self.written_in_tensor)));
+        }
+        self.out.flush().map_err(|e| Error::io(&self.tmp, "write", e))?;
+        let file = self.out.into_inner().map_err(|e| Error::io(&self.tmp, "write", e.into_error()))?;
+        commit_file(file, &self.tmp, &self.path)?;
+        Ok(self.path)
+    }
+}
+
+/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete.
+pub fn temp_sibling(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Syncs `file` (written at `tmp`), renames it to `path` and syncs the directory, so that after
+/// a crash `path` is either the old file or the complete new one.
+pub fn commit_file(file: File, tmp: &Path, path: &Path) -> Result<()> {
+    file.sync_all().map_err(|e| Error::io(tmp, "fsync", e))?;
+    drop(file);
+    std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename into place", e))?;
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_sibling(path);
+    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+    f.write_all(bytes).map_err(|e| Error::io(&tmp, "write", e))?;
+    commit_file(f, &tmp, path)
+}

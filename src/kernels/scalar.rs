@@ -1,0 +1,154 @@
+//! The scalar reference kernels: plain loops that every SIMD kernel is tested against, and the
+//! path a config switch forces. One function per weight dtype computes, for a range of rows,
+//! the dot products of each row with each of `n` activation vectors.
+//!
+//! Quantized rows are decoded in place, block by block (seed 000, "Why the matrix vector
+//! product decodes in place"): the scale, then the 32 products, never a widened row.
+
+use super::MatRef;
+use crate::format::dtype::BLOCK;
+
+/// Signature shared by every row-dot kernel: rows `r0..r1` of `w` against the `n` vectors of
+/// `x` (each `w.cols` long), writing `y[t * y_stride + r]`.
+///
+/// # Safety
+/// `y` must be valid for writes at every `t * y_stride + r` with `t < n`, `r0 <= r < r1`, and no
+/// other thread may access those elements during the call.
+pub type RowsFn = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, y_stride: usize);
+
+#[inline]
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+#[inline]
+pub fn f16_to_f32(b: u16) -> f32 {
+    half::f16::from_bits(b).to_f32()
+}
+
+#[inline]
+fn le16(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[2 * i], b[2 * i + 1]])
+}
+
+/// Dot product in f32 with one accumulator, in index order.
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
+}
+
+macro_rules! rows_kernel {
+    ($name:ident, $row_dot:expr) => {
+        /// Scalar row-dot kernel (see [`RowsFn`]).
+        ///
+        /// # Safety
+        /// As [`RowsFn`].
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, y_stride: usize) {
+            let rb = w.row_bytes();
+            for r in r0..r1 {
+                let row = &w.data[r * rb..(r + 1) * rb];
+                for t in 0..n {
+                    let xv = &x[t * w.cols..(t + 1) * w.cols];
+                    let v: f32 = $row_dot(row, xv);
+                    // SAFETY: the caller guarantees this element is ours to write.
+                    unsafe { *y.add(t * y_stride + r) = v };
+                }
+            }
+        }
+    };
+}
+
+fn row_f32(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (c, xv) in x.iter().enumerate() {
+        let w = f32::from_le_bytes([row[4 * c], row[4 * c + 1], row[4 * c + 2], row[4 * c + 3]]);
+        s += w * xv;
+    }
+    s
+}
+
+fn row_bf16(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (c, xv) in x.iter().enumerate() {
+        s += bf16_to_f32(le16(row, c)) * xv;
+    }
+    s
+}
+
+fn row_f16(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (c, xv) in x.iter().enumerate() {
+        s += f16_to_f32(le16(row, c)) * xv;
+    }
+    s
+}
+
+fn row_q8(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (b, xb) in row.chunks_exact(34).zip(x.chunks_exact(BLOCK)) {
+        let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        let mut acc = 0.0f32;
+        for k in 0..BLOCK {
+            acc += (b[2 + k] as i8) as f32 * xb[k];
+        }
+        s += acc * scale;
+    }
+    s
+}
+
+fn row_q4(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (b, xb) in row.chunks_exact(18).zip(x.chunks_exact(BLOCK)) {
+        let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        let mut acc = 0.0f32;
+        for k in 0..BLOCK {
+            acc += q4_at(b, k) as f32 * xb[k];
+        }
+        s += acc * scale;
+    }
+    s
+}
+
+/// The k-th signed nibble of a Q4B32 block: low nibble = even position (seed 000, "The payload").
+#[inline]
+pub fn q4_at(block: &[u8], k: usize) -> i8 {
+    let nibble = (block[2 + k / 2] >> (4 * (k % 2))) & 0x0f;
+    ((nibble ^ 8) as i8) - 8
+}
+
+rows_kernel!(rows_f32, row_f32);
+rows_kernel!(rows_bf16, row_bf16);
+rows_kernel!(rows_f16, row_f16);
+rows_kernel!(rows_q8b32, row_q8);
+rows_kernel!(rows_q4b32, row_q4);
+
+/// Widens one row of any compute dtype to f32 (embedding lookups, tests).
+pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
+    use crate::format::dtype::DType;
+    let rb = w.row_bytes();
+    let row = &w.data[r * rb..(r + 1) * rb];
+    match w.dtype {
+        DType::F32 => out.iter_mut().enumerate().for_each(|(c, o)| {
+            *o = f32::from_le_bytes([row[4 * c], row[4 * c + 1], row[4 * c + 2], row[4 * c + 3]])
+        }),
+        DType::BF16 => out.iter_mut().enumerate().for_each(|(c, o)| *o = bf16_to_f32(le16(row, c))),
+        DType::F16 => out.iter_mut().enumerate().for_each(|(c, o)| *o = f16_to_f32(le16(row, c))),
+        DType::Q8B32 => {
+            for (b, ob) in row.chunks_exact(34).zip(out.chunks_exact_mut(BLOCK)) {
+                let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                ob.iter_mut().enumerate().for_each(|(k, o)| *o = (b[2 + k] as i8) as f32 * scale);
+            }
+        }
+        DType::Q4B32 => {
+            for (b, ob) in row.chunks_exact(18).zip(out.chunks_exact_mut(BLOCK)) {
+                let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                ob.iter_mut().enumerate().for_each(|(k, o)| *o = q4_at(b, k) as f32 * scale);
+            }
+        }
+        _ => out.fill(0.0),
+    }
+}

@@ -1,0 +1,96 @@
+//! # waste
+//!
+//! An inference engine for large language models that runs models bigger than RAM.
+//!
+//! The library is the product; the `waste` command-line tool is one client of this public API
+//! and can do nothing a host program cannot. The library never prints, never exits, keeps no
+//! global mutable state (several models can be open in one process), and reports every
+//! failure as an [`Error`] whose message names the file, tensor, field or offset that was
+//! wrong.
+//!
+//! ```no_run
+//! use waste::{Model, Options, GenerateParams};
+//!
+//! let mut model = Model::open("models/stories260K", &Options::default())?;
+//! let prompt = model.tokenize_prompt("Once upon a time")?;
+//! let params = GenerateParams { max_tokens: 32, ..GenerateParams::greedy() };
+//! let summary = model.generate(&prompt, &params, |event| {
+//!     print!("{}", event.text);
+//!     true // keep going
+//! })?;
+//! eprintln!("[{} tokens]", summary.tokens);
+//! # Ok::<(), waste::Error>(())
+//! ```
+//!
+//! The data path, top to bottom: [`format`] (bytes on disk) → [`model`] (the forward pass) →
+//! [`kernels`] (numeric loops and threads), with [`cache`] beside it for streamed experts and
+//! [`tokenizer`] at the edges.
+
+pub mod cache;
+mod error;
+pub mod format;
+pub mod generate;
+pub mod kernels;
+pub mod model;
+pub mod sample;
+pub mod sys;
+pub mod tokenizer;
+
+pub use error::{Error, ErrorKind, Result};
+pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
+pub use model::{Model, ModelInfo};
+pub use sample::{Sampler, SamplingParams};
+pub use tokenizer::{Detokenizer, Tokenizer};
+
+/// The crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How a model is opened: threads, context length, and the switches that change *how* the
+/// engine computes (never *what* it computes).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Compute threads; 0 chooses one per CPU available to the process.
+    pub threads: usize,
+    /// Context length in tokens; 0 chooses the model's `max_position_embeddings`, capped at
+    /// 4096.
+    pub ctx: usize,
+    /// Tokens processed per forward pass during prefill (weights are read once per chunk).
+    pub prefill_chunk: usize,
+    /// Use the scalar reference kernels even where SIMD ones exist.
+    pub force_scalar: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false }
+    }
+}
+
+/// Context lengths above this are refused before anything is sized from them.
+pub const MAX_CONTEXT: usize = 1 << 20;
+
+impl Options {
+    /// Checks ranges; called by [`Model::open`].
+    pub fn validate(&self) -> Result<()> {
+        if self.threads > 1024 {
+            return Err(Error::arg(format!("threads: {} is out of range 0..=1024", self.threads)));
+        }
+        if self.ctx > MAX_CONTEXT {
+            return Err(Error::arg(format!("ctx: {} is out of range 0..={MAX_CONTEXT}", self.ctx)));
+        }
+        if self.prefill_chunk == 0 || self.prefill_chunk > 4096 {
+            return Err(Error::arg(format!("prefill_chunk: {} is out of range 1..=4096", self.prefill_chunk)));
+        }
+        Ok(())
+    }
+
+    /// The thread count after resolving 0.
+    pub fn resolved_threads(&self) -> usize {
+        if self.threads == 0 { sys::available_cpus() } else { self.threads }
+    }
+
+    /// The context length after resolving 0 against the model's maximum.
+    pub fn resolved_ctx(&self, max_position: usize) -> usize {
+        if self.ctx == 0 { max_position.clamp(1, 4096) } else { self.ctx }
+    }
+}

@@ -1,0 +1,56 @@
+//! Speed measurement of an open model: prefill a prompt, then decode greedily. Figures are for
+//! printing and recording, never for asserting (machines are noisy).
+
+use crate::error::Result;
+use crate::Model;
+use std::time::Instant;
+
+/// Measured speeds.
+#[derive(Clone, Debug)]
+pub struct BenchReport {
+    pub prefill_tok_s: f64,
+    pub decode_tok_s: f64,
+    pub prefill_secs: f64,
+    pub decode_secs: f64,
+}
+
+/// Prefills `prompt_tokens` deterministic pseudo-random ids, then decodes `n` tokens greedily.
+pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchReport> {
+    let vocab = model.config().vocab as u64;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let prompt: Vec<u32> = (0..prompt_tokens)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (3 + x % (vocab - 3).max(1)) as u32
+        })
+        .collect();
+    model.reset();
+    let t = Instant::now();
+    let logits = model.eval(&prompt)?;
+    let mut next = argmax(logits);
+    let prefill_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for _ in 0..n {
+        let logits = model.eval(&[next])?;
+        next = argmax(logits);
+    }
+    let decode_secs = t.elapsed().as_secs_f64();
+    Ok(BenchReport {
+        prefill_tok_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
+        decode_tok_s: n as f64 / decode_secs.max(1e-9),
+        prefill_secs,
+        decode_secs,
+    })
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

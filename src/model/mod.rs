@@ -1,0 +1,411 @@
+//! A decoder-only model: its config, its resident weights, its run state, and the forward pass
+//! (spec §0.2) that turns tokens into logits.
+//!
+//! One forward pass serves every family: the differences (q/k/v bias, q/k norm, clipping,
+//! sliding windows, the FFN kind) are fields of [`ModelConfig`], read from the family table.
+//! A pass processes a chunk of tokens at once; every (row, token) dot product is computed the
+//! same way whatever the chunk size or thread count, so chunked prefill and token-at-a-time
+//! decoding give bit-identical logits.
+
+pub mod bench;
+pub mod rope;
+pub mod state;
+pub mod weights;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::safetensors::Checkpoint;
+use crate::kernels::attention::{attend, AttnShape};
+use crate::kernels::{self, Kernels, Pool};
+use crate::tokenizer::Tokenizer;
+use crate::Options;
+use state::State;
+use std::path::{Path, PathBuf};
+use weights::{Linear, Weights};
+
+/// An open model: weights, one session's state, kernels and threads.
+pub struct Model {
+    path: PathBuf,
+    cfg: ModelConfig,
+    weights: Weights,
+    pub(crate) state: State,
+    kernels: Kernels,
+    pool: Pool,
+    inv_freq: Vec<f32>,
+    pub(crate) tokenizer: Option<Tokenizer>,
+    pub(crate) eos: Vec<u32>,
+}
+
+/// Static facts about an open model (what `waste info` prints).
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The path it was opened from.
+    pub path: PathBuf,
+    /// The config.json architecture string.
+    pub architecture: String,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub intermediate: usize,
+    pub vocab: usize,
+    /// Experts per MoE layer and experts per token, when the model has them.
+    pub experts: Option<(usize, usize)>,
+    /// Number of weights (elements of every tensor loaded).
+    pub parameters: u64,
+    /// The stored dtypes of the weight matrices.
+    pub dtypes: Vec<String>,
+    /// Bytes of weights held in RAM.
+    pub weight_bytes: u64,
+    /// Bytes of the KV cache.
+    pub kv_bytes: u64,
+    /// Bytes of scratch buffers.
+    pub scratch_bytes: u64,
+    /// Context length the state holds.
+    pub context: usize,
+    /// Compute threads.
+    pub threads: usize,
+    /// Kernel instruction set in use.
+    pub isa: &'static str,
+    /// The tokenizer file, if the model has one.
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// Which logits a forward pass produces.
+enum LogitsOut<'a> {
+    /// Only the last position's, into the state.
+    Last,
+    /// Every position's, row-major into the slice (tokens × vocab).
+    All(&'a mut [f32]),
+}
+
+impl Model {
+    /// Opens a Hugging Face checkpoint directory (config.json + safetensors, and a tokenizer
+    /// file when there is one).
+    ///
+    /// ```no_run
+    /// let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
+    /// let ids = model.tokenize_prompt("Once upon a time")?;
+    /// let logits = model.eval(&ids)?;
+    /// assert_eq!(logits.len(), model.info().vocab);
+    /// # Ok::<(), waste::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Model> {
+        let path = path.as_ref();
+        opts.validate()?;
+        if !path.is_dir() {
+            return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
+        }
+        let cfg = ModelConfig::load(path)?;
+        if cfg.moe.is_some() {
+            return Err(Error::unsupported(format!(
+                "{}: {} is a mixture-of-experts model; convert it to a container first", path.display(), cfg.class)));
+        }
+        let ckpt = Checkpoint::open(path)?;
+        let weights = weights::load_dense(&ckpt, &cfg)?;
+        drop(ckpt);
+        let tokenizer = match Tokenizer::from_model_dir(path) {
+            Ok(t) => Some(t),
+            Err(e) if e.message().contains("no tokenizer file found") => None,
+            Err(e) => return Err(e),
+        };
+        let threads = opts.resolved_threads();
+        let ctx = opts.resolved_ctx(cfg.max_position);
+        let chunk = opts.prefill_chunk.max(1);
+        let state = State::new(&cfg, ctx, chunk, threads)?;
+        let mut eos = cfg.eos_tokens.clone();
+        eos.extend(generation_eos(path)?);
+        if let Some(t) = &tokenizer {
+            eos.extend(t.eos());
+        }
+        eos.sort_unstable();
+        eos.dedup();
+        Ok(Model {
+            path: path.to_path_buf(),
+            inv_freq: rope::inv_freq(&cfg.rope),
+            kernels: Kernels::select(opts.force_scalar),
+            pool: Pool::new(threads)?,
+            cfg,
+            weights,
+            state,
+            tokenizer,
+            eos,
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Static facts about the model.
+    pub fn info(&self) -> ModelInfo {
+        let c = &self.cfg;
+        let (kv, scratch) = State::plan_bytes(c, self.state.ctx, self.state.chunk, self.pool.threads());
+        ModelInfo {
+            path: self.path.clone(),
+            architecture: c.class.clone(),
+            layers: c.layers,
+            hidden: c.hidden,
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            intermediate: c.intermediate,
+            vocab: c.vocab,
+            experts: c.moe.as_ref().map(|m| (m.experts, m.top_k)),
+            parameters: self.weights.params,
+            dtypes: self.weights.dtypes.iter().map(|d| d.name().to_string()).collect(),
+            weight_bytes: self.weights.bytes,
+            kv_bytes: kv,
+            scratch_bytes: scratch,
+            context: self.state.ctx,
+            threads: self.pool.threads(),
+            isa: self.kernels.isa().name(),
+            tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
+        }
+    }
+
+    /// The tokenizer, or an error when the model directory has none.
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
+            "{}: the model has no tokenizer file", self.path.display())))
+    }
+
+    /// Token ids that end generation.
+    pub fn eos_tokens(&self) -> &[u32] {
+        &self.eos
+    }
+
+    /// Encodes a plain-text prompt as content (special-token strings stay text), preceded by
+    /// the BOS token when the vocabulary uses one.
+    pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let tok = self.tokenizer()?;
+        let mut ids: Vec<u32> = tok.bos().into_iter().collect();
+        ids.extend(tok.encode(text));
+        Ok(ids)
+    }
+
+    /// Number of tokens in the session so far.
+    pub fn position(&self) -> usize {
+        self.state.pos
+    }
+
+    /// Context length of the session.
+    pub fn context(&self) -> usize {
+        self.state.ctx
+    }
+
+    /// Empties the session (the KV cache is simply overwritten from position 0).
+    pub fn reset(&mut self) {
+        self.state.pos = 0;
+    }
+
+    /// Appends `tokens` to the session and returns the logits after the last one.
+    pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        if tokens.is_empty() {
+            return Err(Error::arg("eval: no tokens"));
+        }
+        self.run(tokens, LogitsOut::Last, None)?;
+        Ok(&self.state.logits)
+    }
+
+    /// Appends `tokens` and writes the logits of every one of them into `out`
+    /// (tokens × vocab, row-major).
+    pub fn eval_all(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        out.clear();
+        out.resize(tokens.len() * self.cfg.vocab, 0.0);
+        self.run(tokens, LogitsOut::All(out), None)
+    }
+
+    /// Appends `tokens` and returns the hidden states for debugging numerics: index 0 is the
+    /// embeddings, index l the residual stream after layer l, and the last entry the final
+    /// normed state (the layout of the reference's `output_hidden_states`): (layers + 2) ×
+    /// tokens × hidden.
+    pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut trace = vec![0.0f32; (self.cfg.layers + 2) * tokens.len() * self.cfg.hidden];
+        self.run(tokens, LogitsOut::Last, Some(&mut trace))?;
+        Ok(trace)
+    }
+
+    /// Runs `tokens` through the model in chunks.
+    fn run(&mut self, tokens: &[u32], mut out: LogitsOut, mut trace: Option<&mut [f32]>) -> Result<()> {
+        if self.state.pos + tokens.len() > self.state.ctx {
+            return Err(Error::new(ErrorKind::Context, format!(
+                "{} tokens at position {} exceed the context of {}", tokens.len(), self.state.pos, self.state.ctx)));
+        }
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(Error::arg(format!("token id {bad} is out of range (vocabulary of {})", self.cfg.vocab)));
+        }
+        let total = tokens.len();
+        let vocab = self.cfg.vocab;
+        for (i, chunk) in tokens.chunks(self.state.chunk).enumerate() {
+            let start = i * self.state.chunk;
+            let rows = match &mut out {
+                LogitsOut::All(buf) => Some(&mut buf[start * vocab..(start + chunk.len()) * vocab]),
+                LogitsOut::Last => None,
+            };
+            let last = start + chunk.len() == total;
+            let tr = trace.as_deref_mut().map(|t| (t, start, total));
+            self.forward_chunk(chunk, rows, last, tr);
+        }
+        Ok(())
+    }
+
+    /// One forward pass over `tokens` at the session's position. Writes every row's logits to
+    /// `all` when given, and the last row's to the state when `last`.
+    fn forward_chunk(&mut self, tokens: &[u32], all: Option<&mut [f32]>, last: bool,
+                     mut trace: Option<(&mut [f32], usize, usize)>) {
+        let Model { cfg, weights: w, state: st, kernels: k, pool, inv_freq, .. } = self;
+        let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
+        let half = cfg.rope.dim / 2;
+        for (t, &id) in tokens.iter().enumerate() {
+            w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
+            rope::angles(inv_freq, pos0 + t, &mut st.cos[t * half..(t + 1) * half], &mut st.sin[t * half..(t + 1) * half]);
+        }
+        record(&mut trace, 0, &st.x, n, h);
+        for (l, layer) in w.layers.iter().enumerate() {
+            for t in 0..n {
+                kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.attn_norm, cfg.rms_eps);
+            }
+            attention_block(cfg, k, pool, st, &layer.attn, l, n);
+            add_rows(&mut st.x, &st.out, n * h);
+            for t in 0..n {
+                kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.ffn_norm, cfg.rms_eps);
+            }
+            mlp_block(k, pool, st, &layer.mlp, n);
+            add_rows(&mut st.x, &st.out, n * h);
+            record(&mut trace, l + 1, &st.x, n, h);
+        }
+        for t in 0..n {
+            kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &w.norm, cfg.rms_eps);
+        }
+        record(&mut trace, cfg.layers + 1, &st.h, n, h);
+        if let Some(rows) = all {
+            k.matmul(pool, w.head().view(), &st.h, n, rows);
+            if last {
+                st.logits.copy_from_slice(&rows[(n - 1) * cfg.vocab..n * cfg.vocab]);
+            }
+        } else if last {
+            k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits);
+        }
+        st.pos += n;
+    }
+}
+
+/// Copies the chunk's rows of `x` into slot `slot` of a hidden-state trace.
+fn record(trace: &mut Option<(&mut [f32], usize, usize)>, slot: usize, x: &[f32], n: usize, h: usize) {
+    if let Some((buf, start, total)) = trace {
+        let at = (slot * *total + *start) * h;
+        buf[at..at + n * h].copy_from_slice(&x[..n * h]);
+    }
+}
+
+fn add_rows(x: &mut [f32], y: &[f32], len: usize) {
+    for (a, b) in x[..len].iter_mut().zip(&y[..len]) {
+        *a += b;
+    }
+}
+
+/// y = x·Wᵀ + b for the `n` rows of `x`.
+fn linear(k: &Kernels, pool: &Pool, lin: &Linear, x: &[f32], n: usize, y: &mut [f32]) {
+    k.matmul(pool, lin.w.view(), x, n, y);
+    if let Some(b) = &lin.b {
+        for row in y[..n * lin.w.rows].chunks_exact_mut(lin.w.rows) {
+            add_rows(row, b, b.len());
+        }
+    }
+}
+
+/// The attention sublayer (spec §1.3, §2.4): projections, q/k norm, clipping, RoPE, the KV
+/// cache write, attention, o_proj. Reads `st.h`, writes `st.out`.
+fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, a: &weights::Attention, l: usize, n: usize) {
+    let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+    linear(k, pool, &a.q, &st.h, n, &mut st.q);
+    linear(k, pool, &a.k, &st.h, n, &mut st.k);
+    linear(k, pool, &a.v, &st.h, n, &mut st.v);
+    let eps = cfg.rms_eps;
+    match (cfg.qk_norm, &a.q_norm, &a.k_norm) {
+        (QkNorm::PerHead, Some(qn), Some(kn)) => {
+            norm_in_place(&mut st.q[..n * qd], hd, qn, eps);
+            norm_in_place(&mut st.k[..n * kvd], hd, kn, eps);
+        }
+        (QkNorm::Whole, Some(qn), Some(kn)) => {
+            norm_in_place(&mut st.q[..n * qd], qd, qn, eps);
+            norm_in_place(&mut st.k[..n * kvd], kvd, kn, eps);
+        }
+        _ => {}
+    }
+    if let Some(c) = cfg.clip_qkv {
+        for v in st.q[..n * qd].iter_mut().chain(st.k[..n * kvd].iter_mut()).chain(st.v[..n * kvd].iter_mut()) {
+            *v = v.clamp(-c, c);
+        }
+    }
+    let half = cfg.rope.dim / 2;
+    for t in 0..n {
+        let (cos, sin) = (&st.cos[t * half..(t + 1) * half], &st.sin[t * half..(t + 1) * half]);
+        for head in st.q[t * qd..(t + 1) * qd].chunks_exact_mut(hd) {
+            rope::rotate_half(head, cos, sin);
+        }
+        for head in st.k[t * kvd..(t + 1) * kvd].chunks_exact_mut(hd) {
+            rope::rotate_half(head, cos, sin);
+        }
+    }
+    let layer_len = st.ctx * kvd;
+    let (pos0, base) = (st.pos, l * layer_len);
+    let kc = &mut st.k_cache.as_f32_mut()[base..base + layer_len];
+    kc[pos0 * kvd..(pos0 + n) * kvd].copy_from_slice(&st.k[..n * kvd]);
+    let vc = &mut st.v_cache.as_f32_mut()[base..base + layer_len];
+    vc[pos0 * kvd..(pos0 + n) * kvd].copy_from_slice(&st.v[..n * kvd]);
+    let shape = AttnShape {
+        heads: cfg.heads,
+        kv_heads: cfg.kv_heads,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window: cfg.sliding_window[l],
+    };
+    let keys = &st.k_cache.as_f32()[base..base + layer_len];
+    let values = &st.v_cache.as_f32()[base..base + layer_len];
+    attend(pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
+    linear(k, pool, &a.o, &st.att, n, &mut st.out);
+}
+
+/// RMS-normalises each `width`-long group of `x` in place with weight `w`.
+fn norm_in_place(x: &mut [f32], width: usize, w: &[f32], eps: f32) {
+    let mut tmp = [0.0f32; 1024];
+    for g in x.chunks_exact_mut(width) {
+        if width <= tmp.len() {
+            kernels::rmsnorm(&mut tmp[..width], g, w, eps);
+            g.copy_from_slice(&tmp[..width]);
+        } else {
+            let copy = g.to_vec();
+            kernels::rmsnorm(g, &copy, w, eps);
+        }
+    }
+}
+
+/// The SwiGLU FFN (spec §0.4). Reads `st.h`, writes `st.out`.
+fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usize) {
+    let inter = m.gate.w.rows;
+    linear(k, pool, &m.gate, &st.h, n, &mut st.gate);
+    linear(k, pool, &m.up, &st.h, n, &mut st.up);
+    kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
+    linear(k, pool, &m.down, &st.gate, n, &mut st.out);
+}
+
+/// EOS ids from `generation_config.json`, when present.
+fn generation_eos(dir: &Path) -> Result<Vec<u32>> {
+    let p = dir.join("generation_config.json");
+    if !p.is_file() {
+        return Ok(Vec::new());
+    }
+    let root = crate::format::read_json(&p, 1 << 20)?;
+    let bad = || Error::config(&p, "eos_token_id", "expected a token id or a list of token ids");
+    match root.get("eos_token_id") {
+        None | Some(crate::format::json::Json::Null) => Ok(Vec::new()),
+        Some(v) => match v.as_array() {
+            Some(a) => a.iter().map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)).collect(),
+            None => Ok(vec![v.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(bad)?]),
+        },
+    }
+}

@@ -1,0 +1,217 @@
+//! The resident weights of a decoder: every tensor read once into owned, 64-byte-aligned
+//! memory in its stored dtype, its shape checked against the config. Norm weights and biases
+//! are small and widened to f32 at load.
+//!
+//! Owned memory (not a file mapping) makes the bytes the engine holds exact: the RAM budget
+//! counts them, and nothing is paged in behind its back.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::dtype::DType;
+use crate::format::safetensors::Checkpoint;
+use crate::kernels::{scalar, MatRef};
+use crate::sys::AlignedBuf;
+
+/// A weight matrix in its stored dtype.
+pub struct Matrix {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    buf: AlignedBuf,
+}
+
+impl Matrix {
+    /// A borrowed view for the kernels.
+    pub fn view(&self) -> MatRef<'_> {
+        MatRef { dtype: self.dtype, rows: self.rows, cols: self.cols, data: self.buf.as_slice() }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Widens row `r` to f32.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) {
+        scalar::row_to_f32(&self.view(), r, out)
+    }
+}
+
+/// A linear layer: y = x·Wᵀ (+ b).
+pub struct Linear {
+    pub w: Matrix,
+    pub b: Option<Vec<f32>>,
+}
+
+/// One decoder layer's attention weights.
+pub struct Attention {
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+}
+
+/// A SwiGLU MLP (spec §0.4).
+pub struct Mlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+}
+
+/// One decoder layer.
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub attn: Attention,
+    pub ffn_norm: Vec<f32>,
+    pub mlp: Mlp,
+}
+
+/// All resident weights.
+pub struct Weights {
+    pub embed: Matrix,
+    pub layers: Vec<Layer>,
+    pub norm: Vec<f32>,
+    /// `None` when the head is tied to the embeddings.
+    pub head: Option<Matrix>,
+    /// Total bytes held.
+    pub bytes: u64,
+    /// Number of parameters (elements).
+    pub params: u64,
+    /// Distinct dtypes of the matrices, for `info`.
+    pub dtypes: Vec<DType>,
+}
+
+impl Weights {
+    /// The LM head matrix (the embeddings when tied).
+    pub fn head(&self) -> &Matrix {
+        self.head.as_ref().unwrap_or(&self.embed)
+    }
+}
+
+/// Reads tensors by name from a checkpoint, checking shapes and counting bytes.
+pub struct Loader<'a> {
+    ckpt: &'a Checkpoint,
+    pub bytes: u64,
+    pub params: u64,
+    pub dtypes: Vec<DType>,
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(ckpt: &'a Checkpoint) -> Loader<'a> {
+        Loader { ckpt, bytes: 0, params: 0, dtypes: Vec::new() }
+    }
+
+    fn find(&self, name: &str) -> Result<(&'a crate::format::safetensors::SafeTensors, &'a crate::format::safetensors::TensorInfo)> {
+        self.ckpt.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `{name}` is missing", self.ckpt.dir.display())))
+    }
+
+    /// True when the checkpoint has a tensor named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.ckpt.get(name).is_some()
+    }
+
+    /// A 2-D matrix of `[rows, cols]` in a compute dtype.
+    pub fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let (file, t) = self.find(name)?;
+        if t.shape != [rows as u64, cols as u64] {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has shape {:?}, the config needs [{rows}, {cols}]", file.path.display(), t.shape)));
+        }
+        if !t.dtype.is_compute() {
+            return Err(Error::new(ErrorKind::Unsupported, format!(
+                "{}: tensor `{name}` has dtype {}, which the engine does not compute with (F32, BF16, F16, Q8B32, Q4B32)",
+                file.path.display(), t.dtype)));
+        }
+        let mut buf = AlignedBuf::zeroed(t.len as usize, 64)?;
+        file.read_into(t, buf.as_mut_slice())?;
+        self.bytes += t.len;
+        self.params += t.elements();
+        if !self.dtypes.contains(&t.dtype) {
+            self.dtypes.push(t.dtype);
+        }
+        Ok(Matrix { dtype: t.dtype, rows, cols, buf })
+    }
+
+    /// A 1-D vector of `len` values widened to f32 (norm weights, biases).
+    pub fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let (file, t) = self.find(name)?;
+        if t.shape != [len as u64] {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has shape {:?}, the config needs [{len}]", file.path.display(), t.shape)));
+        }
+        if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", file.path.display(), t.dtype)));
+        }
+        let mut raw = vec![0u8; t.len as usize];
+        file.read_into(t, &mut raw)?;
+        let m = MatRef { dtype: t.dtype, rows: 1, cols: len, data: &raw };
+        let mut out = vec![0.0f32; len];
+        scalar::row_to_f32(&m, 0, &mut out);
+        self.bytes += (len * 4) as u64;
+        self.params += len as u64;
+        Ok(out)
+    }
+
+    /// A linear layer `prefix.weight` (+ `prefix.bias` when `bias`).
+    pub fn linear(&mut self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
+        let w = self.matrix(&format!("{prefix}.weight"), out, inp)?;
+        let b = if bias { Some(self.vector(&format!("{prefix}.bias"), out)?) } else { None };
+        Ok(Linear { w, b })
+    }
+
+    /// A SwiGLU MLP whose matrices are `prefix.{gate,up,down}` with the given names.
+    pub fn mlp(&mut self, prefix: &str, names: [&str; 3], hidden: usize, inter: usize, bias: bool) -> Result<Mlp> {
+        Ok(Mlp {
+            gate: self.linear(&format!("{prefix}.{}", names[0]), inter, hidden, bias)?,
+            up: self.linear(&format!("{prefix}.{}", names[1]), inter, hidden, bias)?,
+            down: self.linear(&format!("{prefix}.{}", names[2]), hidden, inter, bias)?,
+        })
+    }
+}
+
+/// Loads the weights of a dense Llama-family decoder (spec §1.2).
+pub fn load_dense(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<Weights> {
+    let mut ld = Loader::new(ckpt);
+    let (h, hd) = (cfg.hidden, cfg.head_dim);
+    let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
+    let mut layers = Vec::with_capacity(cfg.layers);
+    for l in 0..cfg.layers {
+        let p = format!("model.layers.{l}");
+        let (qn, kn) = match cfg.qk_norm {
+            QkNorm::None => (None, None),
+            QkNorm::PerHead => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?),
+                Some(ld.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?)),
+            QkNorm::Whole => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), cfg.q_dim())?),
+                Some(ld.vector(&format!("{p}.self_attn.k_norm.weight"), cfg.kv_dim())?)),
+        };
+        let attn = Attention {
+            q: ld.linear(&format!("{p}.self_attn.q_proj"), cfg.q_dim(), h, cfg.qkv_bias)?,
+            k: ld.linear(&format!("{p}.self_attn.k_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
+            v: ld.linear(&format!("{p}.self_attn.v_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
+            o: ld.linear(&format!("{p}.self_attn.o_proj"), h, cfg.q_dim(), cfg.o_bias)?,
+            q_norm: qn,
+            k_norm: kn,
+        };
+        layers.push(Layer {
+            attn_norm: ld.vector(&format!("{p}.input_layernorm.weight"), h)?,
+            attn,
+            ffn_norm: ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            mlp: ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?,
+        });
+    }
+    let norm = ld.vector("model.norm.weight", h)?;
+    // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
+    let head = if ld.has("lm_head.weight") {
+        Some(ld.matrix("lm_head.weight", cfg.vocab, h)?)
+    } else if cfg.tie_embeddings {
+        None
+    } else {
+        return Err(Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ckpt.dir.display())));
+    };
+    Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes })
+}

@@ -1,0 +1,86 @@
+//! Helpers shared by the integration tests: fixture paths, reference files, comparisons.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use waste::format::json::{self, Json};
+
+/// `tests/fixtures/<rel>`.
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(rel)
+}
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A scratch directory unique to this test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("waste-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn read_json(path: &Path) -> Json {
+    json::parse(&std::fs::read(path).unwrap()).unwrap()
+}
+
+pub fn ids_of(v: &Json) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Raw little-endian f32 values.
+pub fn read_f32(path: &Path) -> Vec<f32> {
+    std::fs::read(path).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// A little-endian f32 `.npy` array: (shape, values).
+pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let (hlen, start) = if b[6] == 1 { (u16::from_le_bytes([b[8], b[9]]) as usize, 10) } else { (u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize, 12) };
+    let header = std::str::from_utf8(&b[start..start + hlen]).unwrap();
+    assert!(header.contains("'<f4'") && header.contains("'fortran_order': False"), "{header}");
+    let shape_txt = &header[header.find('(').unwrap() + 1..header.find(')').unwrap()];
+    let shape = shape_txt.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    let data = b[start + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    (shape, data)
+}
+
+/// max|a − b| / max|b|.
+pub fn rel_max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let max_ref = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let max_diff = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    max_diff / max_ref
+}
+
+/// Runs the built `waste` binary with `args`; returns (status, stdout, stderr).
+pub fn waste(args: &[&str]) -> (i32, String, String) {
+    waste_stdin(args, None)
+}
+
+/// Runs the binary with `stdin` piped in (or closed when `None`).
+pub fn waste_stdin(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_waste"))
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(s) = stdin {
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Prints a SKIP line (counted by the Makefile's summary) and returns.
+pub fn skip(test: &str, reason: &str) {
+    println!("SKIP: {test}: {reason}");
+    eprintln!("SKIP: {test}: {reason}");
+}
