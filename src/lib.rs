@@ -38,6 +38,7 @@ pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};
 pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
+pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
 pub use sample::{Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};
@@ -49,8 +50,14 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// engine computes (never *what* it computes).
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Compute threads; 0 chooses one per CPU available to the process.
+    /// Compute threads; 0 chooses one per CPU of `cpus` when given, else one per CPU available
+    /// to the process.
     pub threads: usize,
+    /// CPUs the compute threads are bound to (seed 001, "Thread placement"): the pool's workers
+    /// at open, the thread that runs the model on its first forward pass. `None` leaves
+    /// placement to the OS. A platform that cannot bind refuses a list
+    /// ([`ErrorKind::Unsupported`]) rather than ignoring it.
+    pub cpus: Option<CpuList>,
     /// Context length in tokens; 0 chooses the model's `max_position_embeddings`, capped at
     /// 4096.
     pub ctx: usize,
@@ -62,7 +69,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false }
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false }
     }
 }
 
@@ -86,7 +93,11 @@ impl Options {
 
     /// The thread count after resolving 0.
     pub fn resolved_threads(&self) -> usize {
-        if self.threads == 0 { sys::available_cpus() } else { self.threads }
+        match (self.threads, &self.cpus) {
+            (0, Some(list)) => list.len(),
+            (0, None) => sys::available_cpus(),
+            (t, _) => t,
+        }
     }
 
     /// The context length after resolving 0 against the model's maximum.

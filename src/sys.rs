@@ -122,3 +122,81 @@ pub fn physical_ram_bytes() -> u64 {
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
+
+/// True where a thread can be bound to a set of CPUs (Linux `sched_setaffinity`). Elsewhere a
+/// CPU list is refused with [`crate::ErrorKind::Unsupported`] rather than ignored (seed 001,
+/// "Thread placement": a run that quietly did not pin looks like pinning that did not help).
+pub const CAN_BIND_THREADS: bool = cfg!(target_os = "linux");
+
+/// The largest CPU number a list may name, plus one (the size of the kernel's `cpu_set_t`).
+pub const MAX_CPUS: usize = 1024;
+
+/// Binds the calling thread to exactly `cpus`, then reads its mask back: a CPU the process may
+/// not use (outside its cpuset, offline) is an [`crate::ErrorKind::Arg`] error naming it,
+/// never a silently narrower binding.
+#[cfg(target_os = "linux")]
+pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
+    let list = crate::kernels::cpus::format_list(cpus);
+    // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= MAX_CPUS.min(libc::CPU_SETSIZE as usize) {
+            return Err(Error::arg(format!("cpu list `{list}`: CPU {c} is beyond the {MAX_CPUS} a list can name")));
+        }
+        // SAFETY: c < CPU_SETSIZE, checked above, so the bit is inside `set`.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::arg(format!(
+            "cpu list `{list}`: cannot bind a thread to it ({e}); CPUs this process may use: {}",
+            describe_allowed())));
+    }
+    let got = current_thread_cpus()?;
+    if got != cpus {
+        let missing: Vec<usize> = cpus.iter().copied().filter(|c| !got.contains(c)).collect();
+        return Err(Error::arg(format!(
+            "cpu list `{list}`: CPUs {} are not available to this process (the thread was bound to {})",
+            crate::kernels::cpus::format_list(&missing), crate::kernels::cpus::format_list(&got))));
+    }
+    Ok(())
+}
+
+/// Binding is not available on this platform: refused, never ignored.
+#[cfg(not(target_os = "linux"))]
+pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
+    Err(Error::unsupported(format!(
+        "cpu list `{}`: this platform cannot bind threads to CPUs", crate::kernels::cpus::format_list(cpus))))
+}
+
+/// The CPUs the calling thread may run on, ascending (`sched_getaffinity`).
+#[cfg(target_os = "linux")]
+pub fn current_thread_cpus() -> Result<Vec<usize>> {
+    // SAFETY: as in bind_current_thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is writable and of the size passed; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(Error::new(crate::ErrorKind::Io, format!(
+            "sched_getaffinity: {}", std::io::Error::last_os_error())));
+    }
+    let max = (libc::CPU_SETSIZE as usize).min(MAX_CPUS);
+    // SAFETY: every index is below CPU_SETSIZE.
+    Ok((0..max).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Reading a thread's CPU mask is not available on this platform.
+#[cfg(not(target_os = "linux"))]
+pub fn current_thread_cpus() -> Result<Vec<usize>> {
+    Err(Error::unsupported("this platform cannot report a thread's CPU mask"))
+}
+
+#[cfg(target_os = "linux")]
+fn describe_allowed() -> String {
+    match current_thread_cpus() {
+        Ok(c) => crate::kernels::cpus::format_list(&c),
+        Err(_) => "unknown".to_string(),
+    }
+}

@@ -55,6 +55,9 @@ fn model_options(a: &Args) -> Result<Options, Failure> {
     if let Some(t) = a.num("threads", 0usize, 1024)? {
         o.threads = t;
     }
+    if let Some(list) = a.value("cpus") {
+        o.cpus = Some(waste::CpuList::parse(list)?);
+    }
     if let Some(c) = a.num("ctx", 1usize, waste::MAX_CONTEXT)? {
         o.ctx = c;
     }

@@ -4,13 +4,15 @@
 //! Exit status: 0 success, 1 a runtime error (one line on stderr), 2 a usage error.
 
 mod args;
+mod bench_matmul;
 mod commands;
 
 use args::{flag, val, Command, Opt, Usage};
 
 /// Options every command that opens a model accepts.
 const MODEL_OPTS: &[Opt] = &[
-    val("threads", "N", "compute threads (default: one per available CPU)"),
+    val("threads", "N", "compute threads (default: one per available CPU, or per CPU of --cpus)"),
+    val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
@@ -66,8 +68,9 @@ pub const INFO: Command = Command {
 
 pub const BENCH: Command = Command {
     name: "bench",
-    usage: "bench MODEL [--prompt-tokens N] [-n N]",
-    about: "Measure prefill and decode speed (figures are printed, never asserted).",
+    usage: "bench MODEL [--prompt-tokens N] [-n N]  |  bench matmul [options]",
+    about: "Measure prefill and decode speed (figures are printed, never asserted). \
+`waste bench matmul --help` describes the kernel benchmark, which needs no model.",
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
@@ -126,11 +129,19 @@ pub fn main(args: Vec<String>) -> i32 {
         println!("waste {}", waste::VERSION);
         return 0;
     }
+    // `bench matmul` is a sub-bench with options of its own; `bench MODEL` is unchanged.
+    if name == "bench" && args.get(1).is_some_and(|a| a == "matmul") {
+        return execute(&bench_matmul::BENCH_MATMUL, &args[2..], bench_matmul::run);
+    }
     let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
         eprintln!("waste: unknown command `{name}` (see `waste --help`)");
         return 2;
     };
-    let rest = &args[1..];
+    execute(cmd, &args[1..], |p| commands::dispatch(cmd.name, p))
+}
+
+/// Parses `rest` for `cmd`, handles `--help`, runs `f` and maps the outcome to an exit status.
+fn execute(cmd: &Command, rest: &[String], f: impl FnOnce(&args::Args) -> Result<(), commands::Failure>) -> i32 {
     let parsed = match cmd.parse(rest) {
         Ok(p) => p,
         Err(Usage(msg)) => {
@@ -142,7 +153,7 @@ pub fn main(args: Vec<String>) -> i32 {
         print!("{}", cmd.help());
         return 0;
     }
-    match commands::dispatch(cmd.name, &parsed) {
+    match f(&parsed) {
         Ok(()) => 0,
         Err(commands::Failure::Usage(msg)) => {
             eprintln!("waste {}: {msg}", cmd.name);

@@ -2,7 +2,7 @@
 //! (token, head) pairs. Each pair's scores, softmax and weighted sum are computed by one
 //! participant in a fixed order, so the result does not depend on the thread count.
 
-use super::{dot, pool, Pool};
+use super::{pool, Kernels, Pool};
 
 /// The geometry of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -28,7 +28,7 @@ unsafe impl Sync for Ptr {}
 /// `keys`/`values` (positions × kv_heads·head_dim, holding at least `pos0 + n` positions) and
 /// writes `out` (n × heads·head_dim). `scores` holds `pool.threads()` rows of `ctx` floats.
 #[allow(clippy::too_many_arguments)]
-pub fn attend(pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], values: &[f32], pos0: usize, n: usize,
+pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], values: &[f32], pos0: usize, n: usize,
               scores: &mut [f32], ctx: usize, out: &mut [f32]) {
     let (hd, q_dim, kv_dim) = (s.head_dim, s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let group = s.heads / s.kv_heads;
@@ -51,8 +51,8 @@ pub fn attend(pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], values: &[f32]
             let kvh = h / group;
             let sc = &mut row[lo..=p];
             for (i, v) in sc.iter_mut().enumerate() {
-                let k = &keys[(lo + i) * kv_dim + kvh * hd..(lo + i) * kv_dim + (kvh + 1) * hd];
-                *v = dot(qh, k) * s.scale;
+                let key = &keys[(lo + i) * kv_dim + kvh * hd..(lo + i) * kv_dim + (kvh + 1) * hd];
+                *v = k.dot(qh, key) * s.scale;
             }
             super::softmax(sc);
             // SAFETY: item (t, h) is this participant's; its output slice is disjoint.

@@ -6,12 +6,93 @@
 //! inside the dot product; activations are f32 throughout.
 
 pub mod attention;
+pub mod bench;
+pub mod cpus;
 pub mod pool;
 pub mod scalar;
 
+/// Generates a [`RowsFn`] driver `$name` for one instruction set from a register tile
+/// `$tile::<R, T>(w, r, x, t0, out)`, which computes the dot products of rows `r..r+R` with
+/// vectors `t0..t0+T` into `out[i][j]`.
+///
+/// The driver walks rows 4 at a time when there is one vector (decode: four independent
+/// accumulator chains keep the FMA units busy while the rows stream in), and 2 rows × 4 vectors
+/// at a time otherwise (prefill: each decoded weight block serves four vectors from registers,
+/// and the rows stay in L1 for the next four). Each (row, vector) pair has its own accumulator
+/// and the same sequence of operations in every tile shape, so a result never depends on `n`,
+/// on `r0..r1` or on how many threads split the rows.
+macro_rules! row_driver {
+    ($feat:literal, $name:ident, $tile:ident) => {
+        /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
+        ///
+        /// # Safety
+        /// As `RowsFn`, and the CPU must have the instruction set this module is compiled for.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn run<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, y: *mut f32, ys: usize) {
+                let mut o = [[0f32; T]; R];
+                // SAFETY: the driver's caller guarantees rows r..r+R and vectors t0..t0+T exist.
+                unsafe { $tile::<R, T>(w, r, x, t0, &mut o) };
+                for (i, row) in o.iter().enumerate() {
+                    for (j, v) in row.iter().enumerate() {
+                        // SAFETY: element (t0 + j, r + i) is the caller's to write.
+                        unsafe { *y.add((t0 + j) * ys + r + i) = *v };
+                    }
+                }
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn tokens<const R: usize>(w: &MatRef, r: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+                let mut t = 0;
+                // SAFETY (all calls): t + T <= n.
+                while t + 4 <= n {
+                    unsafe { run::<R, 4>(w, r, x, t, y, ys) };
+                    t += 4;
+                }
+                match n - t {
+                    1 => unsafe { run::<R, 1>(w, r, x, t, y, ys) },
+                    2 => unsafe { run::<R, 2>(w, r, x, t, y, ys) },
+                    3 => unsafe { run::<R, 3>(w, r, x, t, y, ys) },
+                    _ => {}
+                }
+            }
+            let mut r = r0;
+            // SAFETY (all calls): r + R <= r1 <= w.rows, and the caller's contract covers y.
+            if n == 1 {
+                while r + 4 <= r1 {
+                    unsafe { run::<4, 1>(w, r, x, 0, y, ys) };
+                    r += 4;
+                }
+                while r < r1 {
+                    unsafe { run::<1, 1>(w, r, x, 0, y, ys) };
+                    r += 1;
+                }
+            } else {
+                while r + 2 <= r1 {
+                    unsafe { tokens::<2>(w, r, x, n, y, ys) };
+                    r += 2;
+                }
+                if r < r1 {
+                    unsafe { tokens::<1>(w, r, x, n, y, ys) };
+                }
+            }
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+
 use crate::format::dtype::DType;
+pub use cpus::CpuList;
 pub use pool::Pool;
-use scalar::RowsFn;
+pub use scalar::RowsFn;
 
 /// A borrowed row-major weight matrix in its stored dtype.
 #[derive(Clone, Copy, Debug)]
@@ -23,7 +104,8 @@ pub struct MatRef<'a> {
 }
 
 impl MatRef<'_> {
-    /// Bytes per row (whole blocks for the quantized widths).
+    /// Bytes per row (whole blocks for the quantized widths; 0 when `cols` does not fit the
+    /// dtype, which makes every kernel read nothing).
     pub fn row_bytes(&self) -> usize {
         self.dtype.row_bytes(self.cols as u64).unwrap_or(0) as usize
     }
@@ -32,22 +114,75 @@ impl MatRef<'_> {
 /// Which instruction set the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
+    /// The reference loops of [`scalar`].
     Scalar,
+    /// AVX2 + FMA + F16C, 8 lanes.
+    Avx2,
+    /// AVX-512 F/BW/VL (+ FMA, F16C), 16 lanes.
+    Avx512,
+    /// AArch64 Advanced SIMD, 4 lanes.
+    Neon,
 }
 
 impl Isa {
+    /// Every instruction set, best last.
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::Avx512];
+
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+        }
+    }
+
+    /// Parses a name as printed by [`Isa::name`].
+    pub fn from_name(name: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name() == name)
+    }
+
+    /// True when this CPU can run the instruction set (checked at run time).
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.supported()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
         }
     }
 }
+
+/// Dot product of two equally long f32 slices.
+type DotFn = unsafe fn(&[f32], &[f32]) -> f32;
+/// Sum of an f32 slice.
+type SumFn = unsafe fn(&[f32]) -> f32;
 
 /// The kernel table, chosen once.
 #[derive(Clone, Copy)]
 pub struct Kernels {
     isa: Isa,
     rows: [RowsFn; 5],
+    dot: DotFn,
+    sum: SumFn,
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernels({})", self.isa.name())
+    }
 }
 
 fn slot(dtype: DType) -> Option<usize> {
@@ -70,11 +205,17 @@ unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
+/// Products smaller than this many weight·vector multiplications run on the calling thread:
+/// waking the workers costs about a microsecond, the product a few.
+const PARALLEL_MIN_MACS: usize = 16 * 1024;
+
 impl Kernels {
     /// The best kernels for this CPU, or the scalar reference when `force_scalar`.
     pub fn select(force_scalar: bool) -> Kernels {
-        let _ = force_scalar;
-        Kernels::scalar()
+        if force_scalar {
+            return Kernels::scalar();
+        }
+        Isa::ALL.into_iter().rev().find_map(Kernels::with_isa).unwrap_or_else(Kernels::scalar)
     }
 
     /// The scalar reference kernels.
@@ -82,6 +223,42 @@ impl Kernels {
         Kernels {
             isa: Isa::Scalar,
             rows: [scalar::rows_f32, scalar::rows_bf16, scalar::rows_f16, scalar::rows_q8b32, scalar::rows_q4b32],
+            dot: scalar::dot_unsafe,
+            sum: scalar::sum_unsafe,
+        }
+    }
+
+    /// The kernels of one instruction set, or `None` when this CPU (or this build's target)
+    /// does not have it.
+    pub fn with_isa(isa: Isa) -> Option<Kernels> {
+        if !isa.supported() {
+            return None;
+        }
+        match isa {
+            Isa::Scalar => Some(Kernels::scalar()),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(Kernels {
+                isa,
+                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32],
+                dot: avx2::dot,
+                sum: avx2::sum,
+            }),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(Kernels {
+                isa,
+                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32],
+                dot: avx512::dot,
+                sum: avx512::sum,
+            }),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => Some(Kernels {
+                isa,
+                rows: [neon::rows_f32, neon::rows_bf16, neon::rows_f16, neon::rows_q8b32, neon::rows_q4b32],
+                dot: neon::dot,
+                sum: neon::sum,
+            }),
+            #[allow(unreachable_patterns)]
+            _ => None,
         }
     }
 
@@ -100,19 +277,49 @@ impl Kernels {
         assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul: weight data too short");
         let f = self.rows[slot(w.dtype).expect("matmul: not a compute dtype")];
         let out = OutPtr(y.as_mut_ptr());
-        let threads = pool.threads();
-        // Small products are not worth waking the workers.
-        if threads == 1 || w.rows * w.cols * n < 32 * 1024 {
-            // SAFETY: y holds n × rows elements (asserted); we are the only writer.
+        let threads = pool.threads().min(w.rows.max(1));
+        if threads == 1 || w.rows * w.cols * n < PARALLEL_MIN_MACS {
+            // SAFETY: y holds n × rows elements, x and w are long enough (asserted); we are the
+            // only writer, and `f` was chosen for an instruction set this CPU has.
             unsafe { f(&w, 0, w.rows, x, n, out.0, w.rows) };
             return;
         }
         pool.run(&|part| {
+            if part >= threads {
+                return;
+            }
             let r = pool::chunk(w.rows, threads, part);
             let out = out;
             // SAFETY: each participant writes only its own rows r of every vector t.
             unsafe { f(&w, r.start, r.end, x, n, out.0, w.rows) };
         });
+    }
+
+    /// Rows `r0..r1` of `w` against the `n` vectors of `x`, on the calling thread, into
+    /// `y[t * y_stride + r]` (the building block of [`Kernels::matmul`], exposed for tests and
+    /// benchmarks). Panics when a slice is too short or the range is outside the matrix.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rows(&self, w: MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: &mut [f32], y_stride: usize) {
+        assert!(r0 <= r1 && r1 <= w.rows && y_stride >= r1, "rows: bad row range");
+        assert!(x.len() >= n * w.cols, "rows: x too short");
+        assert!(n == 0 || y.len() >= (n - 1) * y_stride + r1, "rows: y too short");
+        assert!(w.data.len() >= w.rows * w.row_bytes(), "rows: weight data too short");
+        let f = self.rows[slot(w.dtype).expect("rows: not a compute dtype")];
+        // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
+        unsafe { f(&w, r0, r1, x, n, y.as_mut_ptr(), y_stride) };
+    }
+
+    /// Σ a[i]·b[i] over the common length, in an order fixed by the length and the ISA.
+    pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        // SAFETY: both slices hold n elements; the ISA was detected.
+        unsafe { (self.dot)(&a[..n], &b[..n]) }
+    }
+
+    /// Σ a[i], in an order fixed by the length and the ISA (the read-bandwidth probe).
+    pub fn sum(&self, a: &[f32]) -> f32 {
+        // SAFETY: the ISA was detected.
+        unsafe { (self.sum)(a) }
     }
 }
 
@@ -155,4 +362,3 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-pub use scalar::dot_f32 as dot;

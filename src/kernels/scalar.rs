@@ -13,7 +13,9 @@ use crate::format::dtype::BLOCK;
 ///
 /// # Safety
 /// `y` must be valid for writes at every `t * y_stride + r` with `t < n`, `r0 <= r < r1`, and no
-/// other thread may access those elements during the call.
+/// other thread may access those elements during the call; `r1 <= w.rows`,
+/// `w.data.len() >= w.rows * w.row_bytes()` and `x.len() >= n * w.cols` (the SIMD kernels read
+/// through raw pointers and rely on it); and the CPU must have the kernel's instruction set.
 pub type RowsFn = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, y_stride: usize);
 
 #[inline]
@@ -39,6 +41,22 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         s += x * y;
     }
     s
+}
+
+/// [`dot_f32`] with the kernel table's signature.
+///
+/// # Safety
+/// None beyond the signature (the table's entries for SIMD instruction sets are unsafe).
+pub unsafe fn dot_unsafe(a: &[f32], b: &[f32]) -> f32 {
+    dot_f32(a, b)
+}
+
+/// Sum in f32 with one accumulator, in index order (the scalar twin of the bandwidth probe).
+///
+/// # Safety
+/// None beyond the signature.
+pub unsafe fn sum_unsafe(a: &[f32]) -> f32 {
+    a.iter().fold(0.0f32, |s, v| s + v)
 }
 
 macro_rules! rows_kernel {

@@ -125,7 +125,7 @@ impl Model {
             path: path.to_path_buf(),
             inv_freq: rope::inv_freq(&cfg.rope),
             kernels: Kernels::select(opts.force_scalar),
-            pool: Pool::new(threads)?,
+            pool: Pool::with_cpus(threads, opts.cpus.as_ref())?,
             cfg,
             weights,
             state,
@@ -237,6 +237,9 @@ impl Model {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
             return Err(Error::arg(format!("token id {bad} is out of range (vocabulary of {})", self.cfg.vocab)));
         }
+        // The thread that runs the model is participant 0 of every parallel region: bind it
+        // (once) to the CPU list, if there is one.
+        self.pool.bind_caller()?;
         let total = tokens.len();
         let vocab = self.cfg.vocab;
         for (i, chunk) in tokens.chunks(self.state.chunk).enumerate() {
@@ -366,7 +369,7 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
     };
     let keys = &st.k_cache.as_f32()[base..base + layer_len];
     let values = &st.v_cache.as_f32()[base..base + layer_len];
-    attend(pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
+    attend(k, pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
     linear(k, pool, &a.o, &st.att, n, &mut st.out);
 }
 

@@ -1,0 +1,122 @@
+//! `waste bench matmul`: prints what `waste::kernels::bench::matmul` measures.
+
+use super::args::{flag, parse_size, val, Args, Command, Opt};
+use super::commands::Failure;
+use waste::format::dtype::DType;
+use waste::format::json::Json;
+use waste::kernels::bench::{self, MatmulBench};
+use waste::kernels::{CpuList, Isa};
+
+const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+
+pub const BENCH_MATMUL: Command = Command {
+    name: "bench matmul",
+    usage: "bench matmul [--rows R] [--cols C] [--threads N] [--cpus LIST] [--isa NAME] [--json]",
+    about: "Time the matrix x vector kernels without a model: GB/s of weight bytes streamed for every dtype \
+(F32, BF16, F16, Q8B32, Q4B32) at 1 and N threads, next to the read bandwidth of a SIMD sum over a buffer far \
+larger than the last-level cache, and the pool's dispatch latency. By default each matrix is 1 GiB \
+(8192 columns, rows to fit).",
+    opts: &[&[
+        val("rows", "R", "rows per matrix (default: sized to 1 GiB per dtype)"),
+        val("cols", "C", "columns, a multiple of 32 (default 8192)"),
+        val("threads", "N", "the larger thread count (default: one per available CPU, or per listed CPU)"),
+        val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
+        val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
+        val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
+        val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
+        val("dtype", "LIST", "comma-separated dtypes to measure (default: all five)"),
+        flag("json", "print JSON"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+fn options(a: &Args) -> Result<MatmulBench, Failure> {
+    let mut o = MatmulBench::default();
+    if let Some(c) = a.value("cpus") {
+        o.cpus = Some(CpuList::parse(c)?);
+    }
+    o.threads = match (a.num("threads", 0usize, 1024)?, &o.cpus) {
+        (Some(t), _) if t > 0 => t,
+        (_, Some(list)) => list.len(),
+        _ => waste::sys::available_cpus(),
+    };
+    o.rows = a.num("rows", 1usize, 1 << 30)?;
+    if let Some(c) = a.num("cols", 32usize, 1 << 20)? {
+        o.cols = c;
+    }
+    if let Some(p) = a.num("passes", 1usize, 1000)? {
+        o.passes = p;
+    }
+    if let Some(b) = a.value("bytes") {
+        o.bytes = parse_size(b).filter(|&n| (4096..=1 << 40).contains(&n)).ok_or_else(|| Failure::Usage(format!(
+            "option `--bytes`: `{b}` is not a size between 4K and 1T")))? as usize;
+    }
+    if let Some(name) = a.value("isa") {
+        o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
+            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, neon")))?);
+    }
+    if let Some(list) = a.value("dtype") {
+        o.dtypes = list
+            .split(',')
+            .map(|d| match DType::from_name(&d.trim().to_ascii_uppercase()) {
+                Some(t) if t.is_compute() => Ok(t),
+                _ => Err(Failure::Usage(format!("option `--dtype`: `{d}` is not one of F32, BF16, F16, Q8B32, Q4B32"))),
+            })
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(o)
+}
+
+pub fn run(a: &Args) -> Result<(), Failure> {
+    let opts = options(a)?;
+    let r = bench::matmul(&opts)?;
+    if a.flag("json") {
+        let rates = |v: &[bench::Rate]| Json::Array(v.iter().map(|x| Json::object([
+            ("threads", Json::uint(x.threads as u64)),
+            ("secs", Json::float(x.secs)),
+            ("gb_per_s", Json::float(x.gb_per_s)),
+        ])).collect());
+        let doc = Json::object([
+            ("isa", Json::str(r.isa.name())),
+            ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
+            ("passes", Json::uint(r.passes as u64)),
+            ("read_bytes", Json::uint(r.read_bytes as u64)),
+            ("read", rates(&r.read)),
+            ("dispatch_us", Json::Array(r.dispatch_us.iter().map(|&d| Json::float(d)).collect())),
+            ("dtypes", Json::Array(r.dtypes.iter().map(|d| Json::object([
+                ("dtype", Json::str(d.dtype.name())),
+                ("rows", Json::uint(d.rows as u64)),
+                ("cols", Json::uint(d.cols as u64)),
+                ("bytes", Json::uint(d.bytes as u64)),
+                ("rates", rates(&d.rates)),
+            ])).collect())),
+        ]);
+        println!("{}", doc.to_string_pretty());
+        return Ok(());
+    }
+    let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
+    println!("bench matmul: {} kernels, {cpus}, median of {} passes, GB = 1e9 bytes", r.isa.name(), r.passes);
+    let mut head = format!("{:<34}", "threads");
+    for t in &r.threads {
+        head.push_str(&format!("{:>18}", t));
+    }
+    println!("{head}");
+    let mut line = format!("{:<34}", format!("read bandwidth ({} MiB sum)", r.read_bytes >> 20));
+    for x in &r.read {
+        line.push_str(&format!("{:>13.2} GB/s", x.gb_per_s));
+    }
+    println!("{line}");
+    let mut line = format!("{:<34}", "dispatch (empty region)");
+    for d in &r.dispatch_us {
+        line.push_str(&format!("{:>15.2} us", d));
+    }
+    println!("{line}");
+    for d in &r.dtypes {
+        let mut line = format!("{:<6} {:>7} x {:<6} {:>10} B ", d.dtype.name(), d.rows, d.cols, d.bytes);
+        for (x, read) in d.rates.iter().zip(&r.read) {
+            line.push_str(&format!("{:>7.2} GB/s {:>3.0}%", x.gb_per_s, 100.0 * x.gb_per_s / read.gb_per_s));
+        }
+        println!("{line}");
+    }
+    Ok(())
+}

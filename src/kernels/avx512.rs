@@ -1,0 +1,257 @@
+//! AVX-512 kernels (F + BW + VL, with FMA and F16C): 16 f32 lanes. Each has a scalar twin in
+//! [`super::scalar`] and a test comparing them (`tests/kernels.rs`).
+//!
+//! Per (row, vector) pair there is one 16-lane accumulator. Dense rows add 16 columns' products
+//! per step; a quantized block is decoded in place (seed 000, "Why the matrix vector product
+//! decodes in place"): its 32 values become two 16-lane vectors whose products with the input
+//! are summed into a block vector, and the block vector times the broadcast scale is added to
+//! the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
+//! depends only on the column count.
+
+use super::MatRef;
+use std::arch::x86_64::*;
+
+/// Sums the 16 lanes: halves, then quarters, then pairs — a fixed order.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn hsum(v: __m512) -> f32 {
+    let lo = _mm512_castps512_ps256(v);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    super::avx2::hsum8(_mm256_add_ps(lo, hi))
+}
+
+/// Lanes `0..k` set (k < 16): the mask of a row's last, partial 16 columns.
+#[inline]
+fn tail_mask(k: usize) -> __mmask16 {
+    ((1u32 << k) - 1) as __mmask16
+}
+
+/// Dense tiles: `$load(ptr)` widens 16 stored weights to f32, `$load_tail(mask, ptr)` the
+/// first lanes of a partial step (the rest zero, so they add nothing).
+macro_rules! dense_tile {
+    ($name:ident, $elem:ty, $load:expr, $load_tail:expr) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        #[inline]
+        unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
+            let cols = w.cols;
+            let wp = w.data.as_ptr() as *const $elem;
+            let xp = x.as_ptr();
+            let mut acc = [[_mm512_setzero_ps(); T]; R];
+            let full = cols / 16 * 16;
+            let mut c = 0;
+            // SAFETY (all loads): rows r..r+R and vectors t0..t0+T exist (the driver's
+            // contract), c + 16 <= cols in the loop, and the tail loads are masked to cols.
+            while c < full {
+                for i in 0..R {
+                    let wv = unsafe { $load(wp.add((r + i) * cols + c)) };
+                    for t in 0..T {
+                        let xv = unsafe { _mm512_loadu_ps(xp.add((t0 + t) * cols + c)) };
+                        acc[i][t] = _mm512_fmadd_ps(wv, xv, acc[i][t]);
+                    }
+                }
+                c += 16;
+            }
+            if c < cols {
+                let m = tail_mask(cols - c);
+                for i in 0..R {
+                    let wv = unsafe { $load_tail(m, wp.add((r + i) * cols + c)) };
+                    for t in 0..T {
+                        let xv = unsafe { _mm512_maskz_loadu_ps(m, xp.add((t0 + t) * cols + c)) };
+                        acc[i][t] = _mm512_fmadd_ps(wv, xv, acc[i][t]);
+                    }
+                }
+            }
+            for i in 0..R {
+                for t in 0..T {
+                    out[i][t] = hsum(acc[i][t]);
+                }
+            }
+        }
+    };
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_f32(p: *const f32) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable values.
+    unsafe { _mm512_loadu_ps(p) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_f32_tail(m: __mmask16, p: *const f32) -> __m512 {
+    // SAFETY: only the masked lanes are read.
+    unsafe { _mm512_maskz_loadu_ps(m, p) }
+}
+
+/// bf16 is the top half of an f32: widen to 32 bits and shift left 16 (exact).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn bf16_to_f32(v: __m256i) -> __m512 {
+    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_bf16(p: *const u16) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable values.
+    bf16_to_f32(unsafe { _mm256_loadu_si256(p as *const __m256i) })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_bf16_tail(m: __mmask16, p: *const u16) -> __m512 {
+    // SAFETY: only the masked lanes are read.
+    bf16_to_f32(unsafe { _mm256_maskz_loadu_epi16(m, p as *const i16) })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_f16(p: *const u16) -> __m512 {
+    // SAFETY: the caller guarantees 16 readable values.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p as *const __m256i) })
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn load_f16_tail(m: __mmask16, p: *const u16) -> __m512 {
+    // SAFETY: only the masked lanes are read.
+    _mm512_cvtph_ps(unsafe { _mm256_maskz_loadu_epi16(m, p as *const i16) })
+}
+
+dense_tile!(tile_f32, f32, load_f32, load_f32_tail);
+dense_tile!(tile_bf16, u16, load_bf16, load_bf16_tail);
+dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
+
+/// Quantized tiles: `$decode(block_ptr)` turns one block into (scale, first 16 values, last
+/// 16 values) without touching any other block.
+macro_rules! block_tile {
+    ($name:ident, $bytes:expr, $decode:ident) => {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        #[inline]
+        unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
+            let (cols, rb) = (w.cols, w.row_bytes());
+            let blocks = rb / $bytes;
+            let wp = w.data.as_ptr();
+            let xp = x.as_ptr();
+            let mut acc = [[_mm512_setzero_ps(); T]; R];
+            for b in 0..blocks {
+                for i in 0..R {
+                    // SAFETY: block b of row r + i lies inside the matrix (driver contract).
+                    let (s, q0, q1) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
+                    for t in 0..T {
+                        // SAFETY: vector t0 + t has `cols` = 32 × blocks values.
+                        let xb = unsafe { xp.add((t0 + t) * cols + b * 32) };
+                        let blk = _mm512_mul_ps(q0, unsafe { _mm512_loadu_ps(xb) });
+                        let blk = _mm512_fmadd_ps(q1, unsafe { _mm512_loadu_ps(xb.add(16)) }, blk);
+                        acc[i][t] = _mm512_fmadd_ps(blk, s, acc[i][t]);
+                    }
+                }
+            }
+            for i in 0..R {
+                for t in 0..T {
+                    out[i][t] = hsum(acc[i][t]);
+                }
+            }
+        }
+    };
+}
+
+/// The binary16 scale at the start of a block, widened and broadcast.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn scale(p: *const u8) -> __m512 {
+    // SAFETY: the caller guarantees two readable bytes.
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm512_cvtph_ps(_mm256_set1_epi16(u16::from_le(bits) as i16))
+}
+
+/// Q8B32: 32 signed bytes after the scale, sign-extended and converted.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn decode_q8(p: *const u8) -> (__m512, __m512, __m512) {
+    // SAFETY: the caller guarantees the 34-byte block at p.
+    unsafe {
+        let s = scale(p);
+        let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2) as *const __m128i)));
+        let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18) as *const __m128i)));
+        (s, q0, q1)
+    }
+}
+
+/// Q4B32: 16 bytes of nibbles after the scale, low nibble = even position (seed 000, "The
+/// payload"). Each nibble is moved to the top of a byte — `(b << 4) & 0xF0` for the low one,
+/// `b & 0xF0` for the high one — where, read as a signed byte, it is exactly 16·q; interleaving
+/// the two gives positions 0..31 in order. The 16 is taken back out of the scale (s/16 is exact
+/// in f32), so the block sum (16·Σq·x)·(s/16) equals (Σq·x)·s bit for bit.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn decode_q4(p: *const u8) -> (__m512, __m512, __m512) {
+    // SAFETY: the caller guarantees the 18-byte block at p.
+    unsafe {
+        let s = _mm512_mul_ps(scale(p), _mm512_set1_ps(0.0625));
+        let (v0, v1) = super::avx2::nibbles_x16(_mm_loadu_si128(p.add(2) as *const __m128i));
+        let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v0));
+        let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v1));
+        (s, q0, q1)
+    }
+}
+
+block_tile!(tile_q8b32, 34, decode_q8);
+block_tile!(tile_q4b32, 18, decode_q4);
+
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32);
+
+/// Σ a[i]·b[i]: one 16-lane accumulator, a masked last step, then [`hsum`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL, FMA and F16C; `a` and `b` have the same length.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (ap, bp) = (a.as_ptr(), b.as_ptr());
+    let mut acc = _mm512_setzero_ps();
+    let mut i = 0;
+    // SAFETY (all loads): i + 16 <= n in the loop; the tail is masked to n.
+    while i + 16 <= n {
+        acc = _mm512_fmadd_ps(unsafe { _mm512_loadu_ps(ap.add(i)) }, unsafe { _mm512_loadu_ps(bp.add(i)) }, acc);
+        i += 16;
+    }
+    if i < n {
+        let m = tail_mask(n - i);
+        acc = _mm512_fmadd_ps(unsafe { _mm512_maskz_loadu_ps(m, ap.add(i)) }, unsafe { _mm512_maskz_loadu_ps(m, bp.add(i)) }, acc);
+    }
+    hsum(acc)
+}
+
+/// Σ a[i] with four 16-lane accumulators (64 values per step: enough loads in flight to
+/// stream from DRAM), combined as (0+1)+(2+3), then the masked tail, then [`hsum`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL, FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn sum(a: &[f32]) -> f32 {
+    let (n, p) = (a.len(), a.as_ptr());
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    // SAFETY (all loads): i + 64 <= n, then i + 16 <= n, then masked to n.
+    while i + 64 <= n {
+        for (k, s) in acc.iter_mut().enumerate() {
+            *s = _mm512_add_ps(*s, unsafe { _mm512_loadu_ps(p.add(i + 16 * k)) });
+        }
+        i += 64;
+    }
+    let mut s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
+    while i + 16 <= n {
+        s = _mm512_add_ps(s, unsafe { _mm512_loadu_ps(p.add(i)) });
+        i += 16;
+    }
+    if i < n {
+        s = _mm512_add_ps(s, unsafe { _mm512_maskz_loadu_ps(tail_mask(n - i), p.add(i)) });
+    }
+    hsum(s)
+}

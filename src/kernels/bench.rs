@@ -1,0 +1,233 @@
+//! The matrix × vector loops measured without a model: GB/s of weight bytes streamed per dtype,
+//! next to the machine's read bandwidth measured the same way (a SIMD sum over a buffer far
+//! larger than the last-level cache) and the pool's dispatch latency. Figures are for printing
+//! and recording, never for asserting.
+//!
+//! Decode is one matrix × vector product per weight matrix per token, each weight read once
+//! from DRAM, so the bound on tokens per second is read bandwidth ÷ model bytes; a kernel that
+//! streams at the read bandwidth leaves nothing on the table.
+
+use super::{cpus::CpuList, pool, Isa, Kernels, MatRef, Pool};
+use crate::error::{Error, Result};
+use crate::format::dtype::DType;
+use crate::sys::AlignedBuf;
+use std::time::Instant;
+
+/// Bytes per matrix (and of the read-bandwidth buffer) when no row count is given: 1 GiB, 32×
+/// the 32 MiB L3 of the development machine and far above any current desktop's, so every
+/// pass streams from DRAM (a cyclic sweep over a set this much larger than the cache hits in it
+/// only by accident).
+pub const DEFAULT_BYTES: usize = 1 << 30;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct MatmulBench {
+    /// Rows per matrix; `None` sizes each dtype's matrix to [`MatmulBench::bytes`].
+    pub rows: Option<usize>,
+    /// Columns (a multiple of 32, so every dtype can hold the shape).
+    pub cols: usize,
+    /// Bytes per matrix when `rows` is `None`, and of the read-bandwidth buffer.
+    pub bytes: usize,
+    /// The largest thread count; 1 thread is always measured too.
+    pub threads: usize,
+    /// CPUs to bind the pool to.
+    pub cpus: Option<CpuList>,
+    /// Kernels to use; `None` is the best this CPU has.
+    pub isa: Option<Isa>,
+    /// Timed passes per measurement (the median is reported), after one untimed warm-up.
+    pub passes: usize,
+    /// The dtypes to measure.
+    pub dtypes: Vec<DType>,
+    /// Empty parallel regions per pass of the dispatch-latency measurement.
+    pub regions: usize,
+}
+
+impl Default for MatmulBench {
+    fn default() -> MatmulBench {
+        MatmulBench {
+            rows: None,
+            cols: 8192,
+            bytes: DEFAULT_BYTES,
+            threads: crate::sys::available_cpus(),
+            cpus: None,
+            isa: None,
+            passes: 5,
+            dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
+            regions: 2000,
+        }
+    }
+}
+
+/// One measurement per thread count.
+#[derive(Clone, Debug)]
+pub struct Rate {
+    pub threads: usize,
+    /// Median seconds per pass.
+    pub secs: f64,
+    /// Bytes per pass ÷ `secs`, in 10⁹ bytes per second.
+    pub gb_per_s: f64,
+}
+
+/// The measurements of one dtype.
+#[derive(Clone, Debug)]
+pub struct DtypeRates {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    /// Weight bytes streamed per pass.
+    pub bytes: usize,
+    pub rates: Vec<Rate>,
+}
+
+/// Everything `bench matmul` prints.
+#[derive(Clone, Debug)]
+pub struct MatmulReport {
+    pub isa: Isa,
+    /// The thread counts measured, ascending.
+    pub threads: Vec<usize>,
+    pub cpus: Option<CpuList>,
+    pub passes: usize,
+    /// Bytes of the read-bandwidth buffer.
+    pub read_bytes: usize,
+    /// Read bandwidth per thread count.
+    pub read: Vec<Rate>,
+    /// Median microseconds for an empty parallel region, per thread count.
+    pub dispatch_us: Vec<f64>,
+    pub dtypes: Vec<DtypeRates>,
+}
+
+/// Runs the benchmark: read bandwidth, dispatch latency, then every dtype at every thread count.
+pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
+    if opts.cols == 0 || opts.cols % 32 != 0 {
+        return Err(Error::arg(format!("bench matmul: cols {} is not a positive multiple of 32", opts.cols)));
+    }
+    if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 {
+        return Err(Error::arg("bench matmul: threads, passes and bytes must be positive"));
+    }
+    let kernels = match opts.isa {
+        None => Kernels::select(false),
+        Some(isa) => Kernels::with_isa(isa).ok_or_else(|| Error::unsupported(format!(
+            "bench matmul: this CPU cannot run the {} kernels", isa.name())))?,
+    };
+    let mut threads = vec![1, opts.threads];
+    threads.dedup();
+    let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
+    pools[0].bind_caller()?;
+    let read = read_bandwidth(&kernels, &pools, opts)?;
+    let dispatch_us = pools.iter().map(|p| dispatch_latency(p, opts.passes, opts.regions.max(1))).collect();
+    let mut dtypes = Vec::new();
+    for &dtype in &opts.dtypes {
+        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
+    }
+    Ok(MatmulReport { isa: kernels.isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes,
+        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, dtypes })
+}
+
+/// The median of `passes` timings of `f`, after one untimed warm-up.
+fn median_secs(passes: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..passes)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn rate(threads: usize, bytes: usize, secs: f64) -> Rate {
+    Rate { threads, secs, gb_per_s: bytes as f64 / secs.max(1e-12) / 1e9 }
+}
+
+/// A pool-wide SIMD sum over a buffer far larger than the cache: every participant sums its
+/// contiguous share, which is what a split matrix × vector product reads.
+fn read_bandwidth(k: &Kernels, pools: &[Pool], opts: &MatmulBench) -> Result<Vec<Rate>> {
+    let mut buf = AlignedBuf::zeroed(opts.bytes / 64 * 64, 64)?;
+    // Touch every page with real values: a never-written allocation reads as the kernel's zero
+    // page, which is cached and would measure nothing.
+    for (i, v) in buf.as_f32_mut().iter_mut().enumerate() {
+        *v = (i % 1021) as f32;
+    }
+    let values = buf.as_f32();
+    let mut out = Vec::new();
+    for p in pools {
+        let sums: Vec<std::sync::Mutex<f32>> = (0..p.threads()).map(|_| std::sync::Mutex::new(0.0)).collect();
+        let secs = median_secs(opts.passes, || {
+            p.run(&|part| {
+                let s = k.sum(&values[pool::chunk(values.len(), p.threads(), part)]);
+                if let Ok(mut slot) = sums[part].lock() {
+                    *slot = std::hint::black_box(s);
+                }
+            });
+        });
+        out.push(rate(p.threads(), buf.len(), secs));
+    }
+    Ok(out)
+}
+
+/// Median microseconds of an empty parallel region (publish, every worker runs, all joined).
+fn dispatch_latency(p: &Pool, passes: usize, regions: usize) -> f64 {
+    let secs = median_secs(passes, || {
+        for _ in 0..regions {
+            p.run(&|part| {
+                std::hint::black_box(part);
+            });
+        }
+    });
+    secs / regions as f64 * 1e6
+}
+
+/// One dtype: a matrix of plausible values (finite, no subnormals, real quantized blocks),
+/// multiplied by one vector per pass at every thread count.
+fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -> Result<DtypeRates> {
+    let cols = opts.cols;
+    let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| Error::arg(format!(
+        "bench matmul: {dtype} cannot hold rows of {cols} columns")))? as usize;
+    let rows = opts.rows.unwrap_or(opts.bytes / row_bytes).max(1);
+    let bytes = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
+    let mut buf = AlignedBuf::zeroed(bytes, 64)?;
+    fill(buf.as_mut_slice(), dtype, row_bytes);
+    let w = MatRef { dtype, rows, cols, data: buf.as_slice() };
+    let x: Vec<f32> = (0..cols).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
+    let mut y = vec![0.0f32; rows];
+    let mut rates = Vec::new();
+    for p in pools {
+        let secs = median_secs(opts.passes, || k.matmul(p, w, &x, 1, &mut y));
+        std::hint::black_box(&y);
+        rates.push(rate(p.threads(), bytes, secs));
+    }
+    Ok(DtypeRates { dtype, rows, cols, bytes, rates })
+}
+
+/// Fills `buf` with rows of pseudo-random values of `dtype`: 64 distinct rows generated, then
+/// repeated (the bytes' values do not change the speed; writing every byte maps every page).
+fn fill(buf: &mut [u8], dtype: DType, row_bytes: usize) {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let pattern_rows = 64.min(buf.len() / row_bytes).max(1);
+    let mut pattern = vec![0u8; pattern_rows * row_bytes];
+    let unit = |r: u64| (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+    match dtype {
+        DType::F32 => pattern.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&unit(next()).to_le_bytes())),
+        DType::BF16 => pattern.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&((unit(next()).to_bits() >> 16) as u16).to_le_bytes())),
+        DType::F16 => pattern.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&half::f16::from_f32(unit(next())).to_bits().to_le_bytes())),
+        DType::Q8B32 | DType::Q4B32 => {
+            let size = dtype.block_bytes().unwrap_or(34);
+            for b in pattern.chunks_exact_mut(size) {
+                b[..2].copy_from_slice(&half::f16::from_f32(0.01 + unit(next()).abs() * 0.01).to_bits().to_le_bytes());
+                b[2..].iter_mut().for_each(|v| *v = (next() >> 56) as u8);
+            }
+        }
+        _ => {}
+    }
+    for chunk in buf.chunks_mut(pattern.len()) {
+        chunk.copy_from_slice(&pattern[..chunk.len()]);
+    }
+}

@@ -1,0 +1,295 @@
+//! The matrix × vectors kernels: every SIMD kernel against its scalar twin on random data
+//! (every dtype, odd row counts, several vector counts), each quantized width against an f64
+//! product of the independently dequantized matrix, and the bit-identity of everything that
+//! only changes *when* work is done: the number of vectors per call, the row range a call
+//! covers, and the thread count.
+
+mod common;
+use waste::format::dtype::DType;
+use waste::kernels::{Isa, Kernels, MatRef, Pool};
+
+/// A small xorshift generator: the tests need reproducible data, not good randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 56) as u8
+    }
+}
+
+const DTYPES: [DType; 5] = [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32];
+
+/// Random bytes of a `rows × cols` matrix of `dtype`, every value finite. Quantized blocks get
+/// a random binary16 scale of moderate size and random payload bytes (every nibble and byte
+/// value occurs).
+fn random_matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let mut out = Vec::new();
+    match dtype {
+        DType::F32 => (0..rows * cols).for_each(|_| out.extend_from_slice(&rng.f32().to_le_bytes())),
+        DType::BF16 => (0..rows * cols).for_each(|_| out.extend_from_slice(&((rng.f32().to_bits() >> 16) as u16).to_le_bytes())),
+        DType::F16 => (0..rows * cols).for_each(|_| out.extend_from_slice(&half::f16::from_f32(rng.f32()).to_bits().to_le_bytes())),
+        DType::Q8B32 | DType::Q4B32 => {
+            let payload = if dtype == DType::Q8B32 { 32 } else { 16 };
+            for _ in 0..rows * cols / 32 {
+                let scale = half::f16::from_f32(rng.f32().abs() * 0.05 + 1e-4);
+                out.extend_from_slice(&scale.to_bits().to_le_bytes());
+                (0..payload).for_each(|_| out.push(rng.byte()));
+            }
+        }
+        _ => unreachable!(),
+    }
+    out
+}
+
+/// The matrix widened to f64, decoded here from the format's definition (seed 000, "The
+/// payload"), independently of the library.
+fn dequantize(dtype: DType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
+    let h = |b: &[u8]| half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f64();
+    let all: Vec<f64> = match dtype {
+        DType::F32 => data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        DType::BF16 => data.chunks_exact(2).map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64).collect(),
+        DType::F16 => data.chunks_exact(2).map(h).collect(),
+        DType::Q8B32 => data.chunks_exact(34).flat_map(|b| (0..32).map(move |k| (b[2 + k] as i8) as f64 * h(b))).collect(),
+        DType::Q4B32 => data
+            .chunks_exact(18)
+            .flat_map(|b| {
+                (0..32).map(move |n| {
+                    let nibble = (b[2 + n / 2] >> (4 * (n % 2))) & 0x0f;
+                    ((nibble ^ 8) as i32 - 8) as f64 * h(b)
+                })
+            })
+            .collect(),
+        _ => unreachable!(),
+    };
+    all.into_iter().take(rows * cols).collect()
+}
+
+fn simd_isas() -> Vec<Kernels> {
+    let ks: Vec<Kernels> = Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa).collect();
+    if ks.is_empty() {
+        common::skip("kernels", "this CPU has no SIMD instruction set the engine uses");
+    }
+    ks
+}
+
+fn product(k: &Kernels, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; n * w.rows];
+    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
+    y
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Shapes with odd row counts, column counts on and off the vector widths (the dense dtypes
+/// accept any column count; the block widths need multiples of 32).
+fn shapes(dtype: DType) -> Vec<(usize, usize)> {
+    if dtype.is_quantized() {
+        vec![(1, 32), (3, 64), (7, 96), (37, 160), (5, 1024), (2, 2048)]
+    } else {
+        vec![(1, 1), (3, 7), (7, 16), (5, 17), (37, 33), (9, 100), (5, 1000), (2, 2048)]
+    }
+}
+
+/// Every SIMD kernel agrees with the scalar one. The two add the same products in different
+/// orders (the scalar kernel in column order with one accumulator, SIMD in 8 or 16 lanes
+/// summed by a tree), so they differ by rounding only. For a sum of N terms computed in f32
+/// in any order the error is at most γ_N·Σ|terms| with γ_N ≈ N·2⁻²⁴ (Higham, "Accuracy and
+/// Stability of Numerical Algorithms", §4.2); two such sums differ by at most twice that. A
+/// wrong decode (a swapped nibble, a missed scale, a dropped tail) is off by a whole term,
+/// which for these random data is orders of magnitude above the bound.
+#[test]
+fn simd_kernels_match_the_scalar_twin() {
+    let scalar = Kernels::scalar();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for k in simd_isas() {
+        for dtype in DTYPES {
+            for (rows, cols) in shapes(dtype) {
+                let data = random_matrix(dtype, rows, cols, &mut rng);
+                let w = MatRef { dtype, rows, cols, data: &data };
+                let wf = dequantize(dtype, &data, rows, cols);
+                for n in [1, 2, 3, 4, 5, 9] {
+                    let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+                    let (got, want) = (product(&k, w, &x, n), product(&scalar, w, &x, n));
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[t * cols + c] as f64).abs()).sum();
+                            // The block widths add one product per block (the scale) to each term's path.
+                            let terms = (cols + cols / 32 + 2) as f64;
+                            let tol = 2.0 * terms * f32::EPSILON as f64 / 2.0 * mag + 1e-30;
+                            let (g, e) = (got[t * rows + r] as f64, want[t * rows + r] as f64);
+                            assert!((g - e).abs() <= tol, "{} {dtype} {rows}x{cols} n={n} t={t} r={r}: simd {g} scalar {e} (tol {tol:e})",
+                                k.isa().name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A known matrix and vector per width, against the f64 product of the dequantized matrix:
+/// the quantized kernels (scalar and SIMD) compute q·scale·x as the format defines it.
+#[test]
+fn quantized_products_match_the_f64_dequantized_product() {
+    for dtype in [DType::Q8B32, DType::Q4B32] {
+        let (rows, cols) = (5, 96);
+        // Known values: scales 0.5, 0.25, 1.0, ... and payloads walking through every level.
+        let mut data = Vec::new();
+        for b in 0..rows * cols / 32 {
+            let scale = [0.5f32, 0.25, 1.0, 0.125, 2.0][b % 5];
+            data.extend_from_slice(&half::f16::from_f32(scale).to_bits().to_le_bytes());
+            if dtype == DType::Q8B32 {
+                (0..32).for_each(|k| data.push(((b * 37 + k * 11) % 256) as u8));
+            } else {
+                (0..16).for_each(|k| data.push(((b * 29 + k * 7) % 256) as u8));
+            }
+        }
+        let x: Vec<f32> = (0..cols).map(|c| ((c % 13) as f32 - 6.0) * 0.375).collect();
+        let wf = dequantize(dtype, &data, rows, cols);
+        let w = MatRef { dtype, rows, cols, data: &data };
+        let mut all = vec![Kernels::scalar()];
+        all.extend(Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa));
+        for k in all {
+            let y = product(&k, w, &x, 1);
+            for r in 0..rows {
+                let want: f64 = (0..cols).map(|c| wf[r * cols + c] * x[c] as f64).sum();
+                let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[c] as f64).abs()).sum();
+                // Every weight and input here is a short binary fraction, so each product is
+                // exact in f32; only the additions round (≤ N·2⁻²⁴ relative to Σ|terms|).
+                let tol = (cols + 4) as f64 * f32::EPSILON as f64 / 2.0 * mag;
+                assert!((y[r] as f64 - want).abs() <= tol, "{} {dtype} row {r}: {} vs f64 {want}", k.isa().name(), y[r]);
+            }
+        }
+    }
+}
+
+/// The result for a (row, vector) pair is the same bits whatever else the call computes: the
+/// vector alone or among 2..9 others (prefill chunks), the row alone or in any row range (how
+/// threads split a product).
+#[test]
+fn results_do_not_depend_on_vector_count_or_row_range() {
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut all = vec![Kernels::scalar()];
+    all.extend(simd_isas());
+    for k in all {
+        for dtype in DTYPES {
+            let (rows, cols) = if dtype.is_quantized() { (11, 320) } else { (11, 301) };
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            let n = 9;
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let whole = product(&k, w, &x, n);
+            for t in 0..n {
+                let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
+                assert!(bits_equal(&one, &whole[t * rows..(t + 1) * rows]), "{} {dtype}: vector {t} alone differs", k.isa().name());
+            }
+            for m in [2, 3, 5] {
+                let part = product(&k, w, &x[..m * cols], m);
+                assert!(bits_equal(&part, &whole[..m * rows]), "{} {dtype}: first {m} vectors differ", k.isa().name());
+            }
+            for split in [1, 2, 3, 5, 6, 10] {
+                let mut y = vec![f32::NAN; n * rows];
+                k.rows(w, 0, split, &x, n, &mut y, rows);
+                k.rows(w, split, rows, &x, n, &mut y, rows);
+                assert!(bits_equal(&y, &whole), "{} {dtype}: split at row {split} differs", k.isa().name());
+            }
+        }
+    }
+}
+
+/// The pooled product is bit-identical at 1, 2, 3 and 4 threads (rows are split, sums never).
+#[test]
+fn threads_do_not_change_the_bits() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let k = Kernels::select(false);
+    let pools: Vec<Pool> = (1..=4).map(|t| Pool::new(t).unwrap()).collect();
+    for dtype in DTYPES {
+        let (rows, cols) = (203, 256);
+        let data = random_matrix(dtype, rows, cols, &mut rng);
+        let w = MatRef { dtype, rows, cols, data: &data };
+        for n in [1, 4, 7] {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let mut base = vec![0.0; n * rows];
+            k.matmul(&pools[0], w, &x, n, &mut base);
+            assert_eq!(base, product(&k, w, &x, n));
+            for p in &pools[1..] {
+                let mut y = vec![f32::NAN; n * rows];
+                k.matmul(p, w, &x, n, &mut y);
+                assert!(bits_equal(&y, &base), "{dtype} n={n}: {} threads differ", p.threads());
+            }
+        }
+    }
+}
+
+/// The attention dot product and the bandwidth probe's sum agree with their scalar twins
+/// (same reasoning and bound as the row kernels).
+#[test]
+fn dot_and_sum_match_the_scalar_twin() {
+    let scalar = Kernels::scalar();
+    let mut rng = Rng(7);
+    for k in simd_isas() {
+        for len in (0..70).chain([64, 128, 1000, 4099]) {
+            let a: Vec<f32> = (0..len).map(|_| rng.f32()).collect();
+            let b: Vec<f32> = (0..len).map(|_| rng.f32()).collect();
+            let tol = 2.0 * (len + 1) as f32 * f32::EPSILON / 2.0;
+            let mag: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum();
+            let (g, e) = (k.dot(&a, &b), scalar.dot(&a, &b));
+            assert!((g - e).abs() <= tol * mag + 1e-30, "{} dot len {len}: {g} vs {e}", k.isa().name());
+            let mag: f32 = a.iter().map(|x| x.abs()).sum();
+            let (g, e) = (k.sum(&a), scalar.sum(&a));
+            assert!((g - e).abs() <= tol * mag + 1e-30, "{} sum len {len}: {g} vs {e}", k.isa().name());
+        }
+    }
+}
+
+/// `force_scalar` selects the reference kernels; otherwise the best instruction set this CPU
+/// has is chosen, and it is one the CPU supports.
+#[test]
+fn selection_reports_the_instruction_set() {
+    assert_eq!(Kernels::select(true).isa(), Isa::Scalar);
+    let best = Kernels::select(false).isa();
+    assert!(best.supported());
+    let better = Isa::ALL.iter().skip_while(|&&i| i != best).skip(1).any(|i| i.supported());
+    assert!(!better, "a better instruction set than {} is supported", best.name());
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
+        assert_eq!(best, Isa::Avx512);
+    }
+    println!("kernels: {}", best.name());
+}
+
+/// `bench matmul` measures every dtype at 1 and N threads and the read bandwidth beside them
+/// (a small shape here: the figures are printed, never asserted; only their presence is).
+#[test]
+fn bench_matmul_reports_every_dtype_at_each_thread_count() {
+    use waste::kernels::bench::{self, MatmulBench};
+    let opts = MatmulBench { rows: Some(67), cols: 256, bytes: 1 << 20, threads: 2, passes: 1, regions: 10,
+        ..MatmulBench::default() };
+    let r = bench::matmul(&opts).unwrap();
+    assert_eq!(r.threads, [1, 2]);
+    assert_eq!(r.read.len(), 2);
+    assert_eq!(r.dtypes.iter().map(|d| d.dtype).collect::<Vec<_>>(), DTYPES);
+    for d in &r.dtypes {
+        assert_eq!(d.bytes, 67 * d.dtype.row_bytes(256).unwrap() as usize);
+        assert!(d.rates.iter().all(|x| x.gb_per_s.is_finite() && x.gb_per_s > 0.0), "{d:?}");
+    }
+    let (status, out, err) = common::waste(&["bench", "matmul", "--rows", "33", "--cols", "64", "--bytes", "64K", "--passes", "1"]);
+    assert_eq!(status, 0, "{err}");
+    for name in ["read bandwidth", "F32", "BF16", "F16", "Q8B32", "Q4B32"] {
+        assert!(out.contains(name), "{name} missing from:\n{out}");
+    }
+    let (status, _, err) = common::waste(&["bench", "matmul", "--cols", "100"]);
+    assert_eq!(status, 2, "cols 100 is not a multiple of 32: {err}");
+}
