@@ -30,13 +30,16 @@ impl From<waste::Error> for Failure {
 
 type Outcome = Result<(), Failure>;
 
-pub fn dispatch(name: &str, a: &Args) -> Outcome {
+pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
         "run" => run(a),
         "eval" => eval(a),
         "info" => info(a),
         "bench" => bench(a),
         "random-model" => random_model(a),
+        "convert" => super::moe::convert(a),
+        "bench cache" => super::moe::bench_cache(a),
+        "bench matmul" => super::bench_matmul::run(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
@@ -50,7 +53,7 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> Failure {
 }
 
 /// The model options shared by every command that opens one.
-fn model_options(a: &Args) -> Result<Options, Failure> {
+pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     let mut o = Options::default();
     if let Some(t) = a.num("threads", 0usize, 1024)? {
         o.threads = t;
@@ -65,6 +68,14 @@ fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    if let Some(v) = a.value("cache") {
+        o.cache_bytes = super::args::parse_size(v).filter(|&b| b > 0)
+            .ok_or_else(|| Failure::Usage(format!("option `--cache`: `{v}` is not a size (bytes, or K/M/G/T)")))?;
+    }
+    if let Some(n) = a.num("io-threads", 0usize, 256)? {
+        o.io_threads = n;
+    }
+    o.verify = a.flag("verify");
     Ok(o)
 }
 
@@ -146,7 +157,8 @@ fn run(a: &Args) -> Outcome {
     })?;
     let _ = writeln!(out);
     let secs = summary.decode_time.as_secs_f64();
-    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s]", summary.tokens, secs, summary.tokens_per_second());
+    let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
+    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s{experts}]", summary.tokens, secs, summary.tokens_per_second());
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 mod args;
 mod bench_matmul;
 mod commands;
+mod moe;
 
 use args::{flag, val, Command, Opt, Usage};
 
@@ -16,6 +17,9 @@ const MODEL_OPTS: &[Opt] = &[
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
+    val("cache", "SIZE", "expert cache for a container: bytes or K/M/G/T (binary units)"),
+    val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
+    flag("verify", "check the CRC-32 of every expert record read"),
 ];
 
 const SAMPLING_OPTS: &[Opt] = &[
@@ -68,9 +72,8 @@ pub const INFO: Command = Command {
 
 pub const BENCH: Command = Command {
     name: "bench",
-    usage: "bench MODEL [--prompt-tokens N] [-n N]  |  bench matmul [options]",
-    about: "Measure prefill and decode speed (figures are printed, never asserted). \
-`waste bench matmul --help` describes the kernel benchmark, which needs no model.",
+    usage: "bench MODEL [--prompt-tokens N] [-n N]",
+    about: "Measure prefill and decode speed (figures are printed, never asserted).",
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
@@ -102,7 +105,38 @@ pub const VERSION: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &RANDOM_MODEL, &VERSION];
+pub const CONVERT: Command = Command {
+    name: "convert",
+    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4]",
+    about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
+Resumable: run the same command again after an interruption and it finishes.",
+    opts: &[&[
+        val("in", "DIR", "the Hugging Face checkpoint directory"),
+        val("out", "DIR", "the container directory to write"),
+        val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
+        val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
+        val("experts", "ENC", "routed experts: f32, bf16, f16, q8 or q4 (default q4)"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+pub const BENCH_CACHE: Command = Command {
+    name: "bench cache",
+    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
+    about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
+    opts: &[&[
+        val("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
+        val("slots", "N", "cache slots (records)"),
+        val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
+        val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
+        val("policy", "NAME", "next-use (the engine's), frequency or lru"),
+        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 8, the engine's)"),
+        flag("json", "print JSON"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &bench_matmul::BENCH_MATMUL, &CONVERT, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
@@ -129,19 +163,18 @@ pub fn main(args: Vec<String>) -> i32 {
         println!("waste {}", waste::VERSION);
         return 0;
     }
-    // `bench matmul` is a sub-bench with options of its own; `bench MODEL` is unchanged.
-    if name == "bench" && args.get(1).is_some_and(|a| a == "matmul") {
-        return execute(&bench_matmul::BENCH_MATMUL, &args[2..], bench_matmul::run);
-    }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
-        eprintln!("waste: unknown command `{name}` (see `waste --help`)");
-        return 2;
+    // `bench` has sub-benchmarks named by its first argument.
+    let sub = args.get(1).map(|a| format!("{name} {a}"));
+    let (cmd, rest) = match COMMANDS.iter().find(|c| Some(c.name) == sub.as_deref()) {
+        Some(c) => (c, &args[2..]),
+        None => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(c) => (c, &args[1..]),
+            None => {
+                eprintln!("waste: unknown command `{name}` (see `waste --help`)");
+                return 2;
+            }
+        },
     };
-    execute(cmd, &args[1..], |p| commands::dispatch(cmd.name, p))
-}
-
-/// Parses `rest` for `cmd`, handles `--help`, runs `f` and maps the outcome to an exit status.
-fn execute(cmd: &Command, rest: &[String], f: impl FnOnce(&args::Args) -> Result<(), commands::Failure>) -> i32 {
     let parsed = match cmd.parse(rest) {
         Ok(p) => p,
         Err(Usage(msg)) => {
@@ -153,7 +186,7 @@ fn execute(cmd: &Command, rest: &[String], f: impl FnOnce(&args::Args) -> Result
         print!("{}", cmd.help());
         return 0;
     }
-    match f(&parsed) {
+    match commands::dispatch(cmd.name, &parsed) {
         Ok(()) => 0,
         Err(commands::Failure::Usage(msg)) => {
             eprintln!("waste {}: {msg}", cmd.name);
