@@ -3,9 +3,9 @@
 //!
 //! Per (row, vector) pair there is one 16-lane accumulator. Dense rows add 16 columns' products
 //! per step; a quantized block is decoded in place (seed 000, "Why the matrix vector product
-//! decodes in place"): its 32 values become two 16-lane vectors whose products with the input
-//! are summed into a block vector, and the block vector times the broadcast scale is added to
-//! the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
+//! decodes in place"): its 32 values become two 16-lane vectors whose products with the
+//! matching inputs are summed into a block vector, and the block vector times the broadcast
+//! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
 use super::MatRef;
@@ -123,10 +123,12 @@ dense_tile!(tile_f32, f32, load_f32, load_f32_tail);
 dense_tile!(tile_bf16, u16, load_bf16, load_bf16_tail);
 dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
 
-/// Quantized tiles: `$decode(block_ptr)` turns one block into (scale, first 16 values, last
-/// 16 values) without touching any other block.
+/// Quantized tiles: `$decode(block_ptr)` turns one block into (scale, values A, values B),
+/// two 16-lane vectors without touching any other block, and `$xload(ptr)` loads the block's
+/// 32 inputs as the matching (A, B) pair. The inputs are loaded once per block and vector and
+/// serve every row of the tile.
 macro_rules! block_tile {
-    ($name:ident, $bytes:expr, $decode:ident) => {
+    ($name:ident, $bytes:expr, $decode:ident, $xload:ident) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         #[inline]
         unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
@@ -136,14 +138,16 @@ macro_rules! block_tile {
             let xp = x.as_ptr();
             let mut acc = [[_mm512_setzero_ps(); T]; R];
             for b in 0..blocks {
+                let mut xs = [(_mm512_setzero_ps(), _mm512_setzero_ps()); T];
+                for (t, v) in xs.iter_mut().enumerate() {
+                    // SAFETY: vector t0 + t has `cols` = 32 × blocks values.
+                    *v = unsafe { $xload(xp.add((t0 + t) * cols + b * 32)) };
+                }
                 for i in 0..R {
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
-                    let (s, q0, q1) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
+                    let (s, qa, qb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {
-                        // SAFETY: vector t0 + t has `cols` = 32 × blocks values.
-                        let xb = unsafe { xp.add((t0 + t) * cols + b * 32) };
-                        let blk = _mm512_mul_ps(q0, unsafe { _mm512_loadu_ps(xb) });
-                        let blk = _mm512_fmadd_ps(q1, unsafe { _mm512_loadu_ps(xb.add(16)) }, blk);
+                        let blk = _mm512_fmadd_ps(qb, xs[t].1, _mm512_mul_ps(qa, xs[t].0));
                         acc[i][t] = _mm512_fmadd_ps(blk, s, acc[i][t]);
                     }
                 }
@@ -166,7 +170,27 @@ unsafe fn scale(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(_mm256_set1_epi16(u16::from_le(bits) as i16))
 }
 
-/// Q8B32: 32 signed bytes after the scale, sign-extended and converted.
+/// A block's 32 inputs in position order: (positions 0..16, positions 16..32).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn x_in_order(p: *const f32) -> (__m512, __m512) {
+    // SAFETY: the caller guarantees 32 readable values.
+    unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))) }
+}
+
+/// A block's 32 inputs split by parity: (even positions, odd positions), the order in which
+/// [`decode_q4`] produces the weights.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn x_by_parity(p: *const f32) -> (__m512, __m512) {
+    // SAFETY: the caller guarantees 32 readable values.
+    let (a, b) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))) };
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    (_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b))
+}
+
+/// Q8B32: 32 signed bytes after the scale, sign-extended and converted, in position order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
 unsafe fn decode_q8(p: *const u8) -> (__m512, __m512, __m512) {
@@ -180,25 +204,26 @@ unsafe fn decode_q8(p: *const u8) -> (__m512, __m512, __m512) {
 }
 
 /// Q4B32: 16 bytes of nibbles after the scale, low nibble = even position (seed 000, "The
-/// payload"). Each nibble is moved to the top of a byte — `(b << 4) & 0xF0` for the low one,
-/// `b & 0xF0` for the high one — where, read as a signed byte, it is exactly 16·q; interleaving
-/// the two gives positions 0..31 in order. The 16 is taken back out of the scale (s/16 is exact
-/// in f32), so the block sum (16·Σq·x)·(s/16) equals (Σq·x)·s bit for bit.
+/// payload"). Each byte is widened to a 32-bit lane; `vpermps` looks a lane up in a 16-entry
+/// table of the signed values −8..7 using only the lane's low 4 bits, so the lane itself gives
+/// the even position's value and the lane shifted right by 4 the odd one: four instructions
+/// for 32 weights, already f32. The weights come out split by parity (even, odd), which
+/// [`x_by_parity`] matches on the input side.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
 unsafe fn decode_q4(p: *const u8) -> (__m512, __m512, __m512) {
     // SAFETY: the caller guarantees the 18-byte block at p.
     unsafe {
-        let s = _mm512_mul_ps(scale(p), _mm512_set1_ps(0.0625));
-        let (v0, v1) = super::avx2::nibbles_x16(_mm_loadu_si128(p.add(2) as *const __m128i));
-        let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v0));
-        let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v1));
-        (s, q0, q1)
+        let levels = _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., -8., -7., -6., -5., -4., -3., -2., -1.);
+        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(2) as *const __m128i));
+        let even = _mm512_permutexvar_ps(bytes, levels);
+        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), levels);
+        (scale(p), even, odd)
     }
 }
 
-block_tile!(tile_q8b32, 34, decode_q8);
-block_tile!(tile_q4b32, 18, decode_q4);
+block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
+block_tile!(tile_q4b32, 18, decode_q4, x_by_parity);
 
 row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32);
 row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16);

@@ -24,7 +24,11 @@ type Job = dyn Fn(usize) + Sync;
 
 /// How long a waiting participant spins before it parks. Decode's gaps between regions
 /// (a norm, a rope, a residual add) are microseconds; an idle pool parks after this.
-const SPIN: Duration = Duration::from_micros(200);
+const SPIN: Duration = Duration::from_micros(100);
+
+/// After this much spinning a waiter yields its CPU between checks: on a machine with more
+/// runnable threads than CPUs, the participant it waits for may be queued behind it.
+const SPIN_ALONE: Duration = Duration::from_micros(10);
 
 /// One cache line per flag, so a worker spinning on its own flag does not slow the others.
 #[repr(align(64))]
@@ -196,14 +200,23 @@ impl Pool {
     }
 }
 
-/// Spins until `done()`, then parks with `sleeping` raised until it is (spurious wakes loop).
+/// Spins until `done()` (yielding the CPU between checks after [`SPIN_ALONE`]), then parks
+/// with `sleeping` raised until it is (spurious wakes loop).
 fn wait_until(done: impl Fn() -> bool, sleeping: &AtomicBool) {
     let start = Instant::now();
     let mut spins = 0u32;
     while !done() {
         spins = spins.wrapping_add(1);
-        if spins % 64 != 0 || start.elapsed() < SPIN {
+        if spins % 64 != 0 {
             std::hint::spin_loop();
+            continue;
+        }
+        let waited = start.elapsed();
+        if waited < SPIN_ALONE {
+            continue;
+        }
+        if waited < SPIN {
+            std::thread::yield_now();
             continue;
         }
         sleeping.store(true, SeqCst);
