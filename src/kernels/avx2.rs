@@ -190,11 +190,11 @@ unsafe fn decode_q4(p: *const u8) -> (__m256, [__m256; 4]) {
 block_tile!(tile_q8b32, 34, decode_q8);
 block_tile!(tile_q4b32, 18, decode_q4);
 
-row_driver!("avx2,fma,f16c", rows_f32, tile_f32);
-row_driver!("avx2,fma,f16c", rows_bf16, tile_bf16);
-row_driver!("avx2,fma,f16c", rows_f16, tile_f16);
-row_driver!("avx2,fma,f16c", rows_q8b32, tile_q8b32);
-row_driver!("avx2,fma,f16c", rows_q4b32, tile_q4b32);
+row_driver!("avx2,fma,f16c", rows_f32, tile_f32, 4);
+row_driver!("avx2,fma,f16c", rows_bf16, tile_bf16, 4);
+row_driver!("avx2,fma,f16c", rows_f16, tile_f16, 4);
+row_driver!("avx2,fma,f16c", rows_q8b32, tile_q8b32, 4);
+row_driver!("avx2,fma,f16c", rows_q4b32, tile_q4b32, 4);
 
 /// Σ a[i]·b[i]: one 8-lane accumulator, a zero-padded last step, then [`hsum8`].
 ///
@@ -219,7 +219,9 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum8(acc)
 }
 
-/// Σ a[i] with four 8-lane accumulators, combined as (0+1)+(2+3), then the zero-padded tail.
+/// Σ a[i]: groups of four adjacent segments of `a` summed in lockstep into four 8-lane accumulators
+/// (four sequential streams keep enough reads in flight to measure DRAM, as the 4-row kernels
+/// do), combined as (0+1)+(2+3), then the rest, then the lanes.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.
@@ -227,13 +229,20 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub unsafe fn sum(a: &[f32]) -> f32 {
     let (n, p) = (a.len(), a.as_ptr());
     let mut acc = [_mm256_setzero_ps(); 4];
+    // Groups of four adjacent segments read in lockstep: four sequential streams a few KiB
+    // apart, as a 4-row tile reads a matrix.
     let mut i = 0;
-    // SAFETY (loads): i + 32 <= n, then i + 8 <= n.
-    while i + 32 <= n {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = _mm256_add_ps(*s, unsafe { _mm256_loadu_ps(p.add(i + 8 * k)) });
+    // SAFETY (all loads): each group lies inside a (i + 4 * SUM_SEGMENT <= n); after the
+    // groups, i + 8 <= n, and the last step is padded or masked to n.
+    while i + 4 * super::SUM_SEGMENT <= n {
+        let mut j = 0;
+        while j < super::SUM_SEGMENT {
+            for (k, s) in acc.iter_mut().enumerate() {
+                *s = _mm256_add_ps(*s, unsafe { _mm256_loadu_ps(p.add(i + k * super::SUM_SEGMENT + j)) });
+            }
+            j += 8;
         }
-        i += 32;
+        i += 4 * super::SUM_SEGMENT;
     }
     let mut s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
     while i + 8 <= n {

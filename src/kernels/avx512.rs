@@ -225,11 +225,11 @@ unsafe fn decode_q4(p: *const u8) -> (__m512, __m512, __m512) {
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
 block_tile!(tile_q4b32, 18, decode_q4, x_by_parity);
 
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8);
+row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32, 8);
 
 /// Σ a[i]·b[i]: one 16-lane accumulator, a masked last step, then [`hsum`].
 ///
@@ -253,8 +253,9 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum(acc)
 }
 
-/// Σ a[i] with four 16-lane accumulators (64 values per step: enough loads in flight to
-/// stream from DRAM), combined as (0+1)+(2+3), then the masked tail, then [`hsum`].
+/// Σ a[i]: groups of four adjacent segments of `a` summed in lockstep into four 16-lane accumulators
+/// (four sequential streams keep enough reads in flight to measure DRAM, as the 4-row kernels
+/// do), combined as (0+1)+(2+3), then the rest, then the lanes.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL, FMA and F16C.
@@ -262,13 +263,20 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub unsafe fn sum(a: &[f32]) -> f32 {
     let (n, p) = (a.len(), a.as_ptr());
     let mut acc = [_mm512_setzero_ps(); 4];
+    // Groups of four adjacent segments read in lockstep: four sequential streams a few KiB
+    // apart, as a 4-row tile reads a matrix.
     let mut i = 0;
-    // SAFETY (all loads): i + 64 <= n, then i + 16 <= n, then masked to n.
-    while i + 64 <= n {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = _mm512_add_ps(*s, unsafe { _mm512_loadu_ps(p.add(i + 16 * k)) });
+    // SAFETY (all loads): each group lies inside a (i + 4 * SUM_SEGMENT <= n); after the
+    // groups, i + 16 <= n, and the last step is padded or masked to n.
+    while i + 4 * super::SUM_SEGMENT <= n {
+        let mut j = 0;
+        while j < super::SUM_SEGMENT {
+            for (k, s) in acc.iter_mut().enumerate() {
+                *s = _mm512_add_ps(*s, unsafe { _mm512_loadu_ps(p.add(i + k * super::SUM_SEGMENT + j)) });
+            }
+            j += 16;
         }
-        i += 64;
+        i += 4 * super::SUM_SEGMENT;
     }
     let mut s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     while i + 16 <= n {

@@ -15,14 +15,15 @@ pub mod scalar;
 /// `$tile::<R, T>(w, r, x, t0, out)`, which computes the dot products of rows `r..r+R` with
 /// vectors `t0..t0+T` into `out[i][j]`.
 ///
-/// The driver walks rows 4 at a time when there is one vector (decode: four independent
-/// accumulator chains keep the FMA units busy while the rows stream in), and 2 rows × 4 vectors
+/// The driver walks rows `$decode_rows` (8 or 4) at a time, then 4, then 1, when there is one
+/// vector (decode: independent accumulator chains keep the FMA units busy while the rows
+/// stream in, and a block's inputs, loaded once, serve every row), and 2 rows × 4 vectors
 /// at a time otherwise (prefill: each decoded weight block serves four vectors from registers,
 /// and the rows stay in L1 for the next four). Each (row, vector) pair has its own accumulator
 /// and the same sequence of operations in every tile shape, so a result never depends on `n`,
 /// on `r0..r1` or on how many threads split the rows.
 macro_rules! row_driver {
-    ($feat:literal, $name:ident, $tile:ident) => {
+    ($feat:literal, $name:ident, $tile:ident, $decode_rows:literal) => {
         /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
         ///
         /// # Safety
@@ -61,6 +62,10 @@ macro_rules! row_driver {
             let mut r = r0;
             // SAFETY (all calls): r + R <= r1 <= w.rows, and the caller's contract covers y.
             if n == 1 {
+                while $decode_rows > 4 && r + $decode_rows <= r1 {
+                    unsafe { run::<$decode_rows, 1>(w, r, x, 0, y, ys) };
+                    r += $decode_rows;
+                }
                 while r + 4 <= r1 {
                     unsafe { run::<4, 1>(w, r, x, 0, y, ys) };
                     r += 4;
@@ -164,6 +169,12 @@ impl Isa {
         }
     }
 }
+
+/// Floats per stream segment of the SIMD `sum` kernels (the read-bandwidth probe): four
+/// adjacent 16 KiB segments are read in lockstep, the pattern of a 4-row tile over 16 KiB
+/// rows (with 4 KiB segments the hardware prefetcher restarts at every page and the probe
+/// under-reads this machine by 40%).
+pub(crate) const SUM_SEGMENT: usize = 4096;
 
 /// Dot product of two equally long f32 slices.
 type DotFn = unsafe fn(&[f32], &[f32]) -> f32;

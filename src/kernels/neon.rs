@@ -197,11 +197,11 @@ unsafe fn decode_q4(p: *const u8) -> (float32x4_t, [float32x4_t; 8]) {
 block_tile!(tile_q8b32, 34, decode_q8);
 block_tile!(tile_q4b32, 18, decode_q4);
 
-row_driver!("neon", rows_f32, tile_f32);
-row_driver!("neon", rows_bf16, tile_bf16);
-row_driver!("neon", rows_f16, tile_f16);
-row_driver!("neon", rows_q8b32, tile_q8b32);
-row_driver!("neon", rows_q4b32, tile_q4b32);
+row_driver!("neon", rows_f32, tile_f32, 4);
+row_driver!("neon", rows_bf16, tile_bf16, 4);
+row_driver!("neon", rows_f16, tile_f16, 4);
+row_driver!("neon", rows_q8b32, tile_q8b32, 4);
+row_driver!("neon", rows_q4b32, tile_q4b32, 4);
 
 /// Σ a[i]·b[i]: one 4-lane accumulator, a zero-padded last step, then [`hsum4`].
 ///
@@ -226,7 +226,9 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
     hsum4(acc)
 }
 
-/// Σ a[i] with four 4-lane accumulators, combined as (0+1)+(2+3), then the zero-padded tail.
+/// Σ a[i]: groups of four adjacent segments of `a` summed in lockstep into four 4-lane accumulators
+/// (four sequential streams keep enough reads in flight to measure DRAM, as the 4-row kernels
+/// do), combined as (0+1)+(2+3), then the rest, then the lanes.
 ///
 /// # Safety
 /// The CPU must have NEON.
@@ -234,13 +236,20 @@ pub unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub unsafe fn sum(a: &[f32]) -> f32 {
     let (n, p) = (a.len(), a.as_ptr());
     let mut acc = [vdupq_n_f32(0.0); 4];
+    // Groups of four adjacent segments read in lockstep: four sequential streams a few KiB
+    // apart, as a 4-row tile reads a matrix.
     let mut i = 0;
-    // SAFETY (loads): i + 16 <= n, then i + 4 <= n.
-    while i + 16 <= n {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = vaddq_f32(*s, unsafe { vld1q_f32(p.add(i + 4 * k)) });
+    // SAFETY (all loads): each group lies inside a (i + 4 * SUM_SEGMENT <= n); after the
+    // groups, i + 4 <= n, and the last step is padded or masked to n.
+    while i + 4 * super::SUM_SEGMENT <= n {
+        let mut j = 0;
+        while j < super::SUM_SEGMENT {
+            for (k, s) in acc.iter_mut().enumerate() {
+                *s = vaddq_f32(*s, unsafe { vld1q_f32(p.add(i + k * super::SUM_SEGMENT + j)) });
+            }
+            j += 4;
         }
-        i += 16;
+        i += 4 * super::SUM_SEGMENT;
     }
     let mut s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
     while i + 4 <= n {
