@@ -7,6 +7,7 @@
 //! [`hsum8`], a fixed tree. A row's last partial 8 columns are copied into zero-padded stack
 //! buffers (AVX2 has no masked 16-bit load), so every step is a whole vector.
 
+use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
 
@@ -147,12 +148,14 @@ macro_rules! block_tile {
     };
 }
 
+/// The binary16 scale at the start of a block, widened through [`F16_TO_F32`] (a broadcast
+/// load, no conversion instruction) and broadcast.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn scale(p: *const u8) -> __m256 {
     // SAFETY: the caller guarantees two readable bytes.
-    let bits = unsafe { (p as *const u16).read_unaligned() };
-    _mm256_cvtph_ps(_mm_set1_epi16(u16::from_le(bits) as i16))
+    let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
+    _mm256_set1_ps(F16_TO_F32[bits as usize])
 }
 
 /// Sign-extends the low 8 bytes of `v` and converts them.

@@ -8,6 +8,7 @@
 //! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
+use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
 
@@ -161,13 +162,14 @@ macro_rules! block_tile {
     };
 }
 
-/// The binary16 scale at the start of a block, widened and broadcast.
+/// The binary16 scale at the start of a block, widened through [`F16_TO_F32`] (one load,
+/// which the compiler folds into the multiply as a broadcast operand) and broadcast.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
 unsafe fn scale(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees two readable bytes.
-    let bits = unsafe { (p as *const u16).read_unaligned() };
-    _mm512_cvtph_ps(_mm256_set1_epi16(u16::from_le(bits) as i16))
+    let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
+    _mm512_set1_ps(F16_TO_F32[bits as usize])
 }
 
 /// A block's 32 inputs in position order: (positions 0..16, positions 16..32).

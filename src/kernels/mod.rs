@@ -1,9 +1,16 @@
 //! The numeric loops: matrix × vectors for every weight dtype, and the small vector operations
 //! of a transformer layer. The implementation is chosen once, at model open, from the CPU's
-//! features (or forced to the scalar reference by a config switch).
+//! features (`is_x86_feature_detected!`: AVX-512, else AVX2; NEON on AArch64), or forced to
+//! the scalar reference by `Options::force_scalar`; [`Kernels::isa`] says which.
 //!
 //! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32) and are widened to f32
-//! inside the dot product; activations are f32 throughout.
+//! inside the dot product, a quantized block at a time; activations are f32 throughout. Every
+//! SIMD kernel has a scalar twin in [`scalar`], and `tests/kernels.rs` compares them.
+//!
+//! The result for a (row, vector) pair depends only on the instruction set and the column
+//! count — never on how many vectors a call carries, which rows it covers, or how many threads
+//! share the rows — so chunked prefill, token-at-a-time decode and any thread count give the
+//! same bits.
 
 pub mod attention;
 pub mod bench;

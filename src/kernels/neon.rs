@@ -8,6 +8,7 @@
 //! buffers. Binary16 is widened with integer operations (the NEON f16 conversion intrinsics
 //! are not stable Rust), exactly, subnormals, infinities and NaNs included.
 
+use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::aarch64::*;
 
@@ -146,12 +147,13 @@ macro_rules! block_tile {
     };
 }
 
+/// The binary16 scale at the start of a block, widened through [`F16_TO_F32`] and broadcast.
 #[target_feature(enable = "neon")]
 #[inline]
 unsafe fn scale(p: *const u8) -> float32x4_t {
     // SAFETY: the caller guarantees two readable bytes.
     let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
-    vdupq_laneq_f32::<0>(f16x4_to_f32(vdup_n_u16(bits)))
+    vdupq_n_f32(F16_TO_F32[bits as usize])
 }
 
 /// 16 signed bytes to four 4-lane f32 vectors, in order.

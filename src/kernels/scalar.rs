@@ -170,3 +170,63 @@ pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
         _ => out.fill(0.0),
     }
 }
+
+/// Every binary16 value widened to f32, indexed by its bits: the SIMD block kernels read a
+/// block's scale from here, so the scale costs one load (folded into the multiply as a
+/// broadcast operand) instead of a broadcast and a conversion per block. Built at compile time;
+/// 256 KiB, of which a model's scales touch the few KiB of their exponent range.
+pub static F16_TO_F32: [f32; 65536] = f16_table();
+
+const fn f16_table() -> [f32; 65536] {
+    let mut t = [0f32; 65536];
+    let mut h = 0usize;
+    while h < 65536 {
+        t[h] = f16_bits_to_f32(h as u16);
+        h += 1;
+    }
+    t
+}
+
+/// IEEE 754 binary16 → binary32, exactly (subnormals normalised, infinities and NaN payloads
+/// kept, NaNs quieted as the hardware conversion does).
+const fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // man × 2⁻²⁴: shift the leading 1 up to bit 10, lowering the exponent each step.
+            let mut e = 113u32;
+            let mut m = man;
+            while m & 0x400 == 0 {
+                m <<= 1;
+                e -= 1;
+            }
+            sign | (e << 23) | ((m & 0x3ff) << 13)
+        }
+    } else if exp == 31 {
+        sign | 0x7f80_0000 | (man << 13) | if man != 0 { 0x0040_0000 } else { 0 }
+    } else {
+        sign | ((exp + 112) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_f16_table_is_the_exact_conversion() {
+        for h in 0..=u16::MAX {
+            let (ours, reference) = (F16_TO_F32[h as usize], half::f16::from_bits(h).to_f32());
+            if reference.is_nan() {
+                assert!(ours.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(ours.to_bits(), reference.to_bits(), "{h:#06x}");
+            }
+        }
+    }
+}
