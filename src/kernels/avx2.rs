@@ -5,7 +5,8 @@
 //! (row, vector) pair; a quantized block is decoded in place into four 8-lane vectors whose
 //! products are summed into a block vector, scaled and accumulated; lanes are summed by
 //! [`hsum8`], a fixed tree. A row's last partial 8 columns are copied into zero-padded stack
-//! buffers (AVX2 has no masked 16-bit load), so every step is a whole vector.
+//! buffers (AVX2 has no masked 16-bit load), so every step is a whole vector. Tiles prefetch
+//! the next tile's rows into L2 as in [`super::avx512`].
 
 use super::scalar::F16_TO_F32;
 use super::MatRef;
@@ -19,6 +20,14 @@ pub(crate) fn hsum8(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_shuffle_ps::<1>(s, s));
     _mm_cvtss_f32(s)
+}
+
+/// Asks for the cache line holding `p` to be brought into L2, ahead of use. A prefetch never
+/// faults, so `p` may point past the matrix (the last tile prefetches nothing useful).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn prefetch_l2(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T1>(p as *const i8);
 }
 
 /// The 32 nibbles of a Q4B32 payload as signed bytes holding 16·q, in position order:
@@ -52,6 +61,7 @@ macro_rules! dense_tile {
             // contract) and c + 8 <= cols.
             while c < full {
                 for i in 0..R {
+                    prefetch_l2(wp.wrapping_add((r + i + R) * cols + c) as *const u8);
                     let wv = unsafe { $load(wp.add((r + i) * cols + c)) };
                     for t in 0..T {
                         let xv = unsafe { _mm256_loadu_ps(xp.add((t0 + t) * cols + c)) };
@@ -126,6 +136,7 @@ macro_rules! block_tile {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..blocks {
                 for i in 0..R {
+                    prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let (s, q) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {
@@ -241,6 +252,7 @@ pub unsafe fn sum(a: &[f32]) -> f32 {
         let mut j = 0;
         while j < super::SUM_SEGMENT {
             for (k, s) in acc.iter_mut().enumerate() {
+                prefetch_l2(p.wrapping_add(i + (k + 4) * super::SUM_SEGMENT + j) as *const u8);
                 *s = _mm256_add_ps(*s, unsafe { _mm256_loadu_ps(p.add(i + k * super::SUM_SEGMENT + j)) });
             }
             j += 8;

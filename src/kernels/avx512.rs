@@ -8,6 +8,7 @@
 //! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
+use super::avx2::prefetch_l2;
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -44,6 +45,7 @@ macro_rules! dense_tile {
             // contract), c + 16 <= cols in the loop, and the tail loads are masked to cols.
             while c < full {
                 for i in 0..R {
+                    prefetch_l2(wp.wrapping_add((r + i + R) * cols + c) as *const u8);
                     let wv = unsafe { $load(wp.add((r + i) * cols + c)) };
                     for t in 0..T {
                         let xv = unsafe { _mm512_loadu_ps(xp.add((t0 + t) * cols + c)) };
@@ -145,6 +147,10 @@ macro_rules! block_tile {
                     *v = unsafe { $xload(xp.add((t0 + t) * cols + b * 32)) };
                 }
                 for i in 0..R {
+                    // One prefetch per 64-byte line of the row: on the block that starts in it.
+                    if (b * $bytes) % 64 < $bytes {
+                        prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
+                    }
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let (s, qa, qb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {
@@ -274,6 +280,7 @@ pub unsafe fn sum(a: &[f32]) -> f32 {
         let mut j = 0;
         while j < super::SUM_SEGMENT {
             for (k, s) in acc.iter_mut().enumerate() {
+                prefetch_l2(p.wrapping_add(i + (k + 4) * super::SUM_SEGMENT + j) as *const u8);
                 *s = _mm512_add_ps(*s, unsafe { _mm512_loadu_ps(p.add(i + k * super::SUM_SEGMENT + j)) });
             }
             j += 16;
