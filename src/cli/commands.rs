@@ -39,6 +39,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "random-model" => random_model(a),
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
+        "bench disk" => super::moe::bench_disk(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
