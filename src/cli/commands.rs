@@ -36,6 +36,7 @@ pub fn dispatch(name: &str, a: &Args) -> Outcome {
         "eval" => eval(a),
         "info" => info(a),
         "bench" => bench(a),
+        "plan" => super::plan::run(a),
         "random-model" => random_model(a),
         "version" => {
             println!("waste {}", waste::VERSION);
@@ -50,7 +51,7 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> Failure {
 }
 
 /// The model options shared by every command that opens one.
-fn model_options(a: &Args) -> Result<Options, Failure> {
+pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     let mut o = Options::default();
     if let Some(t) = a.num("threads", 0usize, 1024)? {
         o.threads = t;
@@ -65,7 +66,7 @@ fn model_options(a: &Args) -> Result<Options, Failure> {
     Ok(o)
 }
 
-fn model_path(a: &Args) -> Result<&str, Failure> {
+pub(super) fn model_path(a: &Args) -> Result<&str, Failure> {
     a.positionals.first().map(String::as_str).ok_or_else(|| Failure::Usage("missing MODEL".into()))
 }
 

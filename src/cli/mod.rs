@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod plan;
 
 use args::{flag, val, Command, Opt, Usage};
 
@@ -99,7 +100,7 @@ pub const VERSION: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &plan::PLAN, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

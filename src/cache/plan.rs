@@ -1,0 +1,401 @@
+//! The memory plan: what a model needs resident (its floor), what one token's experts weigh
+//! (the working set), and how a RAM budget is chosen and split (seed 001 §3). Computed from
+//! headers alone — config and tensor shapes — so it runs before any weight is read.
+//!
+//! The parts, each equal to what the engine will hold:
+//! - **trunk**: every weight kept resident (embeddings, attention, dense FFNs, norms, head,
+//!   later routers and shared experts), matrices at their stored size and 1-D vectors widened
+//!   to f32, as `model::weights` loads them;
+//! - **state**: the KV cache for the context (later MLA latents and recurrent state);
+//! - **scratch**: activations, logits, per-thread score rows (later expert I/O buffers) —
+//!   state and scratch both from [`State::plan_bytes`], the formula the allocation uses;
+//! - **minimum expert cache**: top-k × the largest expert record × 2 (one layer's experts
+//!   in use while the next layer's are read), 0 for a dense model.
+//!
+//! FLOOR is their sum; nothing runs below it. Everything above it is expert cache, worth having
+//! in whole **working sets** (top-k × record × MoE layers: one token's experts), hence
+//! recommended = floor + 3 working sets.
+//!
+//! A new kind of model on disk (the MoE container) adds a [`ModelKind`] and a branch of
+//! [`Manifest::read`] that fills [`Manifest`]; everything after that is shared.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::dtype::DType;
+use crate::format::safetensors::Checkpoint;
+use crate::model::state::State;
+use crate::Options;
+use std::path::{Path, PathBuf};
+
+/// The kinds of model directory or file the planner reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A Hugging Face checkpoint directory of a dense decoder (config.json + safetensors).
+    HfDense,
+    // The MoE container (issue 5) goes here: its header gives trunk bytes, record sizes,
+    // top-k and the MoE layers without reading a record.
+}
+
+/// The routed experts of a MoE model, as far as memory is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertShape {
+    /// Experts each token uses per MoE layer.
+    pub top_k: usize,
+    /// Layers with routed experts.
+    pub moe_layers: usize,
+    /// Bytes of the largest expert record (what one cache slot must hold).
+    pub largest_record_bytes: u64,
+    /// Read buffers the expert loader holds outside the cache (counted as scratch).
+    pub io_buffer_bytes: u64,
+}
+
+/// What the plan needs from a model on disk: its shape, its resident bytes, its experts.
+#[derive(Clone, Debug)]
+pub struct Manifest {
+    pub path: PathBuf,
+    pub kind: ModelKind,
+    pub cfg: ModelConfig,
+    /// Bytes of resident weights as the engine holds them.
+    pub trunk_bytes: u64,
+    /// `None` for a dense model.
+    pub experts: Option<ExpertShape>,
+}
+
+/// A model's memory plan for one context length, thread count and prefill chunk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub kind: ModelKind,
+    /// Context length in tokens (after resolving 0 against the model).
+    pub ctx: usize,
+    pub threads: usize,
+    pub prefill_chunk: usize,
+    pub trunk_bytes: u64,
+    pub state_bytes: u64,
+    pub scratch_bytes: u64,
+    pub min_expert_cache_bytes: u64,
+    /// One token's experts over every MoE layer; 0 for a dense model.
+    pub working_set_bytes: u64,
+}
+
+/// How the budget was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetSource {
+    /// Given by the caller: a hard ceiling.
+    Explicit,
+    /// Chosen: floor + this many working sets (3, 2 or 1) fit under 7/8 of usable RAM.
+    WorkingSets(u32),
+    /// Chosen: the floor (a dense model, or no whole working set fits under 7/8 of usable RAM).
+    Floor,
+}
+
+/// A resolved RAM budget and the expert cache it leaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: u64,
+    pub expert_cache_bytes: u64,
+    pub source: BudgetSource,
+    /// Something the host should tell the user (the library never prints): the floor is above
+    /// 7/8 of usable RAM, or an explicit budget is above usable RAM.
+    pub warning: Option<String>,
+}
+
+/// The plan for `path` with context `ctx_tokens` (0 = the model's, at most 4096) and the
+/// default threads and prefill chunk.
+pub fn plan_memory(path: impl AsRef<Path>, ctx_tokens: usize) -> Result<MemoryPlan> {
+    plan_memory_opts(path, &Options { ctx: ctx_tokens, ..Options::default() })
+}
+
+/// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds.
+pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
+    opts.validate()?;
+    let m = Manifest::read(path.as_ref())?;
+    Ok(MemoryPlan::new(&m, opts))
+}
+
+impl Manifest {
+    /// Reads the manifest of the model at `path` (headers only, no weights).
+    pub fn read(path: &Path) -> Result<Manifest> {
+        if !path.is_dir() {
+            return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
+        }
+        let cfg = ModelConfig::load(path)?;
+        if cfg.moe.is_some() {
+            return Err(Error::unsupported(format!(
+                "{}: {} is a mixture-of-experts model; convert it to a container first", path.display(), cfg.class)));
+        }
+        let ckpt = Checkpoint::open(path)?;
+        let trunk_bytes = dense_trunk_bytes(&ckpt, &cfg)?;
+        Ok(Manifest { path: path.to_path_buf(), kind: ModelKind::HfDense, cfg, trunk_bytes, experts: None })
+    }
+}
+
+impl MemoryPlan {
+    /// The plan of a model for the context, threads and chunk of `opts`.
+    pub fn new(m: &Manifest, opts: &Options) -> MemoryPlan {
+        let threads = opts.resolved_threads().max(1);
+        let ctx = opts.resolved_ctx(m.cfg.max_position);
+        let chunk = opts.prefill_chunk.max(1);
+        let (kv, scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
+        let (min_cache, working_set, io) = match &m.experts {
+            None => (0, 0, 0),
+            Some(e) => {
+                let slot = e.top_k as u64 * e.largest_record_bytes;
+                (slot.saturating_mul(2), slot.saturating_mul(e.moe_layers as u64), e.io_buffer_bytes)
+            }
+        };
+        MemoryPlan {
+            kind: m.kind,
+            ctx,
+            threads,
+            prefill_chunk: chunk,
+            trunk_bytes: m.trunk_bytes,
+            state_bytes: kv,
+            scratch_bytes: scratch.saturating_add(io),
+            min_expert_cache_bytes: min_cache,
+            working_set_bytes: working_set,
+        }
+    }
+
+    /// Trunk + state + scratch + minimum expert cache: nothing runs in less.
+    pub fn floor_bytes(&self) -> u64 {
+        self.resident_bytes().saturating_add(self.min_expert_cache_bytes)
+    }
+
+    /// Everything except the expert cache.
+    pub fn resident_bytes(&self) -> u64 {
+        self.trunk_bytes.saturating_add(self.state_bytes).saturating_add(self.scratch_bytes)
+    }
+
+    /// Floor + 3 working sets (seed 001 §3).
+    pub fn recommended_bytes(&self) -> u64 {
+        self.floor_plus(3)
+    }
+
+    /// Floor + `n` working sets.
+    pub fn floor_plus(&self, n: u32) -> u64 {
+        self.floor_bytes().saturating_add(self.working_set_bytes.saturating_mul(n as u64))
+    }
+
+    /// True when the model streams routed experts through a cache.
+    pub fn has_experts(&self) -> bool {
+        self.min_expert_cache_bytes > 0
+    }
+
+    /// The expert cache a budget leaves: everything above trunk, state and scratch (so it
+    /// includes the minimum expert cache). A dense model has none: the rest stays unused.
+    /// A budget under the floor is an error (see [`MemoryPlan::check_budget`]).
+    pub fn expert_cache_bytes(&self, budget: u64) -> Result<u64> {
+        self.check_budget(budget)?;
+        Ok(if self.has_experts() { budget - self.resident_bytes() } else { 0 })
+    }
+
+    /// Fails with [`ErrorKind::RamBudget`] when `budget` is under the floor; the message gives
+    /// the floor in bytes and points to `waste plan`.
+    pub fn check_budget(&self, budget: u64) -> Result<()> {
+        let floor = self.floor_bytes();
+        if budget >= floor {
+            return Ok(());
+        }
+        Err(Error::new(ErrorKind::RamBudget, format!(
+            "a budget of {budget} bytes is under this model's floor of {floor} bytes \
+(trunk {} + state {} + scratch {} + minimum expert cache {} at a context of {} tokens); \
+see `waste plan MODEL`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.min_expert_cache_bytes, self.ctx)))
+    }
+}
+
+/// The budget rule (seed 001 §3). An explicit budget is a hard ceiling and must cover the
+/// floor. Without one, the largest of floor + 3, 2, 1 working sets that fits under 7/8 of
+/// `usable_ram`, else the floor — with a warning when even the floor is above 7/8, since
+/// refusing a model that does fit would be worse. Expert cache only pays in whole working
+/// sets, and filling up to the cap walks the machine into paging.
+pub fn resolve_budget(plan: &MemoryPlan, usable_ram: u64, explicit: Option<u64>) -> Result<Budget> {
+    if let Some(bytes) = explicit {
+        let expert_cache_bytes = plan.expert_cache_bytes(bytes)?;
+        let warning = (bytes > usable_ram).then(|| format!(
+            "the budget of {bytes} bytes is above the {usable_ram} bytes of usable RAM"));
+        return Ok(Budget { bytes, expert_cache_bytes, source: BudgetSource::Explicit, warning });
+    }
+    let cap = (usable_ram as u128 * 7 / 8) as u64;
+    let chosen = if plan.working_set_bytes == 0 {
+        None
+    } else {
+        [3u32, 2, 1].into_iter().find(|&n| plan.floor_plus(n) <= cap)
+    };
+    let (bytes, source) = match chosen {
+        Some(n) => (plan.floor_plus(n), BudgetSource::WorkingSets(n)),
+        None => (plan.floor_bytes(), BudgetSource::Floor),
+    };
+    let floor = plan.floor_bytes();
+    let warning = (floor > cap).then(|| format!(
+        "the floor of {floor} bytes is above 7/8 of the {usable_ram} bytes of usable RAM ({cap} bytes); \
+running at the floor"));
+    Ok(Budget { bytes, expert_cache_bytes: plan.expert_cache_bytes(bytes)?, source, warning })
+}
+
+/// Bytes of a dense checkpoint's weights as `model::weights::load_dense` holds them: the same
+/// tensors, matrices at their stored size, 1-D vectors widened to f32. Shapes and dtypes are
+/// checked as the loader checks them, so a plan exists exactly when the model opens.
+fn dense_trunk_bytes(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<u64> {
+    let mut t = Tally { ckpt, bytes: 0 };
+    let (h, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
+    t.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
+    for l in 0..cfg.layers {
+        let p = format!("model.layers.{l}");
+        match cfg.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead => {
+                t.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?;
+                t.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?;
+            }
+            QkNorm::Whole => {
+                t.vector(&format!("{p}.self_attn.q_norm.weight"), qd)?;
+                t.vector(&format!("{p}.self_attn.k_norm.weight"), kvd)?;
+            }
+        }
+        t.linear(&format!("{p}.self_attn.q_proj"), qd, h, cfg.qkv_bias)?;
+        t.linear(&format!("{p}.self_attn.k_proj"), kvd, h, cfg.qkv_bias)?;
+        t.linear(&format!("{p}.self_attn.v_proj"), kvd, h, cfg.qkv_bias)?;
+        t.linear(&format!("{p}.self_attn.o_proj"), h, qd, cfg.o_bias)?;
+        t.vector(&format!("{p}.input_layernorm.weight"), h)?;
+        t.vector(&format!("{p}.post_attention_layernorm.weight"), h)?;
+        let i = cfg.intermediate;
+        t.linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?;
+        t.linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?;
+        t.linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?;
+    }
+    t.vector("model.norm.weight", h)?;
+    // Spec §0.2 step 4, as the loader applies it: the file's lm_head wins, else tie.
+    if ckpt.get("lm_head.weight").is_some() {
+        t.matrix("lm_head.weight", cfg.vocab, h)?;
+    } else if !cfg.tie_embeddings {
+        return Err(Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ckpt.dir.display())));
+    }
+    Ok(t.bytes)
+}
+
+/// Sums the resident bytes of tensors named one by one, checking each against the config.
+struct Tally<'a> {
+    ckpt: &'a Checkpoint,
+    bytes: u64,
+}
+
+impl Tally<'_> {
+    fn find(&self, name: &str, shape: &[u64]) -> Result<&crate::format::safetensors::TensorInfo> {
+        let (file, t) = self.ckpt.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `{name}` is missing", self.ckpt.dir.display())))?;
+        if t.shape != shape {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has shape {:?}, the config needs {shape:?}", file.path.display(), t.shape)));
+        }
+        Ok(t)
+    }
+
+    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<()> {
+        let t = self.find(name, &[rows as u64, cols as u64])?;
+        if !t.dtype.is_compute() {
+            return Err(Error::new(ErrorKind::Unsupported, format!(
+                "{}: tensor `{name}` has dtype {}, which the engine does not compute with", self.ckpt.dir.display(), t.dtype)));
+        }
+        self.bytes = self.bytes.saturating_add(t.len);
+        Ok(())
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<()> {
+        let t = self.find(name, &[len as u64])?;
+        if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", self.ckpt.dir.display(), t.dtype)));
+        }
+        self.bytes = self.bytes.saturating_add(len as u64 * 4);
+        Ok(())
+    }
+
+    fn linear(&mut self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<()> {
+        self.matrix(&format!("{prefix}.weight"), out, inp)?;
+        if bias {
+            self.vector(&format!("{prefix}.bias"), out)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moe_plan(ws: u64) -> MemoryPlan {
+        // trunk 1000 + state 200 + scratch 100 + min cache 50 = floor 1350.
+        MemoryPlan { kind: ModelKind::HfDense, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
+            state_bytes: 200, scratch_bytes: 100, min_expert_cache_bytes: 50, working_set_bytes: ws }
+    }
+
+    #[test]
+    fn floor_recommended_and_cache() {
+        let p = moe_plan(400);
+        assert_eq!(p.floor_bytes(), 1350);
+        assert_eq!(p.recommended_bytes(), 2550);
+        assert_eq!(p.expert_cache_bytes(1350).unwrap(), 50);
+        assert_eq!(p.expert_cache_bytes(4000).unwrap(), 2700);
+        let e = p.expert_cache_bytes(1349).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::RamBudget);
+        assert!(e.message().contains("1350 bytes") && e.message().contains("waste plan"), "{e}");
+    }
+
+    #[test]
+    fn default_budget_steps_down_whole_working_sets() {
+        let p = moe_plan(400);
+        // cap = 7/8 usable. floor+3 = 2550, +2 = 2150, +1 = 1750, floor = 1350.
+        let pick = |usable: u64| resolve_budget(&p, usable, None).unwrap();
+        let b = pick(2550 * 8 / 7 + 1);
+        assert_eq!((b.bytes, b.source, b.warning.is_none()), (2550, BudgetSource::WorkingSets(3), true));
+        assert_eq!(b.expert_cache_bytes, 2550 - 1300);
+        assert_eq!(pick(2549 * 8 / 7).source, BudgetSource::WorkingSets(2));
+        assert_eq!(pick(2000).source, BudgetSource::WorkingSets(1)); // cap 1750
+        assert_eq!(pick(1999).bytes, 1350); // cap 1749: floor, which fits: no warning
+        assert!(pick(1999).warning.is_none());
+        let low = pick(1000);
+        assert_eq!((low.bytes, low.source), (1350, BudgetSource::Floor));
+        assert!(low.warning.as_deref().unwrap().contains("1350"));
+    }
+
+    #[test]
+    fn explicit_budget_is_a_ceiling() {
+        let p = moe_plan(400);
+        let b = resolve_budget(&p, 1 << 40, Some(1500)).unwrap();
+        assert_eq!((b.bytes, b.expert_cache_bytes, b.source), (1500, 200, BudgetSource::Explicit));
+        assert!(b.warning.is_none());
+        assert!(resolve_budget(&p, 1000, Some(1500)).unwrap().warning.is_some());
+        assert_eq!(resolve_budget(&p, 1 << 40, Some(1000)).unwrap_err().kind(), ErrorKind::RamBudget);
+    }
+
+    #[test]
+    fn dense_model_has_no_expert_cache() {
+        let mut p = moe_plan(0);
+        p.min_expert_cache_bytes = 0;
+        assert_eq!(p.floor_bytes(), 1300);
+        assert_eq!(p.recommended_bytes(), 1300);
+        let b = resolve_budget(&p, 1 << 30, None).unwrap();
+        assert_eq!((b.bytes, b.expert_cache_bytes, b.source), (1300, 0, BudgetSource::Floor));
+        assert_eq!(resolve_budget(&p, 1 << 30, Some(5000)).unwrap().expert_cache_bytes, 0);
+        assert!(resolve_budget(&p, 1000, None).unwrap().warning.is_some());
+    }
+
+    #[test]
+    fn experts_enter_floor_and_working_set() {
+        let json = crate::format::json::parse(br#"{"architectures":["LlamaForCausalLM"],"hidden_size":8,
+            "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
+            "max_position_embeddings":64}"#).unwrap();
+        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).unwrap();
+        let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, io_buffer_bytes: 7 };
+        let m = Manifest { path: PathBuf::new(), kind: ModelKind::HfDense, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
+        let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
+        let p = MemoryPlan::new(&m, &opts);
+        let (kv, scratch) = State::plan_bytes(&cfg, 8, 4, 2);
+        assert_eq!((p.state_bytes, p.scratch_bytes), (kv, scratch + 7));
+        assert_eq!(p.min_expert_cache_bytes, 8000);
+        assert_eq!(p.working_set_bytes, 8000);
+        assert_eq!(p.floor_bytes(), 5 + kv + scratch + 7 + 8000);
+        assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24000);
+    }
+}

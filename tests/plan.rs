@@ -1,0 +1,279 @@
+//! The memory plan against the engine: for every dense model, `plan_memory` (headers only)
+//! must equal the bytes `Model::open` holds; `waste plan` through the built binary (table,
+//! JSON keys, budgets, the floor error); and usable RAM inside a real cgroup.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use waste::format::dtype::DType;
+use waste::format::json::{self, Json};
+use waste::{ErrorKind, Model, Options};
+
+/// The dense fixture models in the repository.
+fn fixture_models() -> Vec<PathBuf> {
+    let mut v = vec![root().join("models/stories260K")];
+    for o in ["llama_f32", "llama_bf16", "qwen3_f32", "qwen3_bf16"] {
+        v.push(fixture(&format!("oracles/{o}/model")));
+    }
+    v
+}
+
+/// Writes `dir/config.json` and a `model.safetensors` holding `tensors` as zeros. The data is
+/// a hole (`set_len`), so even a billion-parameter shape costs no disk and no time.
+fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec<u64>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let mut offset = 0u64;
+    let mut members = Vec::new();
+    for (name, dtype, shape) in tensors {
+        let len = dtype.tensor_bytes(shape).unwrap();
+        members.push((name.clone(), Json::object([
+            ("dtype", Json::str(dtype.name())),
+            ("shape", Json::Array(shape.iter().map(|&d| Json::uint(d)).collect())),
+            ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)])),
+        ])));
+        offset += len;
+    }
+    let mut header = Json::Object(members).to_string_compact().into_bytes();
+    while header.len() % 8 != 0 {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + offset).unwrap();
+}
+
+/// The tensors of `config` as the random-model writer lays them out, plus o_proj and MLP
+/// biases when the config asks for them, matrices in `dtype` and vectors in `vec_dtype`.
+fn dense_tensors(config: &str, dtype: DType, vec_dtype: DType, extra_head: bool) -> Vec<(String, DType, Vec<u64>)> {
+    let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
+    let mut shapes = waste::format::random::tensor_shapes(&cfg);
+    let (h, i) = (cfg.hidden as u64, cfg.intermediate as u64);
+    for l in 0..cfg.layers {
+        if cfg.o_bias {
+            shapes.push((format!("model.layers.{l}.self_attn.o_proj.bias"), vec![h]));
+        }
+        if cfg.mlp_bias {
+            for (n, len) in [("gate_proj", i), ("up_proj", i), ("down_proj", h)] {
+                shapes.push((format!("model.layers.{l}.mlp.{n}.bias"), vec![len]));
+            }
+        }
+    }
+    if extra_head {
+        shapes.push(("lm_head.weight".into(), vec![cfg.vocab as u64, h]));
+    }
+    shapes.into_iter().map(|(n, s)| {
+        let d = if s.len() == 1 { vec_dtype } else { dtype };
+        (n, d, s)
+    }).collect()
+}
+
+const QWEN2_TINY: &str = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":48,
+ "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":40,
+ "max_position_embeddings":96,"tie_word_embeddings":false}"#;
+const LLAMA_BIASED: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":24,"intermediate_size":40,
+ "num_hidden_layers":3,"num_attention_heads":3,"num_key_value_heads":1,"vocab_size":50,
+ "max_position_embeddings":64,"attention_bias":true,"mlp_bias":true,"tie_word_embeddings":true}"#;
+
+/// Synthetic dense checkpoints covering what the fixtures do not: q/k/v biases (Qwen2),
+/// o_proj and MLP biases, a tied config whose file still has lm_head (the file wins), F16
+/// matrices with BF16 vectors (vectors are held widened to f32).
+fn synthetic_models(tag: &str) -> Vec<PathBuf> {
+    let base = temp_dir(tag);
+    let cases = [
+        ("qwen2", QWEN2_TINY, DType::BF16, DType::F32, false),
+        ("llama_biased", LLAMA_BIASED, DType::F16, DType::BF16, false),
+        ("llama_tied_with_head", LLAMA_BIASED, DType::F32, DType::F16, true),
+    ];
+    cases.iter().map(|(name, cfg, d, vd, head)| {
+        let dir = base.join(name);
+        write_checkpoint(&dir, cfg, &dense_tensors(cfg, *d, *vd, *head));
+        dir
+    }).collect()
+}
+
+#[test]
+fn plan_equals_what_open_holds_for_every_dense_model() {
+    let mut models = fixture_models();
+    models.extend(synthetic_models("plan-open"));
+    let option_sets = [
+        Options::default(),
+        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
+        Options { ctx: 33, threads: 1, prefill_chunk: 1, ..Options::default() },
+    ];
+    for dir in &models {
+        for opts in &option_sets {
+            let plan = waste::plan_memory_opts(dir, opts).unwrap();
+            let info = Model::open(dir, opts).unwrap().info();
+            let what = format!("{} with {opts:?}", dir.display());
+            assert_eq!(plan.trunk_bytes, info.weight_bytes, "trunk: {what}");
+            assert_eq!(plan.state_bytes, info.kv_bytes, "state: {what}");
+            assert_eq!(plan.scratch_bytes, info.scratch_bytes, "scratch: {what}");
+            assert_eq!((plan.ctx, plan.threads), (info.context, info.threads), "{what}");
+            assert_eq!(plan.min_expert_cache_bytes, 0, "{what}");
+            assert_eq!(plan.working_set_bytes, 0, "{what}");
+            assert_eq!(plan.floor_bytes(), info.weight_bytes + info.kv_bytes + info.scratch_bytes, "{what}");
+            assert_eq!(plan.recommended_bytes(), plan.floor_bytes(), "{what}");
+        }
+    }
+    // The short form takes a context and the default threads and chunk.
+    let p = waste::plan_memory(&models[0], 100).unwrap();
+    assert_eq!(p.ctx, 100);
+    assert_eq!(p, waste::plan_memory_opts(&models[0], &Options { ctx: 100, ..Options::default() }).unwrap());
+}
+
+#[test]
+fn plan_of_a_large_shape_matches_its_tensor_list() {
+    // llama-1b's shape (1.2 B parameters, 2.5 GB of BF16) as a sparse file: planning it reads
+    // headers only. Trunk = every matrix at 2 bytes per weight + every vector at 4.
+    let dir = temp_dir("plan-1b").join("m");
+    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let tensors = dense_tensors(&config, DType::BF16, DType::F32, false);
+    write_checkpoint(&dir, &config, &tensors);
+    let expect: u64 = tensors.iter().map(|(_, _, s)| if s.len() == 1 { s[0] * 4 } else { s[0] * s[1] * 2 }).sum();
+    assert!(expect > 2_000_000_000, "{expect}");
+    let plan = waste::plan_memory(&dir, 2048).unwrap();
+    assert_eq!(plan.trunk_bytes, expect);
+    let cfg = waste::format::config::ModelConfig::load(&dir).unwrap();
+    let (kv, scratch) = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
+    assert_eq!((plan.state_bytes, plan.scratch_bytes), (kv, scratch));
+    assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4);
+}
+
+#[test]
+fn plan_refuses_what_open_refuses() {
+    let base = temp_dir("plan-bad");
+    // A missing tensor: the plan names it, as the loader would.
+    let dir = base.join("missing");
+    let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
+    t.retain(|(n, _, _)| n != "model.layers.1.self_attn.k_proj.bias");
+    write_checkpoint(&dir, QWEN2_TINY, &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tensor);
+    assert!(e.message().contains("model.layers.1.self_attn.k_proj.bias"), "{e}");
+    assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
+    // A wrong shape.
+    let dir = base.join("shape");
+    let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
+    t[0].2 = vec![41, 32];
+    write_checkpoint(&dir, QWEN2_TINY, &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert!(e.message().contains("model.embed_tokens.weight") && e.message().contains("[41, 32]"), "{e}");
+    // Untied without lm_head.
+    let dir = base.join("nohead");
+    let cfg = QWEN2_TINY.to_string();
+    let mut t = dense_tensors(&cfg, DType::BF16, DType::F32, false);
+    t.retain(|(n, _, _)| n != "lm_head.weight");
+    write_checkpoint(&dir, &cfg, &t);
+    assert!(waste::plan_memory(&dir, 0).unwrap_err().message().contains("lm_head.weight"));
+    // Not a model directory; out-of-range options.
+    assert_eq!(waste::plan_memory(base.join("nothing"), 0).unwrap_err().kind(), ErrorKind::Io);
+    let opts = Options { ctx: waste::MAX_CONTEXT + 1, ..Options::default() };
+    assert_eq!(waste::plan_memory_opts(root().join("models/stories260K"), &opts).unwrap_err().kind(), ErrorKind::Arg);
+}
+
+/// Runs `waste plan ... --json` and returns the document.
+fn plan_json(args: &[&str]) -> Json {
+    let mut a = vec!["plan"];
+    a.extend_from_slice(args);
+    a.push("--json");
+    let (status, out, err) = waste(&a);
+    assert_eq!(status, 0, "waste {a:?}: {err}");
+    json::parse(out.as_bytes()).unwrap()
+}
+
+fn num(doc: &Json, key: &str) -> u64 {
+    doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
+}
+
+const PLAN_KEYS: [&str; 9] = ["trunk_bytes", "state_bytes", "scratch_bytes", "min_expert_cache_bytes", "floor_bytes",
+    "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
+
+#[test]
+fn cli_plan_json_keys_and_values() {
+    let model = root().join("models/stories260K");
+    let m = model.to_str().unwrap();
+    let doc = plan_json(&[m, "--ctx", "64", "--threads", "2", "--chunk", "4"]);
+    let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, PLAN_KEYS);
+    // The same numbers as the library, and as `waste info` with the same options.
+    let plan = waste::plan_memory_opts(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
+    assert_eq!(num(&doc, "trunk_bytes"), plan.trunk_bytes);
+    assert_eq!(num(&doc, "floor_bytes"), plan.floor_bytes());
+    let (status, out, err) = waste(&["info", m, "--ctx", "64", "--threads", "2", "--chunk", "4", "--json"]);
+    assert_eq!(status, 0, "{err}");
+    let info = json::parse(out.as_bytes()).unwrap();
+    assert_eq!(num(&doc, "trunk_bytes"), num(&info, "weight_bytes"));
+    assert_eq!(num(&doc, "state_bytes"), num(&info, "kv_bytes"));
+    assert_eq!(num(&doc, "scratch_bytes"), num(&info, "scratch_bytes"));
+    assert_eq!(num(&doc, "floor_bytes"), num(&info, "resident_bytes"));
+    assert_eq!(num(&doc, "recommended_bytes"), num(&doc, "floor_bytes"));
+    // The child runs in this process's cgroup: it sees the same RAM.
+    let ram = waste::cache::ram::read_ram().unwrap();
+    assert_eq!(num(&doc, "physical_ram_bytes"), ram.physical_bytes);
+    assert_eq!(num(&doc, "usable_ram_bytes"), ram.usable_bytes);
+    assert!(ram.usable_bytes <= ram.physical_bytes && ram.usable_bytes > 0);
+
+    // With a budget: two more keys, a dense model keeps no expert cache.
+    let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
+    let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys[..9], PLAN_KEYS);
+    assert_eq!(keys[9..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
+    assert_eq!(num(&doc, "expert_cache_bytes"), 0);
+    // Exact bytes and fractional sizes parse too.
+    let floor = num(&doc, "floor_bytes");
+    let doc = plan_json(&[m, "--ctx", "64", "--budget", &floor.to_string()]);
+    assert_eq!(num(&doc, "budget_bytes"), floor);
+    assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", "1.5G"]), "budget_bytes"), 3 << 29);
+}
+
+#[test]
+fn cli_budget_under_the_floor_fails_naming_the_floor() {
+    let m = root().join("models/stories260K");
+    let m = m.to_str().unwrap();
+    let floor = num(&plan_json(&[m, "--ctx", "128"]), "floor_bytes");
+    for budget in ["1K".to_string(), (floor - 1).to_string()] {
+        let (status, out, err) = waste(&["plan", m, "--ctx", "128", "--budget", &budget]);
+        assert_eq!(status, 1, "--budget {budget}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains(&format!("{floor} bytes")), "{err}");
+        assert!(err.contains("plan"), "{err}");
+        assert!(err.contains("floor"), "{err}");
+    }
+    // Sizes that do not parse are usage errors.
+    for bad in ["4GiB", "lots", "-1G", ""] {
+        let (status, _, err) = waste(&["plan", m, "--budget", bad]);
+        assert_eq!(status, 2, "--budget {bad:?}: {err}");
+        assert!(err.contains("--budget"), "{err}");
+    }
+}
+
+#[test]
+fn cli_plan_table() {
+    let m = root().join("models/stories260K");
+    let m = m.to_str().unwrap();
+    let doc = plan_json(&[m, "--ctx", "32"]);
+    let (status, out, err) = waste(&["plan", m, "--ctx", "32", "--budget", "8M"]);
+    assert_eq!(status, 0, "{err}");
+    let line = |label: &str| out.lines().find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in:\n{out}")).to_string();
+    for (label, key) in [("resident trunk", "trunk_bytes"), ("state + KV cache", "state_bytes"), ("scratch", "scratch_bytes"),
+        ("minimum expert cache", "min_expert_cache_bytes"), ("FLOOR", "floor_bytes"), ("recommended", "recommended_bytes"),
+        ("physical RAM", "physical_ram_bytes"), ("usable RAM", "usable_ram_bytes")] {
+        assert!(line(label).ends_with(&format!(" {} bytes", num(&doc, key))), "{label}: {}", line(label));
+    }
+    assert!(out.contains("---"), "{out}");
+    assert!(line("budget").starts_with("  budget 8.00 MiB -> expert cache 0 B"), "{}", line("budget"));
+    // Without a budget the table shows the choice the engine would make.
+    let (status, out, _) = waste(&["plan", m, "--ctx", "32"]);
+    assert_eq!(status, 0);
+    assert!(out.contains("no --budget: the floor"), "{out}");
+    let (status, help, _) = waste(&["plan", "--help"]);
+    assert_eq!(status, 0);
+    assert!(help.contains("--budget SIZE") && help.contains("binary units") && help.contains("1K = 1024"), "{help}");
+    let (_, overview, _) = waste(&["--help"]);
+    assert!(overview.contains("plan"), "{overview}");
+}
