@@ -35,7 +35,7 @@ fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec<u64
         offset += len;
     }
     let mut header = Json::Object(members).to_string_compact().into_bytes();
-    while header.len() % 8 != 0 {
+    while !header.len().is_multiple_of(8) {
         header.push(b' ');
     }
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
@@ -140,6 +140,7 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     let (kv, scratch) = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
     assert_eq!((plan.state_bytes, plan.scratch_bytes), (kv, scratch));
     assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
 #[test]
@@ -276,4 +277,133 @@ fn cli_plan_table() {
     assert!(help.contains("--budget SIZE") && help.contains("binary units") && help.contains("1K = 1024"), "{help}");
     let (_, overview, _) = waste(&["--help"]);
     assert!(overview.contains("plan"), "{overview}");
+}
+
+/// A cgroup this test creates, with the files that set its limits and admit a process.
+struct TestCgroup {
+    dir: PathBuf,
+    /// memory.limit_in_bytes (v1) or memory.max (v2).
+    limit: &'static str,
+    /// memory.soft_limit_in_bytes (v1) or memory.high (v2).
+    soft: &'static str,
+    /// tasks (v1) or cgroup.procs (v2).
+    procs: &'static str,
+}
+
+/// Removes the cgroups it holds, innermost first, however the test ends. A cgroup can be
+/// removed once its processes have exited; `waste plan` has by the time this runs.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            for _ in 0..100 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if d.exists() {
+                eprintln!("warning: could not remove the test cgroup {}", d.display());
+            }
+        }
+    }
+}
+
+/// This process's cgroup directory in the v1 memory hierarchy, else in the v2 one — read
+/// directly from /proc, independently of the library's reader.
+fn own_memory_cgroup() -> Result<TestCgroup, String> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let mount_of = |fstype: &str, need_memory: bool| mountinfo.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let pre: Vec<&str> = pre.split(' ').collect();
+        let post: Vec<&str> = post.split(' ').collect();
+        let ok = post.first() == Some(&fstype) && (!need_memory || post.get(2)?.split(',').any(|o| o == "memory"));
+        ok.then(|| (pre.get(3).unwrap_or(&"/").to_string(), PathBuf::from(pre.get(4).unwrap_or(&""))))
+    });
+    let under = |root: &str, mount: PathBuf, path: &str| -> Result<PathBuf, String> {
+        let rel = Path::new(path).strip_prefix(root).map_err(|_| format!("cgroup {path} is outside the mount root {root}"))?;
+        Ok(mount.join(rel))
+    };
+    let v1 = cgroups.lines().find_map(|l| {
+        let mut p = l.splitn(3, ':');
+        let (_, ctl, path) = (p.next()?, p.next()?, p.next()?);
+        ctl.split(',').any(|c| c == "memory").then(|| path.to_string())
+    });
+    if let (Some(path), Some((root, mount))) = (v1, mount_of("cgroup", true)) {
+        return Ok(TestCgroup { dir: under(&root, mount, &path)?, limit: "memory.limit_in_bytes",
+            soft: "memory.soft_limit_in_bytes", procs: "tasks" });
+    }
+    let v2 = cgroups.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string));
+    if let (Some(path), Some((root, mount))) = (v2, mount_of("cgroup2", false)) {
+        return Ok(TestCgroup { dir: under(&root, mount, &path)?, limit: "memory.max", soft: "memory.high", procs: "cgroup.procs" });
+    }
+    Err("no cgroup v1 memory hierarchy and no cgroup v2 hierarchy is mounted".into())
+}
+
+/// Runs `waste plan MODEL --json` as a process that first moves itself into `cg`.
+fn plan_in_cgroup(cg: &Path, procs: &str, model: &Path) -> Json {
+    let out = std::process::Command::new("sh")
+        .args(["-c", r#"echo $$ > "$1" && exec "$2" plan "$3" --json"#, "sh"])
+        .arg(cg.join(procs))
+        .arg(env!("CARGO_BIN_EXE_waste"))
+        .arg(model)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "waste plan in {}: {stderr}", cg.display());
+    json::parse(stdout.as_bytes()).unwrap()
+}
+
+#[test]
+fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
+    const NAME: &str = "real_cgroup_limit_is_the_usable_ram_waste_plan_sees";
+    const GIB: u64 = 1 << 30;
+    let outside = waste::cache::ram::read_ram().unwrap();
+    if outside.usable_bytes <= GIB {
+        return skip(NAME, &format!("this process already has only {} bytes of usable RAM", outside.usable_bytes));
+    }
+    let own = match own_memory_cgroup() {
+        Ok(c) => c,
+        Err(reason) => return skip(NAME, &reason),
+    };
+    let child = own.dir.join(format!("waste-test-{}", std::process::id()));
+    let mut cleanup = Cleanup(Vec::new());
+    if let Err(e) = std::fs::create_dir(&child) {
+        return skip(NAME, &format!("cannot create a cgroup at {}: {e} (needs root and a writable cgroup filesystem)", child.display()));
+    }
+    cleanup.0.push(child.clone());
+    if let Err(e) = std::fs::write(child.join(own.limit), GIB.to_string()) {
+        return skip(NAME, &format!("cannot set {}/{}: {e} (memory controller not enabled there?)", child.display(), own.limit));
+    }
+    let model = root().join("models/stories260K");
+    let doc = plan_in_cgroup(&child, own.procs, &model);
+    assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
+    assert_eq!(num(&doc, "physical_ram_bytes"), outside.physical_bytes);
+
+    // A model bigger than the cgroup (2.5 GB of sparse BF16) plans inside it: headers only.
+    let big = temp_dir("plan-cgroup-1b").join("m");
+    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    write_checkpoint(&big, &config, &dense_tensors(&config, DType::BF16, DType::F32, false));
+    let doc = plan_in_cgroup(&child, own.procs, &big);
+    assert!(num(&doc, "trunk_bytes") > 2 * GIB, "{}", doc.to_string_pretty());
+    assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
+    let _ = std::fs::remove_dir_all(big.parent().unwrap());
+
+    // A child cgroup without a limit of its own does not cancel its parent's.
+    let inner = child.join("inner");
+    if own.procs == "cgroup.procs" {
+        let _ = std::fs::write(child.join("cgroup.subtree_control"), "+memory");
+    }
+    std::fs::create_dir(&inner).unwrap();
+    cleanup.0.push(inner.clone());
+    if !inner.join(own.soft).exists() {
+        return skip(NAME, &format!("nested part: {} has no {}", inner.display(), own.soft));
+    }
+    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), GIB);
+    // A soft limit (v1) or memory.high (v2) below the hard one is the usable RAM.
+    std::fs::write(inner.join(own.soft), (768u64 << 20).to_string()).unwrap();
+    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), 768 << 20);
+    println!("real cgroup: {} (limit {} bytes) and {} (soft {} bytes) seen by waste plan", child.display(), GIB, inner.display(), 768u64 << 20);
 }
