@@ -3,6 +3,8 @@
 //! is allocated and every offset is checked.
 
 pub mod config;
+pub mod container;
+pub mod crc32;
 pub mod dtype;
 pub mod json;
 pub mod random;

@@ -8,6 +8,8 @@
 //! decoding give bit-identical logits.
 
 pub mod bench;
+pub mod experts;
+pub mod moe;
 pub mod rope;
 pub mod state;
 pub mod weights;
@@ -21,13 +23,15 @@ use crate::tokenizer::Tokenizer;
 use crate::Options;
 use state::State;
 use std::path::{Path, PathBuf};
-use weights::{Linear, Weights};
+use experts::Experts;
+use weights::{Ffn, Linear, Weights};
 
 /// An open model: weights, one session's state, kernels and threads.
 pub struct Model {
     path: PathBuf,
     cfg: ModelConfig,
     weights: Weights,
+    experts: Experts,
     pub(crate) state: State,
     kernels: Kernels,
     pool: Pool,
@@ -98,12 +102,12 @@ impl Model {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
         let cfg = ModelConfig::load(path)?;
-        if cfg.moe.is_some() {
-            return Err(Error::unsupported(format!(
-                "{}: {} is a mixture-of-experts model; convert it to a container first", path.display(), cfg.class)));
-        }
         let ckpt = Checkpoint::open(path)?;
-        let weights = weights::load_dense(&ckpt, &cfg)?;
+        let mut loader = weights::Loader::new(&ckpt);
+        let weights = weights::load_trunk(&mut loader, &cfg)?;
+        let experts = experts::load_resident(&mut loader, &cfg)?;
+        let mut weights = weights;
+        weights.params = loader.params;
         drop(ckpt);
         let tokenizer = match Tokenizer::from_model_dir(path) {
             Ok(t) => Some(t),
@@ -128,6 +132,7 @@ impl Model {
             pool: Pool::new(threads)?,
             cfg,
             weights,
+            experts,
             state,
             tokenizer,
             eos,
@@ -156,7 +161,7 @@ impl Model {
             experts: c.moe.as_ref().map(|m| (m.experts, m.top_k)),
             parameters: self.weights.params,
             dtypes: self.weights.dtypes.iter().map(|d| d.name().to_string()).collect(),
-            weight_bytes: self.weights.bytes,
+            weight_bytes: self.weights.bytes + self.experts.resident_bytes(),
             kv_bytes: kv,
             scratch_bytes: scratch,
             context: self.state.ctx,
@@ -247,7 +252,7 @@ impl Model {
             };
             let last = start + chunk.len() == total;
             let tr = trace.as_deref_mut().map(|t| (t, start, total));
-            self.forward_chunk(chunk, rows, last, tr);
+            self.forward_chunk(chunk, rows, last, tr)?;
         }
         Ok(())
     }
@@ -255,8 +260,8 @@ impl Model {
     /// One forward pass over `tokens` at the session's position. Writes every row's logits to
     /// `all` when given, and the last row's to the state when `last`.
     fn forward_chunk(&mut self, tokens: &[u32], all: Option<&mut [f32]>, last: bool,
-                     mut trace: Option<(&mut [f32], usize, usize)>) {
-        let Model { cfg, weights: w, state: st, kernels: k, pool, inv_freq, .. } = self;
+                     mut trace: Option<(&mut [f32], usize, usize)>) -> Result<()> {
+        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
@@ -273,7 +278,10 @@ impl Model {
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.ffn_norm, cfg.rms_eps);
             }
-            mlp_block(k, pool, st, &layer.mlp, n);
+            match &layer.ffn {
+                Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
+                Ffn::Moe(moe) => moe::moe_block(cfg, k, pool, st, moe, experts, l, n)?,
+            }
             add_rows(&mut st.x, &st.out, n * h);
             record(&mut trace, l + 1, &st.x, n, h);
         }
@@ -290,6 +298,7 @@ impl Model {
             k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits);
         }
         st.pos += n;
+        Ok(())
     }
 }
 
