@@ -9,10 +9,11 @@ use waste::format::dtype::DType;
 use waste::format::json::{self, Json};
 use waste::{ErrorKind, Model, Options};
 
-/// The dense fixture models in the repository.
+/// The fixture models in the repository: dense, and Hugging Face MoE checkpoints (which load
+/// whole, experts resident).
 fn fixture_models() -> Vec<PathBuf> {
     let mut v = vec![root().join("models/stories260K")];
-    for o in ["llama_f32", "llama_bf16", "qwen3_f32", "qwen3_bf16"] {
+    for o in ["llama_f32", "llama_bf16", "qwen3_f32", "qwen3_bf16", "mixtral_f32", "olmoe_f32", "qwen3_moe_f32"] {
         v.push(fixture(&format!("oracles/{o}/model")));
     }
     v
@@ -95,7 +96,7 @@ fn synthetic_models(tag: &str) -> Vec<PathBuf> {
 }
 
 #[test]
-fn plan_equals_what_open_holds_for_every_dense_model() {
+fn plan_equals_what_open_holds_for_every_fixture_model() {
     let mut models = fixture_models();
     models.extend(synthetic_models("plan-open"));
     let option_sets = [
@@ -169,6 +170,19 @@ fn plan_refuses_what_open_refuses() {
     t.retain(|(n, _, _)| n != "lm_head.weight");
     write_checkpoint(&dir, &cfg, &t);
     assert!(waste::plan_memory(&dir, 0).unwrap_err().message().contains("lm_head.weight"));
+    // A routed expert whose dtype differs from its layer's others (resident experts share
+    // one record layout per layer).
+    let src = fixture("oracles/olmoe_f32/model");
+    let st = waste::format::safetensors::SafeTensors::open(&src.join("model.safetensors")).unwrap();
+    let odd = "model.layers.1.mlp.experts.3.up_proj.weight";
+    let t: Vec<_> = st.tensors.iter()
+        .map(|t| (t.name.clone(), if t.name == odd { DType::BF16 } else { t.dtype }, t.shape.clone())).collect();
+    let dir = base.join("odd-expert");
+    write_checkpoint(&dir, &std::fs::read_to_string(src.join("config.json")).unwrap(), &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tensor);
+    assert!(e.message().contains(odd), "{e}");
+    assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
     // Not a model directory; out-of-range options.
     assert_eq!(waste::plan_memory(base.join("nothing"), 0).unwrap_err().kind(), ErrorKind::Io);
     let opts = Options { ctx: waste::MAX_CONTEXT + 1, ..Options::default() };
@@ -406,4 +420,77 @@ fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
     std::fs::write(inner.join(own.soft), (768u64 << 20).to_string()).unwrap();
     assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), 768 << 20);
     println!("real cgroup: {} (limit {} bytes) and {} (soft {} bytes) seen by waste plan", child.display(), GIB, inner.display(), 768u64 << 20);
+}
+
+/// A container made from a Hugging Face MoE fixture: its safetensors as the trunk file (the
+/// expert tensors in it are simply not part of the trunk) and sparse banks of `expert_dtype`
+/// records. Returns (container, the fixture it came from).
+fn make_container(tag: &str, fixture_name: &str, expert_dtype: DType) -> (PathBuf, PathBuf) {
+    use waste::format::container::{Bank, Manifest, RecordLayout};
+    let src = fixture(&format!("oracles/{fixture_name}/model"));
+    let dir = temp_dir(tag).join("model.waste");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("trunk.safetensors")).unwrap();
+    let config_json = read_json(&src.join("config.json"));
+    let config = waste::format::config::ModelConfig::from_json(&src.join("config.json"), &config_json).unwrap();
+    let moe = config.moe.clone().unwrap();
+    let mut banks = Vec::new();
+    for layer in (0..config.layers).filter(|&l| config.is_moe_layer(l)) {
+        let layout = RecordLayout::new(expert_dtype, config.hidden, moe.expert_intermediate).unwrap();
+        let file = format!("experts-{layer}.bin");
+        std::fs::File::create(dir.join(&file)).unwrap().set_len((moe.experts * layout.record_bytes) as u64).unwrap();
+        banks.push(Bank { layer, file, experts: moe.experts, layout });
+    }
+    Manifest { dir: dir.clone(), config, config_json, trunk_files: vec!["trunk.safetensors".into()], tokenizer_files: vec![],
+        trunk_encoding: "f32".into(), expert_encoding: expert_dtype.name().to_lowercase(), banks }.write().unwrap();
+    (dir, src)
+}
+
+#[test]
+fn container_plan_streams_experts_through_the_cache() {
+    use waste::format::container::RecordLayout;
+    for (name, dtype) in [("olmoe_f32", DType::Q4B32), ("qwen3_moe_f32", DType::BF16), ("mixtral_f32", DType::F32)] {
+        let (dir, src) = make_container(&format!("plan-container-{name}"), name, dtype);
+        let opts = Options { ctx: 64, threads: 2, prefill_chunk: 8, ..Options::default() };
+        let c = waste::plan_memory_opts(&dir, &opts).unwrap();
+        let hf = waste::plan_memory_opts(&src, &opts).unwrap();
+        let cfg = waste::format::config::ModelConfig::load(&src).unwrap();
+        let moe = cfg.moe.as_ref().unwrap();
+        let moe_layers = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).count() as u64;
+        // The Hugging Face checkpoint holds every expert as an f32 record; the container none.
+        let f32_record = RecordLayout::new(DType::F32, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
+        assert_eq!(c.trunk_bytes, hf.trunk_bytes - moe_layers * moe.experts as u64 * f32_record, "{name}");
+        assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes), "{name}");
+        let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
+        let k = moe.top_k as u64;
+        assert_eq!(c.min_expert_cache_bytes, k * record * 2, "{name}");
+        assert_eq!(c.working_set_bytes, k * record * moe_layers, "{name}");
+        assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + k * record * 2);
+        assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
+        assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
+        // A budget's expert cache is everything above trunk, state and scratch.
+        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 12345)).unwrap();
+        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 12345);
+        // Without a budget, on a large machine: floor + 3 working sets.
+        let b = waste::resolve_budget(&c, 1 << 40, None).unwrap();
+        assert_eq!((b.bytes, b.source), (c.recommended_bytes(), waste::BudgetSource::WorkingSets(3)));
+    }
+}
+
+#[test]
+fn cli_plan_of_a_container() {
+    let (dir, _) = make_container("plan-cli-container", "olmoe_f32", DType::Q8B32);
+    let d = dir.to_str().unwrap();
+    let doc = plan_json(&[d, "--ctx", "64"]);
+    let (floor, ws, min) = (num(&doc, "floor_bytes"), num(&doc, "working_set_bytes"), num(&doc, "min_expert_cache_bytes"));
+    assert!(min > 0 && ws > 0);
+    assert_eq!(num(&doc, "recommended_bytes"), floor + 3 * ws);
+    let doc = plan_json(&[d, "--ctx", "64", "--budget", &(floor + ws).to_string()]);
+    assert_eq!(num(&doc, "expert_cache_bytes"), min + ws);
+    let (status, out, err) = waste(&["plan", d, "--ctx", "64"]);
+    assert_eq!(status, 0, "{err}");
+    assert!(out.contains("no --budget: floor + 3 working sets"), "{out}");
+    let (status, _, err) = waste(&["plan", d, "--ctx", "64", "--budget", &(floor - 1).to_string()]);
+    assert_eq!(status, 1);
+    assert!(err.contains(&format!("floor of {floor} bytes")) && err.contains("waste plan"), "{err}");
 }

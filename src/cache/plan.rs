@@ -3,37 +3,44 @@
 //! headers alone — config and tensor shapes — so it runs before any weight is read.
 //!
 //! The parts, each equal to what the engine will hold:
-//! - **trunk**: every weight kept resident (embeddings, attention, dense FFNs, norms, head,
-//!   later routers and shared experts), matrices at their stored size and 1-D vectors widened
-//!   to f32, as `model::weights` loads them;
+//! - **trunk**: every weight kept resident (embeddings, attention, dense FFNs, routers, shared
+//!   experts, norms, head), matrices at their stored size and 1-D vectors widened to f32, as
+//!   `model::weights` loads them — plus, for a Hugging Face MoE checkpoint, which loads whole,
+//!   every routed expert as a resident record;
 //! - **state**: the KV cache for the context (later MLA latents and recurrent state);
-//! - **scratch**: activations, logits, per-thread score rows (later expert I/O buffers) —
-//!   state and scratch both from [`State::plan_bytes`], the formula the allocation uses;
+//! - **scratch**: activations, logits, per-thread score rows, routing buffers (later expert
+//!   I/O buffers) — state and scratch both from [`State::plan_bytes`], the formula the
+//!   allocation uses;
 //! - **minimum expert cache**: top-k × the largest expert record × 2 (one layer's experts
-//!   in use while the next layer's are read), 0 for a dense model.
+//!   in use while the next layer's are read), 0 when no expert streams.
 //!
 //! FLOOR is their sum; nothing runs below it. Everything above it is expert cache, worth having
 //! in whole **working sets** (top-k × record × MoE layers: one token's experts), hence
 //! recommended = floor + 3 working sets.
 //!
-//! A new kind of model on disk (the MoE container) adds a [`ModelKind`] and a branch of
-//! [`Manifest::read`] that fills [`Manifest`]; everything after that is shared.
+//! Each kind of model on disk is a [`ModelKind`] and a branch of [`Footprint::read`] that
+//! fills a [`Footprint`]; everything after that is shared.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::container::{self, RecordLayout};
 use crate::format::dtype::DType;
-use crate::format::safetensors::Checkpoint;
+use crate::format::safetensors::{Checkpoint, SafeTensors, TensorInfo};
 use crate::model::state::State;
 use crate::Options;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The kinds of model directory or file the planner reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelKind {
-    /// A Hugging Face checkpoint directory of a dense decoder (config.json + safetensors).
-    HfDense,
-    // The MoE container (issue 5) goes here: its header gives trunk bytes, record sizes,
-    // top-k and the MoE layers without reading a record.
+    /// A Hugging Face checkpoint directory (config.json + safetensors), loaded whole: a MoE
+    /// model's routed experts are resident records, counted in the trunk, and nothing streams.
+    HfCheckpoint,
+    /// A waste container: trunk resident, routed experts streamed from its banks through the
+    /// expert cache. Provisional until `Model::open` reads containers: the trunk is counted
+    /// as the Hugging Face loader holds the same tensors, and expert I/O buffers as 0.
+    Container,
 }
 
 /// The routed experts of a MoE model, as far as memory is concerned.
@@ -51,13 +58,14 @@ pub struct ExpertShape {
 
 /// What the plan needs from a model on disk: its shape, its resident bytes, its experts.
 #[derive(Clone, Debug)]
-pub struct Manifest {
+pub struct Footprint {
     pub path: PathBuf,
     pub kind: ModelKind,
     pub cfg: ModelConfig,
     /// Bytes of resident weights as the engine holds them.
     pub trunk_bytes: u64,
-    /// `None` for a dense model.
+    /// Streamed routed experts; `None` when there are none (a dense model, or a Hugging Face
+    /// MoE checkpoint whose experts are resident and counted in `trunk_bytes`).
     pub experts: Option<ExpertShape>,
 }
 
@@ -108,30 +116,46 @@ pub fn plan_memory(path: impl AsRef<Path>, ctx_tokens: usize) -> Result<MemoryPl
 /// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds.
 pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
     opts.validate()?;
-    let m = Manifest::read(path.as_ref())?;
+    let m = Footprint::read(path.as_ref())?;
     Ok(MemoryPlan::new(&m, opts))
 }
 
-impl Manifest {
-    /// Reads the manifest of the model at `path` (headers only, no weights).
-    pub fn read(path: &Path) -> Result<Manifest> {
+impl Footprint {
+    /// Reads the footprint of the model at `path` (headers only, no weights).
+    pub fn read(path: &Path) -> Result<Footprint> {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
-        let cfg = ModelConfig::load(path)?;
-        if cfg.moe.is_some() {
-            return Err(Error::unsupported(format!(
-                "{}: {} is a mixture-of-experts model; convert it to a container first", path.display(), cfg.class)));
+        if container::is_container(path) {
+            return Footprint::container(path);
         }
-        let ckpt = Checkpoint::open(path)?;
-        let trunk_bytes = dense_trunk_bytes(&ckpt, &cfg)?;
-        Ok(Manifest { path: path.to_path_buf(), kind: ModelKind::HfDense, cfg, trunk_bytes, experts: None })
+        let cfg = ModelConfig::load(path)?;
+        let tensors = TensorIndex::new(path, Checkpoint::open(path)?.files)?;
+        let trunk_bytes = trunk_bytes(&tensors, &cfg)?.saturating_add(resident_expert_bytes(&tensors, &cfg)?);
+        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes, experts: None })
+    }
+
+    /// A container: the trunk from its trunk files' headers, the experts from its banks.
+    fn container(dir: &Path) -> Result<Footprint> {
+        let m = container::Manifest::open(dir)?;
+        let files = m.trunk_files.iter().map(|f| SafeTensors::open(&dir.join(f))).collect::<Result<Vec<_>>>()?;
+        let trunk_bytes = trunk_bytes(&TensorIndex::new(dir, files)?, &m.config)?;
+        let experts = match m.config.moe.as_ref() {
+            Some(moe) if !m.banks.is_empty() => Some(ExpertShape {
+                top_k: moe.top_k,
+                moe_layers: m.banks.len(),
+                largest_record_bytes: m.max_record_bytes() as u64,
+                io_buffer_bytes: 0,
+            }),
+            _ => None,
+        };
+        Ok(Footprint { path: dir.to_path_buf(), kind: ModelKind::Container, cfg: m.config, trunk_bytes, experts })
     }
 }
 
 impl MemoryPlan {
     /// The plan of a model for the context, threads and chunk of `opts`.
-    pub fn new(m: &Manifest, opts: &Options) -> MemoryPlan {
+    pub fn new(m: &Footprint, opts: &Options) -> MemoryPlan {
         let threads = opts.resolved_threads().max(1);
         let ctx = opts.resolved_ctx(m.cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
@@ -232,61 +256,129 @@ running at the floor"));
     Ok(Budget { bytes, expert_cache_bytes: plan.expert_cache_bytes(bytes)?, source, warning })
 }
 
-/// Bytes of a dense checkpoint's weights as `model::weights::load_dense` holds them: the same
-/// tensors, matrices at their stored size, 1-D vectors widened to f32. Shapes and dtypes are
-/// checked as the loader checks them, so a plan exists exactly when the model opens.
-fn dense_trunk_bytes(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<u64> {
-    let mut t = Tally { ckpt, bytes: 0 };
+/// Bytes of the resident weights as `model::weights::load_trunk` holds them: the same
+/// tensors (everything but routed experts), matrices at their stored size, 1-D vectors widened
+/// to f32. Shapes and dtypes are checked as the loader checks them, so a plan exists exactly
+/// when the model opens.
+fn trunk_bytes(t: &TensorIndex, cfg: &ModelConfig) -> Result<u64> {
+    let mut sum = Tally { t, bytes: 0 };
     let (h, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
-    t.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
+    sum.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
     for l in 0..cfg.layers {
         let p = format!("model.layers.{l}");
         match cfg.qk_norm {
             QkNorm::None => {}
             QkNorm::PerHead => {
-                t.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?;
-                t.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?;
+                sum.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?;
+                sum.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?;
             }
             QkNorm::Whole => {
-                t.vector(&format!("{p}.self_attn.q_norm.weight"), qd)?;
-                t.vector(&format!("{p}.self_attn.k_norm.weight"), kvd)?;
+                sum.vector(&format!("{p}.self_attn.q_norm.weight"), qd)?;
+                sum.vector(&format!("{p}.self_attn.k_norm.weight"), kvd)?;
             }
         }
-        t.linear(&format!("{p}.self_attn.q_proj"), qd, h, cfg.qkv_bias)?;
-        t.linear(&format!("{p}.self_attn.k_proj"), kvd, h, cfg.qkv_bias)?;
-        t.linear(&format!("{p}.self_attn.v_proj"), kvd, h, cfg.qkv_bias)?;
-        t.linear(&format!("{p}.self_attn.o_proj"), h, qd, cfg.o_bias)?;
-        t.vector(&format!("{p}.input_layernorm.weight"), h)?;
-        t.vector(&format!("{p}.post_attention_layernorm.weight"), h)?;
-        let i = cfg.intermediate;
-        t.linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?;
-        t.linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?;
-        t.linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?;
+        sum.linear(&format!("{p}.self_attn.q_proj"), qd, h, cfg.qkv_bias)?;
+        sum.linear(&format!("{p}.self_attn.k_proj"), kvd, h, cfg.qkv_bias)?;
+        sum.linear(&format!("{p}.self_attn.v_proj"), kvd, h, cfg.qkv_bias)?;
+        sum.linear(&format!("{p}.self_attn.o_proj"), h, qd, cfg.o_bias)?;
+        match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+            Some(moe) => {
+                // Spec §2: the router, and Qwen2-MoE's shared expert with its scalar gate.
+                let b = format!("{p}.{}", moe.layout.block);
+                sum.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
+                if moe.shared_intermediate > 0 {
+                    sum.mlp(&format!("{b}.shared_expert"), h, moe.shared_intermediate, false)?;
+                    sum.matrix(&format!("{b}.shared_expert_gate.weight"), 1, h)?;
+                }
+            }
+            None => sum.mlp(&format!("{p}.mlp"), h, cfg.intermediate, cfg.mlp_bias)?,
+        }
+        sum.vector(&format!("{p}.input_layernorm.weight"), h)?;
+        sum.vector(&format!("{p}.post_attention_layernorm.weight"), h)?;
     }
-    t.vector("model.norm.weight", h)?;
+    sum.vector("model.norm.weight", h)?;
     // Spec §0.2 step 4, as the loader applies it: the file's lm_head wins, else tie.
-    if ckpt.get("lm_head.weight").is_some() {
-        t.matrix("lm_head.weight", cfg.vocab, h)?;
+    if t.get("lm_head.weight").is_some() {
+        sum.matrix("lm_head.weight", cfg.vocab, h)?;
     } else if !cfg.tie_embeddings {
         return Err(Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ckpt.dir.display())));
+            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", t.origin.display())));
     }
-    Ok(t.bytes)
+    Ok(sum.bytes)
+}
+
+/// Bytes of a Hugging Face MoE checkpoint's routed experts held resident as
+/// `model::experts::load_resident` holds them: per MoE layer, one record (the container's
+/// record layout, 4096-aligned) per expert, every expert's matrices in expert 0's dtype.
+fn resident_expert_bytes(t: &TensorIndex, cfg: &ModelConfig) -> Result<u64> {
+    let Some(moe) = cfg.moe.as_ref() else { return Ok(0) };
+    let mut bytes = 0u64;
+    for l in (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)) {
+        let name = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
+        let (_, first) = t.find(&name(0, 0))?;
+        let layout = RecordLayout::new(first.dtype, cfg.hidden, moe.expert_intermediate)?;
+        for j in 0..moe.experts {
+            for (i, m) in layout.matrices.iter().enumerate() {
+                let (path, ti) = t.find(&name(j, i))?;
+                if ti.shape != [m.rows as u64, m.cols as u64] || ti.dtype != m.dtype {
+                    return Err(Error::new(ErrorKind::Tensor, format!(
+                        "{}: tensor `{}` is {} {:?}, expected {} [{}, {}] like the layer's other experts",
+                        path.display(), name(j, i), ti.dtype, ti.shape, m.dtype, m.rows, m.cols)));
+                }
+            }
+        }
+        bytes = bytes.saturating_add((layout.record_bytes as u64).saturating_mul(moe.experts as u64));
+    }
+    Ok(bytes)
+}
+
+/// The tensors of some safetensors files, found by name.
+struct TensorIndex {
+    /// The directory the files belong to (for messages).
+    origin: PathBuf,
+    files: Vec<SafeTensors>,
+    by_name: HashMap<String, (usize, usize)>,
+}
+
+impl TensorIndex {
+    fn new(origin: &Path, files: Vec<SafeTensors>) -> Result<TensorIndex> {
+        let mut by_name = HashMap::new();
+        for (fi, f) in files.iter().enumerate() {
+            for (ti, t) in f.tensors.iter().enumerate() {
+                if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
+                    return Err(Error::format(&f.path, format!(
+                        "tensor `{}` also appears in {}", t.name, files[other].path.display())));
+                }
+            }
+        }
+        Ok(TensorIndex { origin: origin.to_path_buf(), files, by_name })
+    }
+
+    /// The tensor `name` and the file holding it.
+    fn get(&self, name: &str) -> Option<(&Path, &TensorInfo)> {
+        let &(f, t) = self.by_name.get(name)?;
+        Some((&self.files[f].path, &self.files[f].tensors[t]))
+    }
+
+    /// As [`TensorIndex::get`], an error naming the tensor when it is missing.
+    fn find(&self, name: &str) -> Result<(&Path, &TensorInfo)> {
+        self.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `{name}` is missing", self.origin.display())))
+    }
 }
 
 /// Sums the resident bytes of tensors named one by one, checking each against the config.
 struct Tally<'a> {
-    ckpt: &'a Checkpoint,
+    t: &'a TensorIndex,
     bytes: u64,
 }
 
 impl Tally<'_> {
-    fn find(&self, name: &str, shape: &[u64]) -> Result<&crate::format::safetensors::TensorInfo> {
-        let (file, t) = self.ckpt.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `{name}` is missing", self.ckpt.dir.display())))?;
+    fn find(&self, name: &str, shape: &[u64]) -> Result<&TensorInfo> {
+        let (path, t) = self.t.find(name)?;
         if t.shape != shape {
             return Err(Error::new(ErrorKind::Tensor, format!(
-                "{}: tensor `{name}` has shape {:?}, the config needs {shape:?}", file.path.display(), t.shape)));
+                "{}: tensor `{name}` has shape {:?}, the config needs {shape:?}", path.display(), t.shape)));
         }
         Ok(t)
     }
@@ -295,7 +387,7 @@ impl Tally<'_> {
         let t = self.find(name, &[rows as u64, cols as u64])?;
         if !t.dtype.is_compute() {
             return Err(Error::new(ErrorKind::Unsupported, format!(
-                "{}: tensor `{name}` has dtype {}, which the engine does not compute with", self.ckpt.dir.display(), t.dtype)));
+                "{}: tensor `{name}` has dtype {}, which the engine does not compute with", self.t.origin.display(), t.dtype)));
         }
         self.bytes = self.bytes.saturating_add(t.len);
         Ok(())
@@ -305,7 +397,7 @@ impl Tally<'_> {
         let t = self.find(name, &[len as u64])?;
         if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(Error::new(ErrorKind::Tensor, format!(
-                "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", self.ckpt.dir.display(), t.dtype)));
+                "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", self.t.origin.display(), t.dtype)));
         }
         self.bytes = self.bytes.saturating_add(len as u64 * 4);
         Ok(())
@@ -318,6 +410,13 @@ impl Tally<'_> {
         }
         Ok(())
     }
+
+    /// A SwiGLU MLP `prefix.{gate,up,down}_proj`.
+    fn mlp(&mut self, prefix: &str, hidden: usize, inter: usize, bias: bool) -> Result<()> {
+        self.linear(&format!("{prefix}.gate_proj"), inter, hidden, bias)?;
+        self.linear(&format!("{prefix}.up_proj"), inter, hidden, bias)?;
+        self.linear(&format!("{prefix}.down_proj"), hidden, inter, bias)
+    }
 }
 
 #[cfg(test)]
@@ -326,7 +425,7 @@ mod tests {
 
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 = floor 1350.
-        MemoryPlan { kind: ModelKind::HfDense, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
+        MemoryPlan { kind: ModelKind::HfCheckpoint, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
             state_bytes: 200, scratch_bytes: 100, min_expert_cache_bytes: 50, working_set_bytes: ws }
     }
 
@@ -388,7 +487,7 @@ mod tests {
             "max_position_embeddings":64}"#).unwrap();
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).unwrap();
         let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, io_buffer_bytes: 7 };
-        let m = Manifest { path: PathBuf::new(), kind: ModelKind::HfDense, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
+        let m = Footprint { path: PathBuf::new(), kind: ModelKind::HfCheckpoint, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = State::plan_bytes(&cfg, 8, 4, 2);

@@ -5,6 +5,7 @@ use super::args::{flag, parse_size, val, Args, Command};
 use super::commands::{model_options, model_path, Failure};
 use super::HELP_OPT;
 use waste::format::json::Json;
+use waste::cache::plan::ModelKind;
 use waste::{BudgetSource, MemoryPlan, RamReading};
 
 pub const PLAN: Command = Command {
@@ -30,7 +31,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             "option `--budget`: `{s}` is not a size (bytes, or a number with K, M, G or T: binary units)")))?),
     };
     let opts = model_options(a)?;
-    let plan = waste::plan_memory_opts(model_path(a)?, &opts)?;
+    let path = model_path(a)?;
+    let plan = waste::plan_memory_opts(path, &opts)?;
     let ram = waste::cache::ram::read_ram()?;
     // An explicit budget under the floor fails here, before anything else is printed.
     let chosen = waste::resolve_budget(&plan, ram.usable_bytes, budget)?;
@@ -52,7 +54,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         }
         println!("{}", Json::object(m.into_iter().map(|(k, v)| (k, Json::uint(v)))).to_string_pretty());
     } else {
-        print_table(&plan, &ram, &chosen);
+        print_table(path, &plan, &ram, &chosen);
     }
     if let Some(w) = &chosen.warning {
         eprintln!("waste plan: warning: {w}");
@@ -60,8 +62,13 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     Ok(())
 }
 
-fn print_table(plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) {
+fn print_table(path: &str, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) {
     let row = |label: &str, bytes: u64| println!("  {label:<24} {:>12}  {bytes:>15} bytes", human(bytes));
+    let kind = match plan.kind {
+        ModelKind::HfCheckpoint => "Hugging Face checkpoint, loaded whole",
+        ModelKind::Container => "waste container, experts streamed",
+    };
+    println!("  model {path} ({kind})");
     println!("  context {} tokens, {} threads, prefill chunk {}", plan.ctx, plan.threads, plan.prefill_chunk);
     row("resident trunk", plan.trunk_bytes);
     row("state + KV cache", plan.state_bytes);
@@ -76,7 +83,7 @@ fn print_table(plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) {
         BudgetSource::WorkingSets(n) => format!(" (no --budget: floor + {n} working sets)"),
         BudgetSource::Floor => " (no --budget: the floor)".to_string(),
     };
-    let dense = if plan.has_experts() { "" } else { " (a dense model has no experts)" };
+    let dense = if plan.has_experts() { "" } else { " (no experts stream: nothing to cache)" };
     println!("  budget {}{how} -> expert cache {}{dense}", human(chosen.bytes), human(chosen.expert_cache_bytes));
     println!();
     row("physical RAM", ram.physical_bytes);
