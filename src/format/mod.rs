@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod container;
+pub mod convert;
 pub mod crc32;
 pub mod dtype;
 pub mod json;

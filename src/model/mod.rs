@@ -16,6 +16,8 @@ pub mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
+use crate::cache::{min_cache_bytes, CacheOptions, CacheStats, ExpertCache};
+use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
 use crate::kernels::{self, Kernels, Pool};
@@ -101,13 +103,19 @@ impl Model {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
-        let cfg = ModelConfig::load(path)?;
-        let ckpt = Checkpoint::open(path)?;
+        let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        let (cfg, ckpt) = match &manifest {
+            Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
+            None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
+        };
         let mut loader = weights::Loader::new(&ckpt);
-        let weights = weights::load_trunk(&mut loader, &cfg)?;
-        let experts = experts::load_resident(&mut loader, &cfg)?;
-        let mut weights = weights;
-        weights.params = loader.params;
+        let mut weights = weights::load_trunk(&mut loader, &cfg)?;
+        let experts = match &manifest {
+            Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &cache_options(m, opts))?)),
+            Some(_) => Experts::None,
+            None => experts::load_resident(&mut loader, &cfg)?,
+        };
+        weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
         let tokenizer = match Tokenizer::from_model_dir(path) {
             Ok(t) => Some(t),
@@ -189,6 +197,14 @@ impl Model {
         let mut ids: Vec<u32> = tok.bos().into_iter().collect();
         ids.extend(tok.encode(text));
         Ok(ids)
+    }
+
+    /// Expert-cache statistics, for a model whose experts stream from disk.
+    pub fn cache_stats(&self) -> Option<&CacheStats> {
+        match &self.experts {
+            Experts::Streamed(c) => Some(c.stats()),
+            _ => None,
+        }
     }
 
     /// Number of tokens in the session so far.
@@ -400,6 +416,22 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
     linear(k, pool, &m.up, &st.h, n, &mut st.up);
     kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
     linear(k, pool, &m.down, &st.gate, n, &mut st.out);
+}
+
+/// The cache a container gets: the options' size, or every expert when they fit in a quarter
+/// of physical RAM, else that quarter (never below the double-buffered minimum).
+fn cache_options(m: &Manifest, opts: &Options) -> CacheOptions {
+    let bytes = if opts.cache_bytes > 0 {
+        opts.cache_bytes
+    } else {
+        m.expert_bytes().min(crate::sys::physical_ram_bytes() / 4).max(min_cache_bytes(m))
+    };
+    CacheOptions { bytes, io_threads: opts.io_threads, verify: opts.verify, policy: None }
+}
+
+/// Parameters of a container's routed experts (their matrices' elements).
+fn expert_params(m: &Manifest) -> u64 {
+    m.banks.iter().map(|b| b.experts as u64 * b.layout.matrices.iter().map(|x| (x.rows * x.cols) as u64).sum::<u64>()).sum()
 }
 
 /// EOS ids from `generation_config.json`, when present.
