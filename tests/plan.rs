@@ -468,9 +468,12 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + k * record * 2);
         assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
         assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
-        // A budget's expert cache is everything above trunk, state and scratch.
-        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 12345)).unwrap();
-        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 12345);
+        // A budget's expert cache is the whole slots above trunk, state and scratch, at most
+        // every record.
+        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * record + 100)).unwrap();
+        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 3 * record);
+        let all = moe_layers * moe.experts as u64 * record;
+        assert_eq!(waste::resolve_budget(&c, 1 << 40, Some(1 << 40)).unwrap().expert_cache_bytes, all);
         // Without a budget, on a large machine: floor + 3 working sets.
         let b = waste::resolve_budget(&c, 1 << 40, None).unwrap();
         assert_eq!((b.bytes, b.source), (c.recommended_bytes(), waste::BudgetSource::WorkingSets(3)));
@@ -493,4 +496,27 @@ fn cli_plan_of_a_container() {
     let (status, _, err) = waste(&["plan", d, "--ctx", "64", "--budget", &(floor - 1).to_string()]);
     assert_eq!(status, 1);
     assert!(err.contains(&format!("floor of {floor} bytes")) && err.contains("waste plan"), "{err}");
+}
+
+#[test]
+fn plan_equals_what_open_holds_for_converted_containers() {
+    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    for (name, trunk, experts) in [("olmoe_f32", Encoding::BF16, Encoding::F16), ("qwen3_moe_f32", Encoding::F32, Encoding::BF16), ("mixtral_f32", Encoding::F16, Encoding::F32)] {
+        let out = temp_dir(&format!("plan-convert-{name}")).join("model.waste");
+        let src = fixture(&format!("oracles/{name}/model"));
+        convert(&ConvertOptions { trunk, experts, ..ConvertOptions::new(&src, &out) }, &mut |_| {}).unwrap();
+        let base = Options { ctx: 48, threads: 2, prefill_chunk: 4, io_threads: 0, ..Options::default() };
+        let plan = waste::plan_memory_opts(&out, &base).unwrap();
+        assert!(plan.has_experts(), "{name}");
+        // The floor, floor + 1 working set, and a budget above every expert.
+        for budget in [plan.floor_bytes(), plan.floor_bytes() + plan.working_set_bytes + 1000, 1 << 40] {
+            let cache = plan.expert_cache_bytes(budget).unwrap();
+            let model = Model::open(&out, &Options { cache_bytes: cache, ..base.clone() }).unwrap();
+            let info = model.info();
+            let what = format!("{name} at a budget of {budget}");
+            assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk + expert cache: {what}");
+            assert_eq!((info.kv_bytes, info.scratch_bytes), (plan.state_bytes, plan.scratch_bytes), "{what}");
+            assert!(plan.resident_bytes() + cache <= budget, "{what}");
+        }
+    }
 }

@@ -52,6 +52,8 @@ pub struct ExpertShape {
     pub moe_layers: usize,
     /// Bytes of the largest expert record (what one cache slot must hold).
     pub largest_record_bytes: u64,
+    /// Expert records in all banks (a cache never needs more slots than this).
+    pub records: u64,
     /// Read buffers the expert loader holds outside the cache (counted as scratch).
     pub io_buffer_bytes: u64,
 }
@@ -83,6 +85,10 @@ pub struct MemoryPlan {
     pub min_expert_cache_bytes: u64,
     /// One token's experts over every MoE layer; 0 for a dense model.
     pub working_set_bytes: u64,
+    /// Bytes of one expert-cache slot (the largest record); 0 when no expert streams.
+    pub expert_slot_bytes: u64,
+    /// Expert records in the model: the cache never holds more.
+    pub expert_records: u64,
 }
 
 /// How the budget was chosen.
@@ -145,6 +151,7 @@ impl Footprint {
                 top_k: moe.top_k,
                 moe_layers: m.banks.len(),
                 largest_record_bytes: m.max_record_bytes() as u64,
+                records: m.banks.iter().map(|b| b.experts as u64).sum(),
                 io_buffer_bytes: 0,
             }),
             _ => None,
@@ -160,11 +167,12 @@ impl MemoryPlan {
         let ctx = opts.resolved_ctx(m.cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
         let (kv, scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
-        let (min_cache, working_set, io) = match &m.experts {
-            None => (0, 0, 0),
+        let (min_cache, working_set, io, slot, records) = match &m.experts {
+            None => (0, 0, 0, 0, 0),
             Some(e) => {
-                let slot = e.top_k as u64 * e.largest_record_bytes;
-                (slot.saturating_mul(2), slot.saturating_mul(e.moe_layers as u64), e.io_buffer_bytes)
+                let per_layer = (e.top_k as u64).saturating_mul(e.largest_record_bytes);
+                (per_layer.saturating_mul(2), per_layer.saturating_mul(e.moe_layers as u64), e.io_buffer_bytes,
+                 e.largest_record_bytes, e.records)
             }
         };
         MemoryPlan {
@@ -177,6 +185,8 @@ impl MemoryPlan {
             scratch_bytes: scratch.saturating_add(io),
             min_expert_cache_bytes: min_cache,
             working_set_bytes: working_set,
+            expert_slot_bytes: slot,
+            expert_records: records,
         }
     }
 
@@ -202,15 +212,21 @@ impl MemoryPlan {
 
     /// True when the model streams routed experts through a cache.
     pub fn has_experts(&self) -> bool {
-        self.min_expert_cache_bytes > 0
+        self.min_expert_cache_bytes > 0 && self.expert_slot_bytes > 0
     }
 
-    /// The expert cache a budget leaves: everything above trunk, state and scratch (so it
-    /// includes the minimum expert cache). A dense model has none: the rest stays unused.
-    /// A budget under the floor is an error (see [`MemoryPlan::check_budget`]).
+    /// The expert cache a budget leaves, as the cache allocates it: whole slots in what is
+    /// left above trunk, state and scratch (so it includes the minimum expert cache), never
+    /// more slots than the model has records. When no expert streams there is no cache and
+    /// the rest of the budget stays unused. A budget under the floor is an error (see
+    /// [`MemoryPlan::check_budget`]).
     pub fn expert_cache_bytes(&self, budget: u64) -> Result<u64> {
         self.check_budget(budget)?;
-        Ok(if self.has_experts() { budget - self.resident_bytes() } else { 0 })
+        if !self.has_experts() {
+            return Ok(0);
+        }
+        let slots = ((budget - self.resident_bytes()) / self.expert_slot_bytes).min(self.expert_records);
+        Ok(slots * self.expert_slot_bytes)
     }
 
     /// Fails with [`ErrorKind::RamBudget`] when `budget` is under the floor; the message gives
@@ -424,9 +440,10 @@ mod tests {
     use super::*;
 
     fn moe_plan(ws: u64) -> MemoryPlan {
-        // trunk 1000 + state 200 + scratch 100 + min cache 50 = floor 1350.
-        MemoryPlan { kind: ModelKind::HfCheckpoint, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
-            state_bytes: 200, scratch_bytes: 100, min_expert_cache_bytes: 50, working_set_bytes: ws }
+        // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
+        MemoryPlan { kind: ModelKind::Container, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
+            state_bytes: 200, scratch_bytes: 100, min_expert_cache_bytes: 50, working_set_bytes: ws,
+            expert_slot_bytes: 25, expert_records: 1000 }
     }
 
     #[test]
@@ -436,6 +453,11 @@ mod tests {
         assert_eq!(p.recommended_bytes(), 2550);
         assert_eq!(p.expert_cache_bytes(1350).unwrap(), 50);
         assert_eq!(p.expert_cache_bytes(4000).unwrap(), 2700);
+        // Whole slots only, and never more than every record.
+        assert_eq!(p.expert_cache_bytes(1374).unwrap(), 50);
+        assert_eq!(p.expert_cache_bytes(1375).unwrap(), 75);
+        let few = MemoryPlan { expert_records: 60, ..p.clone() };
+        assert_eq!(few.expert_cache_bytes(1 << 40).unwrap(), 1500);
         let e = p.expert_cache_bytes(1349).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::RamBudget);
         assert!(e.message().contains("1350 bytes") && e.message().contains("waste plan"), "{e}");
@@ -470,8 +492,8 @@ mod tests {
 
     #[test]
     fn dense_model_has_no_expert_cache() {
-        let mut p = moe_plan(0);
-        p.min_expert_cache_bytes = 0;
+        let p = MemoryPlan { min_expert_cache_bytes: 0, working_set_bytes: 0, expert_slot_bytes: 0, expert_records: 0,
+            kind: ModelKind::HfCheckpoint, ..moe_plan(0) };
         assert_eq!(p.floor_bytes(), 1300);
         assert_eq!(p.recommended_bytes(), 1300);
         let b = resolve_budget(&p, 1 << 30, None).unwrap();
@@ -486,7 +508,7 @@ mod tests {
             "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
             "max_position_embeddings":64}"#).unwrap();
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).unwrap();
-        let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, io_buffer_bytes: 7 };
+        let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, records: 16, io_buffer_bytes: 7 };
         let m = Footprint { path: PathBuf::new(), kind: ModelKind::HfCheckpoint, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
@@ -496,5 +518,7 @@ mod tests {
         assert_eq!(p.working_set_bytes, 8000);
         assert_eq!(p.floor_bytes(), 5 + kv + scratch + 7 + 8000);
         assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24000);
+        assert_eq!((p.expert_slot_bytes, p.expert_records), (1000, 16));
+        assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).unwrap(), 16000);
     }
 }
