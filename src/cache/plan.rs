@@ -38,8 +38,8 @@ pub enum ModelKind {
     /// model's routed experts are resident records, counted in the trunk, and nothing streams.
     HfCheckpoint,
     /// A waste container: trunk resident, routed experts streamed from its banks through the
-    /// expert cache. Provisional until `Model::open` reads containers: the trunk is counted
-    /// as the Hugging Face loader holds the same tensors, and expert I/O buffers as 0.
+    /// expert cache (records are read straight into cache slots, so there are no separate
+    /// I/O buffers).
     Container,
 }
 
