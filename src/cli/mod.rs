@@ -6,6 +6,7 @@
 mod args;
 mod commands;
 mod moe;
+mod plan;
 
 use args::{flag, val, Command, Opt, Usage};
 
@@ -148,7 +149,7 @@ pub const BENCH_DISK: Command = Command {
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &CONVERT, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &CONVERT, &plan::PLAN, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
