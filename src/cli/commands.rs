@@ -37,6 +37,8 @@ pub fn dispatch(name: &str, a: &Args) -> Outcome {
         "info" => info(a),
         "bench" => bench(a),
         "random-model" => random_model(a),
+        "quantize" => super::quant::quantize(a),
+        "compare" => super::quant::compare(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
@@ -50,7 +52,7 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> Failure {
 }
 
 /// The model options shared by every command that opens one.
-fn model_options(a: &Args) -> Result<Options, Failure> {
+pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     let mut o = Options::default();
     if let Some(t) = a.num("threads", 0usize, 1024)? {
         o.threads = t;
@@ -147,7 +149,7 @@ fn run(a: &Args) -> Outcome {
     Ok(())
 }
 
-fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
+pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
     list.split(',')
         .map(|s| s.trim().parse::<u32>().map_err(|_| Failure::Usage(format!("option `--ids`: `{s}` is not a token id"))))
         .collect()

@@ -8,6 +8,7 @@
 
 use super::dtype::DType;
 use super::json::{self, Json};
+use super::quant::{self, Width};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,12 +44,16 @@ pub struct SafeTensors {
     pub file_size: u64,
     pub tensors: Vec<TensorInfo>,
     pub metadata: Vec<(String, String)>,
+    /// The block width of a quantized file (seed 000), `None` for an ordinary one.
+    pub width: Option<Width>,
     by_name: HashMap<String, usize>,
 }
 
 impl SafeTensors {
     /// Opens `path` and validates its header: the length bounded by the file, valid UTF-8 JSON,
-    /// known dtypes, offsets inside the data, lengths matching shape × dtype, no overlaps.
+    /// known dtypes, offsets inside the data, lengths matching shape × dtype, no overlaps, and
+    /// for a quantized file the rules of [`quant::check_header`] (block scales are checked when
+    /// a tensor's bytes are read: [`quant::check_scales`]).
     pub fn open(path: &Path) -> Result<SafeTensors> {
         let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
         let file_size = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
@@ -71,8 +76,9 @@ impl SafeTensors {
         crate::sys::read_exact_at(&file, path, &mut header, 8)?;
         let data_start = 8 + header_len;
         let (tensors, metadata) = parse_header(path, &header, data_start, file_size)?;
+        let width = quant::check_header(path, &tensors, &metadata)?;
         let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, by_name })
+        Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, width, by_name })
     }
 
     /// The entry named `name`.
@@ -182,12 +188,7 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
             data_start.saturating_add(end))));
     }
     let expected = dtype.tensor_bytes(&shape).ok_or_else(|| {
-        if dtype.is_quantized() {
-            bad(format!("field `shape` {shape:?} is not a 2-D shape of whole {}-weight blocks for {dtype}",
-                super::dtype::BLOCK))
-        } else {
-            bad(format!("field `shape` {shape:?} overflows"))
-        }
+        bad(quant::shape_problem(dtype, &shape).unwrap_or_else(|| format!("field `shape` {shape:?} overflows")))
     })?;
     if end - begin != expected {
         return Err(bad(format!(
@@ -213,10 +214,19 @@ impl Checkpoint {
         } else {
             (path.to_path_buf(), shard_paths(path)?)
         };
-        let mut files = Vec::with_capacity(names.len());
+        let mut files: Vec<SafeTensors> = Vec::with_capacity(names.len());
         let mut by_name = HashMap::new();
         for (fi, p) in names.iter().enumerate() {
             let st = SafeTensors::open(p)?;
+            // One checkpoint, one width: shards of a quantized checkpoint agree with each other.
+            if let Some(first) = files.first() {
+                if st.width != first.width {
+                    let name = |w: Option<Width>| w.map_or("not quantized", |w| w.format_name());
+                    return Err(Error::format(p, format!(
+                        "the file is {} but {} is {}: a checkpoint carries one width",
+                        name(st.width), first.path.display(), name(first.width))));
+                }
+            }
             for (ti, t) in st.tensors.iter().enumerate() {
                 if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
                     return Err(Error::format(p, format!(
@@ -237,6 +247,11 @@ impl Checkpoint {
     /// Every tensor, file by file, in header order.
     pub fn tensors(&self) -> impl Iterator<Item = (&SafeTensors, &TensorInfo)> {
         self.files.iter().flat_map(|f| f.tensors.iter().map(move |t| (f, t)))
+    }
+
+    /// The block width of a quantized checkpoint (every file agrees), `None` otherwise.
+    pub fn width(&self) -> Option<Width> {
+        self.files.first().and_then(|f| f.width)
     }
 
     /// Total bytes of the weight files.

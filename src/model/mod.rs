@@ -8,6 +8,7 @@
 //! decoding give bit-identical logits.
 
 pub mod bench;
+pub mod compare;
 pub mod rope;
 pub mod state;
 pub mod weights;
