@@ -405,6 +405,26 @@ mod tests {
         assert_eq!(block[3], 0x30);
     }
 
+    /// The worked example of `docs/QUANT_FORMAT.md`, byte for byte.
+    #[test]
+    fn documented_example_blocks() {
+        let w: Vec<f32> = (0..32).map(|i| [7.0, -7.0, 0.0, 3.0, -1.0, 5.0, -6.0, 2.0][i % 8]).collect();
+        let mut q4 = [0u8; 18];
+        encode_block(Width::Q4, &w, &mut q4).unwrap();
+        let mut want = vec![0x00, 0x3c];
+        for _ in 0..4 {
+            want.extend_from_slice(&[0x97, 0x30, 0x5f, 0x2a]);
+        }
+        assert_eq!(q4.to_vec(), want);
+        let mut q8 = [0u8; 34];
+        encode_block(Width::Q8, &w, &mut q8).unwrap();
+        let mut want = vec![0x0e, 0x2b];
+        for _ in 0..4 {
+            want.extend_from_slice(&[0x7f, 0x81, 0x00, 0x36, 0xee, 0x5b, 0x93, 0x24]);
+        }
+        assert_eq!(q8.to_vec(), want);
+    }
+
     #[test]
     fn q8_levels_and_scale() {
         let w: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect(); // -16..=15
