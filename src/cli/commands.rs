@@ -30,7 +30,7 @@ impl From<waste::Error> for Failure {
 
 type Outcome = Result<(), Failure>;
 
-pub fn dispatch(name: &str, a: &Args) -> Outcome {
+pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
         "run" => run(a),
         "eval" => eval(a),
@@ -39,6 +39,8 @@ pub fn dispatch(name: &str, a: &Args) -> Outcome {
         "random-model" => random_model(a),
         "quantize" => super::quant::quantize(a),
         "compare" => super::quant::compare(a),
+        "convert" => super::moe::convert(a),
+        "bench cache" => super::moe::bench_cache(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
@@ -64,6 +66,14 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    if let Some(v) = a.value("cache") {
+        o.cache_bytes = super::args::parse_size(v).filter(|&b| b > 0)
+            .ok_or_else(|| Failure::Usage(format!("option `--cache`: `{v}` is not a size (bytes, or K/M/G/T)")))?;
+    }
+    if let Some(n) = a.num("io-threads", 0usize, 256)? {
+        o.io_threads = n;
+    }
+    o.verify = a.flag("verify");
     Ok(o)
 }
 
@@ -145,7 +155,8 @@ fn run(a: &Args) -> Outcome {
     })?;
     let _ = writeln!(out);
     let secs = summary.decode_time.as_secs_f64();
-    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s]", summary.tokens, secs, summary.tokens_per_second());
+    let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
+    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s{experts}]", summary.tokens, secs, summary.tokens_per_second());
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod moe;
 mod quant;
 
 use args::{flag, val, Command, Opt, Usage};
@@ -15,6 +16,9 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
+    val("cache", "SIZE", "expert cache for a container: bytes or K/M/G/T (binary units)"),
+    val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
+    flag("verify", "check the CRC-32 of every expert record read"),
 ];
 
 const SAMPLING_OPTS: &[Opt] = &[
@@ -100,7 +104,38 @@ pub const VERSION: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &RANDOM_MODEL, &quant::QUANTIZE, &quant::COMPARE, &VERSION];
+pub const CONVERT: Command = Command {
+    name: "convert",
+    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4]",
+    about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
+Resumable: run the same command again after an interruption and it finishes.",
+    opts: &[&[
+        val("in", "DIR", "the Hugging Face checkpoint directory"),
+        val("out", "DIR", "the container directory to write"),
+        val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
+        val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
+        val("experts", "ENC", "routed experts: f32, bf16, f16, q8 or q4 (default q4)"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+pub const BENCH_CACHE: Command = Command {
+    name: "bench cache",
+    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
+    about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
+    opts: &[&[
+        val("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
+        val("slots", "N", "cache slots (records)"),
+        val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
+        val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
+        val("policy", "NAME", "next-use (the engine's), frequency or lru"),
+        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 8, the engine's)"),
+        flag("json", "print JSON"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &CONVERT, &RANDOM_MODEL, &quant::QUANTIZE, &quant::COMPARE, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
@@ -127,11 +162,18 @@ pub fn main(args: Vec<String>) -> i32 {
         println!("waste {}", waste::VERSION);
         return 0;
     }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
-        eprintln!("waste: unknown command `{name}` (see `waste --help`)");
-        return 2;
+    // `bench` has sub-benchmarks named by its first argument.
+    let sub = args.get(1).map(|a| format!("{name} {a}"));
+    let (cmd, rest) = match COMMANDS.iter().find(|c| Some(c.name) == sub.as_deref()) {
+        Some(c) => (c, &args[2..]),
+        None => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(c) => (c, &args[1..]),
+            None => {
+                eprintln!("waste: unknown command `{name}` (see `waste --help`)");
+                return 2;
+            }
+        },
     };
-    let rest = &args[1..];
     let parsed = match cmd.parse(rest) {
         Ok(p) => p,
         Err(Usage(msg)) => {

@@ -428,18 +428,21 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
 }
 
 fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result<MoeConfig> {
-    let (experts_key, width_key) = match arch {
-        Arch::Mixtral => ("num_local_experts", "intermediate_size"),
-        Arch::Olmoe => ("num_experts", "intermediate_size"),
-        _ => ("num_experts", "moe_intermediate_size"),
+    let width_key = match arch {
+        Arch::Mixtral | Arch::Olmoe => "intermediate_size",
+        _ => "moe_intermediate_size",
     };
+    // transformers 5 writes `num_local_experts` for every family; older configs use
+    // `num_experts` (Qwen, OLMoE) — spec §0.7's aliases.
+    let experts_key = ["num_local_experts", "num_experts", "n_routed_experts"]
+        .into_iter().find(|k| f.get(k).is_some()).unwrap_or("num_experts");
     let experts = f.usize_req(experts_key)?;
     let top_k = f.usize_req("num_experts_per_tok")?;
     if experts == 0 || experts > 1 << 16 {
         return Err(Error::config(f.path, experts_key, format!("{experts} is out of range 1..=65536")));
     }
-    if top_k == 0 || top_k > experts {
-        return Err(Error::config(f.path, "num_experts_per_tok", format!("{top_k} is out of range 1..={experts}")));
+    if top_k == 0 || top_k > experts.min(64) {
+        return Err(Error::config(f.path, "num_experts_per_tok", format!("{top_k} is out of range 1..={}", experts.min(64))));
     }
     let expert_intermediate = f.usize_req(width_key)?;
     if expert_intermediate == 0 || expert_intermediate > MAX_DIM {
