@@ -41,6 +41,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "compare" => super::quant::compare(a),
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
+        "bench disk" => super::moe::bench_disk(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())

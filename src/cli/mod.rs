@@ -135,7 +135,19 @@ pub const BENCH_CACHE: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &CONVERT, &RANDOM_MODEL, &quant::QUANTIZE, &quant::COMPARE, &VERSION];
+pub const BENCH_DISK: Command = Command {
+    name: "bench disk",
+    usage: "bench disk FILE [--record SIZE] [--threads N] [--limit SIZE]",
+    about: "Measure the disk's O_DIRECT read bandwidth at the expert record size (the bound on streaming).",
+    opts: &[&[
+        val("record", "SIZE", "bytes per read, a multiple of 4096 (default 4M); K/M/G suffixes"),
+        val("threads", "N", "reads in flight (default 4, the engine's I/O threads)"),
+        val("limit", "SIZE", "read at most this much of the file (default 4G)"),
+    ], HELP_OPT],
+    positionals: &["FILE"],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &CONVERT, &RANDOM_MODEL, &quant::QUANTIZE, &quant::COMPARE, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
