@@ -252,3 +252,30 @@ fn quantize_and_compare_commands_print_the_seed_lines() {
     assert_eq!(code, 1);
     assert!(err.contains("model.layers.0.mlp.down_proj.weight"), "{err}");
 }
+
+/// The container converter encodes its quantized trunk files and expert records with the same
+/// codec: a Qwen3-MoE fixture (every dimension a multiple of 32) converted at q8 and at the
+/// default q4/q8 mix opens (so every trunk file passed the reader's rules) and stays near
+/// the float model, q8 nearer than q4.
+#[test]
+fn quantized_containers_run_through_the_model() {
+    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    let dir = fixture("oracles/qwen3_moe_f32");
+    let prompt = ids_of(read_json(&dir.join("input_ids.json")).get("prompt_ids").unwrap());
+    let mut want = Vec::new();
+    Model::open(dir.join("model"), &opts()).unwrap().eval_all(&prompt, &mut want).unwrap();
+    let mut errors = Vec::new();
+    for (tag, trunk, experts, near) in [("q8", Encoding::Q8, Encoding::Q8, 0.06f32), ("q4", Encoding::Q4, Encoding::Q4, 0.8)] {
+        let out = temp_dir(&format!("container-{tag}")).join("model.waste");
+        let o = ConvertOptions { trunk, experts, ..ConvertOptions::new(dir.join("model"), &out) };
+        convert(&o, &mut |_| {}).unwrap();
+        let mut m = Model::open(&out, &opts()).unwrap();
+        let mut got = Vec::new();
+        m.eval_all(&prompt, &mut got).unwrap();
+        let rel = rel_max_diff(&got, &want);
+        println!("qwen3_moe_f32 container {tag}: logits vs float {rel:.2e}");
+        assert!(rel > 0.0 && rel < near, "{tag}: {rel}");
+        errors.push(rel);
+    }
+    assert!(errors[0] * 4.0 < errors[1], "q8 {} is not well below q4 {}", errors[0], errors[1]);
+}

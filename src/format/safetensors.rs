@@ -224,19 +224,10 @@ impl Checkpoint {
     }
 
     fn from_paths(dir: &Path, names: &[PathBuf]) -> Result<Checkpoint> {
-        let mut files: Vec<SafeTensors> = Vec::with_capacity(names.len());
+        let mut files = Vec::with_capacity(names.len());
         let mut by_name = HashMap::new();
         for (fi, p) in names.iter().enumerate() {
             let st = SafeTensors::open(p)?;
-            // One checkpoint, one width: shards of a quantized checkpoint agree with each other.
-            if let Some(first) = files.first() {
-                if st.width != first.width {
-                    let name = |w: Option<Width>| w.map_or("not quantized", |w| w.format_name());
-                    return Err(Error::format(p, format!(
-                        "the file is {} but {} is {}: a checkpoint carries one width",
-                        name(st.width), first.path.display(), name(first.width))));
-                }
-            }
             for (ti, t) in st.tensors.iter().enumerate() {
                 if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
                     return Err(Error::format(p, format!(
@@ -259,9 +250,11 @@ impl Checkpoint {
         self.files.iter().flat_map(|f| f.tensors.iter().map(move |t| (f, t)))
     }
 
-    /// The block width of a quantized checkpoint (every file agrees), `None` otherwise.
+    /// The block width of the first quantized file, `None` when no file is quantized. (The
+    /// seed's rule is one width per *file*: a container's trunk keeps, for example, Q8B32
+    /// embeddings and Q4B32 projections in two files of one checkpoint.)
     pub fn width(&self) -> Option<Width> {
-        self.files.first().and_then(|f| f.width)
+        self.files.iter().find_map(|f| f.width)
     }
 
     /// Total bytes of the weight files.
