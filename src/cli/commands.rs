@@ -311,12 +311,19 @@ fn bench(a: &Args) -> Outcome {
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
+            ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
+            ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
         ]).to_string_pretty());
     } else {
         println!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
         println!("kernels  {} x {} threads", i.isa, i.threads);
         println!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
         println!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
+        if let Some(c) = &report.decode_cache {
+            println!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
+                c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
+                if c.direct_io { "O_DIRECT" } else { "buffered reads" });
+        }
     }
     Ok(())
 }
@@ -338,7 +345,17 @@ fn random_model(a: &Args) -> Outcome {
     };
     let seed = a.num("seed", 0u64, u64::MAX)?.unwrap_or(1);
     let t = Instant::now();
-    let bytes = random::write_checkpoint(Path::new(out), &config, dtype, seed)?;
+    let is_moe = config.get("num_experts").or(config.get("num_local_experts")).is_some();
+    let bytes = if a.flag("container") || is_moe {
+        let experts = match a.value("experts").unwrap_or("q4") {
+            "q4" => waste::format::dtype::DType::Q4B32,
+            "q8" => waste::format::dtype::DType::Q8B32,
+            other => return Err(Failure::Usage(format!("option `--experts`: `{other}` is not q4 or q8"))),
+        };
+        random::write_container(Path::new(out), &config, experts, seed)?
+    } else {
+        random::write_checkpoint(Path::new(out), &config, dtype, seed)?
+    };
     eprintln!("wrote {out}: {bytes} bytes in {:.1} s", t.elapsed().as_secs_f64());
     Ok(())
 }

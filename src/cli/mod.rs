@@ -83,14 +83,16 @@ pub const BENCH: Command = Command {
 
 pub const RANDOM_MODEL: Command = Command {
     name: "random-model",
-    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--seed N]",
+    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--container [--experts q4|q8]] [--seed N]",
     about: "Write a checkpoint of random weights with a real model's shape, for benchmarks. \
-Presets: smollm2-135m, llama-1b.",
+Presets: smollm2-135m, llama-1b (dense), qwen3-30b-a3b (MoE: written as a container).",
     opts: &[&[
         val("preset", "NAME", "a known shape"),
         val("config", "FILE", "a config.json to take the shape from"),
         val("out", "DIR", "output directory (config.json + model.safetensors)"),
         val("dtype", "T", "bf16 (default), f16 or f32"),
+        flag("container", "write a container directly (MoE shapes): q4 trunk, q8 embeddings/head/routers"),
+        val("experts", "ENC", "with --container: q4 (default) or q8 experts"),
         val("seed", "N", "random seed (default 1)"),
     ], HELP_OPT],
     positionals: &[],
