@@ -38,6 +38,8 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "bench" => bench(a),
         "plan" => super::plan::run(a),
         "random-model" => random_model(a),
+        "quantize" => super::quant::quantize(a),
+        "compare" => super::quant::compare(a),
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
         "bench disk" => super::moe::bench_disk(a),
@@ -160,7 +162,7 @@ fn run(a: &Args) -> Outcome {
     Ok(())
 }
 
-fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
+pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
     list.split(',')
         .map(|s| s.trim().parse::<u32>().map_err(|_| Failure::Usage(format!("option `--ids`: `{s}` is not a token id"))))
         .collect()

@@ -7,11 +7,12 @@ mod args;
 mod commands;
 mod moe;
 mod plan;
+mod quant;
 
 use args::{flag, val, Command, Opt, Usage};
 
 /// Options every command that opens a model accepts.
-const MODEL_OPTS: &[Opt] = &[
+pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
@@ -34,7 +35,7 @@ const SAMPLING_OPTS: &[Opt] = &[
     flag("ignore-eos", "keep generating past end-of-sequence tokens"),
 ];
 
-const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+pub(crate) const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
 
 pub const RUN: Command = Command {
     name: "run",
@@ -149,7 +150,8 @@ pub const BENCH_DISK: Command = Command {
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &CONVERT, &plan::PLAN, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &plan::PLAN, &CONVERT,
+    &quant::QUANTIZE, &quant::COMPARE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

@@ -8,6 +8,7 @@
 //! decoding give bit-identical logits.
 
 pub mod bench;
+pub mod compare;
 pub mod experts;
 pub mod moe;
 pub mod rope;
