@@ -22,13 +22,12 @@
 //! fills a [`Footprint`]; everything after that is shared.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::config::{ModelConfig, QkNorm};
-use crate::format::container::{self, RecordLayout};
-use crate::format::dtype::DType;
-use crate::format::safetensors::{Checkpoint, SafeTensors, TensorInfo};
+use crate::format::config::ModelConfig;
+use crate::format::container;
+use crate::format::safetensors::Checkpoint;
 use crate::model::state::State;
+use crate::model::weights::{load_trunk, Loader};
 use crate::Options;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The kinds of model directory or file the planner reads.
@@ -136,16 +135,22 @@ impl Footprint {
             return Footprint::container(path);
         }
         let cfg = ModelConfig::load(path)?;
-        let tensors = TensorIndex::new(path, Checkpoint::open(path)?.files)?;
-        let trunk_bytes = trunk_bytes(&tensors, &cfg)?.saturating_add(resident_expert_bytes(&tensors, &cfg)?);
-        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes, experts: None })
+        let ckpt = Checkpoint::open(path)?;
+        // The loader in counting mode: the same tensors, checks and byte counts as
+        // `Model::open`, with nothing read. A Hugging Face MoE checkpoint's experts are resident.
+        let mut ld = Loader::counting(&ckpt);
+        load_trunk(&mut ld, &cfg)?;
+        crate::model::experts::load_resident(&mut ld, &cfg)?;
+        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes: ld.bytes, experts: None })
     }
 
     /// A container: the trunk from its trunk files' headers, the experts from its banks.
     fn container(dir: &Path) -> Result<Footprint> {
         let m = container::Manifest::open(dir)?;
-        let files = m.trunk_files.iter().map(|f| SafeTensors::open(&dir.join(f))).collect::<Result<Vec<_>>>()?;
-        let trunk_bytes = trunk_bytes(&TensorIndex::new(dir, files)?, &m.config)?;
+        let ckpt = Checkpoint::open_files(dir, &m.trunk_files)?;
+        let mut ld = Loader::counting(&ckpt);
+        load_trunk(&mut ld, &m.config)?;
+        let trunk_bytes = ld.bytes;
         let experts = match m.config.moe.as_ref() {
             Some(moe) if !m.banks.is_empty() => Some(ExpertShape {
                 top_k: moe.top_k,
@@ -270,169 +275,6 @@ pub fn resolve_budget(plan: &MemoryPlan, usable_ram: u64, explicit: Option<u64>)
         "the floor of {floor} bytes is above 7/8 of the {usable_ram} bytes of usable RAM ({cap} bytes); \
 running at the floor"));
     Ok(Budget { bytes, expert_cache_bytes: plan.expert_cache_bytes(bytes)?, source, warning })
-}
-
-/// Bytes of the resident weights as `model::weights::load_trunk` holds them: the same
-/// tensors (everything but routed experts), matrices at their stored size, 1-D vectors widened
-/// to f32. Shapes and dtypes are checked as the loader checks them, so a plan exists exactly
-/// when the model opens.
-fn trunk_bytes(t: &TensorIndex, cfg: &ModelConfig) -> Result<u64> {
-    let mut sum = Tally { t, bytes: 0 };
-    let (h, hd, qd, kvd) = (cfg.hidden, cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
-    sum.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
-    for l in 0..cfg.layers {
-        let p = format!("model.layers.{l}");
-        match cfg.qk_norm {
-            QkNorm::None => {}
-            QkNorm::PerHead => {
-                sum.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?;
-                sum.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?;
-            }
-            QkNorm::Whole => {
-                sum.vector(&format!("{p}.self_attn.q_norm.weight"), qd)?;
-                sum.vector(&format!("{p}.self_attn.k_norm.weight"), kvd)?;
-            }
-        }
-        sum.linear(&format!("{p}.self_attn.q_proj"), qd, h, cfg.qkv_bias)?;
-        sum.linear(&format!("{p}.self_attn.k_proj"), kvd, h, cfg.qkv_bias)?;
-        sum.linear(&format!("{p}.self_attn.v_proj"), kvd, h, cfg.qkv_bias)?;
-        sum.linear(&format!("{p}.self_attn.o_proj"), h, qd, cfg.o_bias)?;
-        match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
-            Some(moe) => {
-                // Spec §2: the router, and Qwen2-MoE's shared expert with its scalar gate.
-                let b = format!("{p}.{}", moe.layout.block);
-                sum.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
-                if moe.shared_intermediate > 0 {
-                    sum.mlp(&format!("{b}.shared_expert"), h, moe.shared_intermediate, false)?;
-                    sum.matrix(&format!("{b}.shared_expert_gate.weight"), 1, h)?;
-                }
-            }
-            None => sum.mlp(&format!("{p}.mlp"), h, cfg.intermediate, cfg.mlp_bias)?,
-        }
-        sum.vector(&format!("{p}.input_layernorm.weight"), h)?;
-        sum.vector(&format!("{p}.post_attention_layernorm.weight"), h)?;
-    }
-    sum.vector("model.norm.weight", h)?;
-    // Spec §0.2 step 4, as the loader applies it: the file's lm_head wins, else tie.
-    if t.get("lm_head.weight").is_some() {
-        sum.matrix("lm_head.weight", cfg.vocab, h)?;
-    } else if !cfg.tie_embeddings {
-        return Err(Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", t.origin.display())));
-    }
-    Ok(sum.bytes)
-}
-
-/// Bytes of a Hugging Face MoE checkpoint's routed experts held resident as
-/// `model::experts::load_resident` holds them: per MoE layer, one record (the container's
-/// record layout, 4096-aligned) per expert, every expert's matrices in expert 0's dtype.
-fn resident_expert_bytes(t: &TensorIndex, cfg: &ModelConfig) -> Result<u64> {
-    let Some(moe) = cfg.moe.as_ref() else { return Ok(0) };
-    let mut bytes = 0u64;
-    for l in (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)) {
-        let name = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
-        let (_, first) = t.find(&name(0, 0))?;
-        let layout = RecordLayout::new(first.dtype, cfg.hidden, moe.expert_intermediate)?;
-        for j in 0..moe.experts {
-            for (i, m) in layout.matrices.iter().enumerate() {
-                let (path, ti) = t.find(&name(j, i))?;
-                if ti.shape != [m.rows as u64, m.cols as u64] || ti.dtype != m.dtype {
-                    return Err(Error::new(ErrorKind::Tensor, format!(
-                        "{}: tensor `{}` is {} {:?}, expected {} [{}, {}] like the layer's other experts",
-                        path.display(), name(j, i), ti.dtype, ti.shape, m.dtype, m.rows, m.cols)));
-                }
-            }
-        }
-        bytes = bytes.saturating_add((layout.record_bytes as u64).saturating_mul(moe.experts as u64));
-    }
-    Ok(bytes)
-}
-
-/// The tensors of some safetensors files, found by name.
-struct TensorIndex {
-    /// The directory the files belong to (for messages).
-    origin: PathBuf,
-    files: Vec<SafeTensors>,
-    by_name: HashMap<String, (usize, usize)>,
-}
-
-impl TensorIndex {
-    fn new(origin: &Path, files: Vec<SafeTensors>) -> Result<TensorIndex> {
-        let mut by_name = HashMap::new();
-        for (fi, f) in files.iter().enumerate() {
-            for (ti, t) in f.tensors.iter().enumerate() {
-                if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
-                    return Err(Error::format(&f.path, format!(
-                        "tensor `{}` also appears in {}", t.name, files[other].path.display())));
-                }
-            }
-        }
-        Ok(TensorIndex { origin: origin.to_path_buf(), files, by_name })
-    }
-
-    /// The tensor `name` and the file holding it.
-    fn get(&self, name: &str) -> Option<(&Path, &TensorInfo)> {
-        let &(f, t) = self.by_name.get(name)?;
-        Some((&self.files[f].path, &self.files[f].tensors[t]))
-    }
-
-    /// As [`TensorIndex::get`], an error naming the tensor when it is missing.
-    fn find(&self, name: &str) -> Result<(&Path, &TensorInfo)> {
-        self.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `{name}` is missing", self.origin.display())))
-    }
-}
-
-/// Sums the resident bytes of tensors named one by one, checking each against the config.
-struct Tally<'a> {
-    t: &'a TensorIndex,
-    bytes: u64,
-}
-
-impl Tally<'_> {
-    fn find(&self, name: &str, shape: &[u64]) -> Result<&TensorInfo> {
-        let (path, t) = self.t.find(name)?;
-        if t.shape != shape {
-            return Err(Error::new(ErrorKind::Tensor, format!(
-                "{}: tensor `{name}` has shape {:?}, the config needs {shape:?}", path.display(), t.shape)));
-        }
-        Ok(t)
-    }
-
-    fn matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<()> {
-        let t = self.find(name, &[rows as u64, cols as u64])?;
-        if !t.dtype.is_compute() {
-            return Err(Error::new(ErrorKind::Unsupported, format!(
-                "{}: tensor `{name}` has dtype {}, which the engine does not compute with", self.t.origin.display(), t.dtype)));
-        }
-        self.bytes = self.bytes.saturating_add(t.len);
-        Ok(())
-    }
-
-    fn vector(&mut self, name: &str, len: usize) -> Result<()> {
-        let t = self.find(name, &[len as u64])?;
-        if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
-            return Err(Error::new(ErrorKind::Tensor, format!(
-                "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", self.t.origin.display(), t.dtype)));
-        }
-        self.bytes = self.bytes.saturating_add(len as u64 * 4);
-        Ok(())
-    }
-
-    fn linear(&mut self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<()> {
-        self.matrix(&format!("{prefix}.weight"), out, inp)?;
-        if bias {
-            self.vector(&format!("{prefix}.bias"), out)?;
-        }
-        Ok(())
-    }
-
-    /// A SwiGLU MLP `prefix.{gate,up,down}_proj`.
-    fn mlp(&mut self, prefix: &str, hidden: usize, inter: usize, bias: bool) -> Result<()> {
-        self.linear(&format!("{prefix}.gate_proj"), inter, hidden, bias)?;
-        self.linear(&format!("{prefix}.up_proj"), inter, hidden, bias)?;
-        self.linear(&format!("{prefix}.down_proj"), hidden, inter, bias)
-    }
 }
 
 #[cfg(test)]
