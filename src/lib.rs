@@ -36,6 +36,46 @@ pub mod sample;
 pub mod sys;
 pub mod tokenizer;
 
+/// Test helpers: `must()` states that a test expects success (and panics with the error when
+/// it does not), so unit tests read plainly and library code keeps no `unwrap`.
+#[cfg(test)]
+pub(crate) mod test_util {
+    pub trait Must<T> {
+        fn must(self) -> T;
+        fn must_because(self, why: &str) -> T;
+    }
+
+    impl<T, E: std::fmt::Debug> Must<T> for Result<T, E> {
+        fn must(self) -> T {
+            match self {
+                Ok(v) => v,
+                Err(e) => panic!("expected success, got {e:?}"),
+            }
+        }
+        fn must_because(self, why: &str) -> T {
+            match self {
+                Ok(v) => v,
+                Err(e) => panic!("{why}: {e:?}"),
+            }
+        }
+    }
+
+    impl<T> Must<T> for Option<T> {
+        fn must(self) -> T {
+            match self {
+                Some(v) => v,
+                None => panic!("expected a value, got None"),
+            }
+        }
+        fn must_because(self, why: &str) -> T {
+            match self {
+                Some(v) => v,
+                None => panic!("{why}"),
+            }
+        }
+    }
+}
+
 pub use error::{Error, ErrorKind, Result};
 pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};

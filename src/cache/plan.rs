@@ -280,6 +280,7 @@ running at the floor"));
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
@@ -293,13 +294,13 @@ mod tests {
         let p = moe_plan(400);
         assert_eq!(p.floor_bytes(), 1350);
         assert_eq!(p.recommended_bytes(), 2550);
-        assert_eq!(p.expert_cache_bytes(1350).unwrap(), 50);
-        assert_eq!(p.expert_cache_bytes(4000).unwrap(), 2700);
+        assert_eq!(p.expert_cache_bytes(1350).must(), 50);
+        assert_eq!(p.expert_cache_bytes(4000).must(), 2700);
         // Whole slots only, and never more than every record.
-        assert_eq!(p.expert_cache_bytes(1374).unwrap(), 50);
-        assert_eq!(p.expert_cache_bytes(1375).unwrap(), 75);
+        assert_eq!(p.expert_cache_bytes(1374).must(), 50);
+        assert_eq!(p.expert_cache_bytes(1375).must(), 75);
         let few = MemoryPlan { expert_records: 60, ..p.clone() };
-        assert_eq!(few.expert_cache_bytes(1 << 40).unwrap(), 1500);
+        assert_eq!(few.expert_cache_bytes(1 << 40).must(), 1500);
         let e = p.expert_cache_bytes(1349).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::RamBudget);
         assert!(e.message().contains("1350 bytes") && e.message().contains("waste plan"), "{e}");
@@ -309,7 +310,7 @@ mod tests {
     fn default_budget_steps_down_whole_working_sets() {
         let p = moe_plan(400);
         // cap = 7/8 usable. floor+3 = 2550, +2 = 2150, +1 = 1750, floor = 1350.
-        let pick = |usable: u64| resolve_budget(&p, usable, None).unwrap();
+        let pick = |usable: u64| resolve_budget(&p, usable, None).must();
         let b = pick(2550 * 8 / 7 + 1);
         assert_eq!((b.bytes, b.source, b.warning.is_none()), (2550, BudgetSource::WorkingSets(3), true));
         assert_eq!(b.expert_cache_bytes, 2550 - 1300);
@@ -319,16 +320,16 @@ mod tests {
         assert!(pick(1999).warning.is_none());
         let low = pick(1000);
         assert_eq!((low.bytes, low.source), (1350, BudgetSource::Floor));
-        assert!(low.warning.as_deref().unwrap().contains("1350"));
+        assert!(low.warning.as_deref().must().contains("1350"));
     }
 
     #[test]
     fn explicit_budget_is_a_ceiling() {
         let p = moe_plan(400);
-        let b = resolve_budget(&p, 1 << 40, Some(1500)).unwrap();
+        let b = resolve_budget(&p, 1 << 40, Some(1500)).must();
         assert_eq!((b.bytes, b.expert_cache_bytes, b.source), (1500, 200, BudgetSource::Explicit));
         assert!(b.warning.is_none());
-        assert!(resolve_budget(&p, 1000, Some(1500)).unwrap().warning.is_some());
+        assert!(resolve_budget(&p, 1000, Some(1500)).must().warning.is_some());
         assert_eq!(resolve_budget(&p, 1 << 40, Some(1000)).unwrap_err().kind(), ErrorKind::RamBudget);
     }
 
@@ -338,18 +339,18 @@ mod tests {
             kind: ModelKind::HfCheckpoint, ..moe_plan(0) };
         assert_eq!(p.floor_bytes(), 1300);
         assert_eq!(p.recommended_bytes(), 1300);
-        let b = resolve_budget(&p, 1 << 30, None).unwrap();
+        let b = resolve_budget(&p, 1 << 30, None).must();
         assert_eq!((b.bytes, b.expert_cache_bytes, b.source), (1300, 0, BudgetSource::Floor));
-        assert_eq!(resolve_budget(&p, 1 << 30, Some(5000)).unwrap().expert_cache_bytes, 0);
-        assert!(resolve_budget(&p, 1000, None).unwrap().warning.is_some());
+        assert_eq!(resolve_budget(&p, 1 << 30, Some(5000)).must().expert_cache_bytes, 0);
+        assert!(resolve_budget(&p, 1000, None).must().warning.is_some());
     }
 
     #[test]
     fn experts_enter_floor_and_working_set() {
         let json = crate::format::json::parse(br#"{"architectures":["LlamaForCausalLM"],"hidden_size":8,
             "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
-            "max_position_embeddings":64}"#).unwrap();
-        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).unwrap();
+            "max_position_embeddings":64}"#).must();
+        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
         let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, records: 16, io_buffer_bytes: 7 };
         let m = Footprint { path: PathBuf::new(), kind: ModelKind::HfCheckpoint, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
@@ -361,6 +362,6 @@ mod tests {
         assert_eq!(p.floor_bytes(), 5 + kv + scratch + 7 + 8000);
         assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24000);
         assert_eq!((p.expert_slot_bytes, p.expert_records), (1000, 16));
-        assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).unwrap(), 16000);
+        assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).must(), 16000);
     }
 }

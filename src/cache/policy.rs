@@ -199,6 +199,7 @@ impl CacheIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn run(policy: Policy, slots: usize, pattern: &[usize]) -> usize {
         let mut c = CacheIndex::new(16, slots, policy);
@@ -207,7 +208,7 @@ mod tests {
             match c.access(k) {
                 Lookup::Hit(_) => hits += 1,
                 Lookup::Miss => {
-                    c.assign(k).expect("a slot");
+                    c.assign(k).must_because("a slot");
                 }
             }
             c.unpin_all();
@@ -238,11 +239,11 @@ mod tests {
         assert_eq!(c.access(1), Lookup::Miss);
         assert_eq!(c.assign(1).map(|x| x.1), Some(None));
         assert_eq!(c.access(2), Lookup::Miss);
-        c.assign(2).unwrap();
+        c.assign(2).must();
         assert_eq!(c.access(3), Lookup::Miss);
         assert!(c.assign(3).is_none(), "both slots pinned");
         c.unpin_all();
-        let (_, evicted) = c.assign(3).unwrap();
+        let (_, evicted) = c.assign(3).must();
         assert_eq!(evicted, Some(1));
     }
 }

@@ -338,12 +338,13 @@ fn clip(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     #[test]
     fn mountinfo_fields_and_escapes() {
         let text = "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime shared:9 master:2 - cgroup2 cgroup2 rw\n\
                     35 31 0:32 /docker/a\\040b /sys/fs/cg\\134x rw - cgroup cgroup rw,cpu,memory\n";
-        let m = parse_mountinfo(Path::new("mi"), text).unwrap();
+        let m = parse_mountinfo(Path::new("mi"), text).must();
         assert_eq!(m.len(), 2);
         assert_eq!((m[0].fstype.as_str(), m[0].mount_point.as_str()), ("cgroup2", "/sys/fs/cgroup/unified"));
         assert_eq!(m[1].root, "/docker/a b");
@@ -356,9 +357,9 @@ mod tests {
     #[test]
     fn limit_values() {
         let p = Path::new("f");
-        assert_eq!(parse_limit(p, "max\n", CgroupVersion::V2).unwrap(), None);
-        assert_eq!(parse_limit(p, "1073741824\n", CgroupVersion::V2).unwrap(), Some(1 << 30));
-        assert_eq!(parse_limit(p, "9223372036854771712\n", CgroupVersion::V1).unwrap(), Some(9223372036854771712));
+        assert_eq!(parse_limit(p, "max\n", CgroupVersion::V2).must(), None);
+        assert_eq!(parse_limit(p, "1073741824\n", CgroupVersion::V2).must(), Some(1 << 30));
+        assert_eq!(parse_limit(p, "9223372036854771712\n", CgroupVersion::V1).must(), Some(9223372036854771712));
         for bad in ["", "max", "-1", "1G", "1 2", "99999999999999999999999"] {
             assert!(parse_limit(p, bad, CgroupVersion::V1).is_err(), "{bad:?}");
         }
@@ -367,7 +368,7 @@ mod tests {
 
     #[test]
     fn cgroup_lines() {
-        let m = parse_cgroup_file(Path::new("c"), "4:memory:/a:b\n0::/\n").unwrap();
+        let m = parse_cgroup_file(Path::new("c"), "4:memory:/a:b\n0::/\n").must();
         assert_eq!((m[0].id, m[0].controllers.as_str(), m[0].path.as_str()), (4, "memory", "/a:b"));
         assert_eq!((m[1].id, m[1].controllers.as_str(), m[1].path.as_str()), (0, "", "/"));
         assert!(parse_cgroup_file(Path::new("c"), "4:memory\n").unwrap_err().message().contains("line 1"));

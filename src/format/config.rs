@@ -490,9 +490,10 @@ fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn cfg(text: &str) -> Result<ModelConfig> {
-        ModelConfig::from_json(Path::new("config.json"), &super::super::json::parse(text.as_bytes()).unwrap())
+        ModelConfig::from_json(Path::new("config.json"), &super::super::json::parse(text.as_bytes()).must())
     }
 
     const BASE: &str = r#""hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -502,10 +503,10 @@ mod tests {
     fn both_rope_generations_are_accepted() {
         let old = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "rope_theta": 500000.0,
             "rope_scaling": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).must();
         let new = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE},
             "rope_parameters": {{"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).must();
         assert_eq!(old.rope, new.rope);
         assert_eq!(old.rope.theta, 500000.0);
         assert!(matches!(old.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
@@ -516,7 +517,7 @@ mod tests {
     fn an_unused_qwen_window_of_zero_is_accepted() {
         let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
         let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
-            "use_sliding_window": false, "sliding_window": 0}}"#)).unwrap();
+            "use_sliding_window": false, "sliding_window": 0}}"#)).must();
         assert_eq!(c.sliding_window, vec![None, None]);
         let e = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
             "use_sliding_window": true, "sliding_window": 0}}"#)).unwrap_err();

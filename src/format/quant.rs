@@ -384,10 +384,11 @@ pub fn validate(st: &SafeTensors) -> Result<Option<Width>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn roundtrip(width: Width, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
         let mut block = vec![0u8; width.block_bytes()];
-        encode_block(width, w, &mut block).unwrap();
+        encode_block(width, w, &mut block).must();
         let mut out = vec![0.0; BLOCK];
         decode_block(width, &block, &mut out);
         (block, out)
@@ -410,14 +411,14 @@ mod tests {
     fn documented_example_blocks() {
         let w: Vec<f32> = (0..32).map(|i| [7.0, -7.0, 0.0, 3.0, -1.0, 5.0, -6.0, 2.0][i % 8]).collect();
         let mut q4 = [0u8; 18];
-        encode_block(Width::Q4, &w, &mut q4).unwrap();
+        encode_block(Width::Q4, &w, &mut q4).must();
         let mut want = vec![0x00, 0x3c];
         for _ in 0..4 {
             want.extend_from_slice(&[0x97, 0x30, 0x5f, 0x2a]);
         }
         assert_eq!(q4.to_vec(), want);
         let mut q8 = [0u8; 34];
-        encode_block(Width::Q8, &w, &mut q8).unwrap();
+        encode_block(Width::Q8, &w, &mut q8).must();
         let mut want = vec![0x0e, 0x2b];
         for _ in 0..4 {
             want.extend_from_slice(&[0x7f, 0x81, 0x00, 0x36, 0xee, 0x5b, 0x93, 0x24]);
@@ -481,16 +482,16 @@ mod tests {
     fn shape_problems_name_the_field() {
         assert!(shape_problem(DType::Q4B32, &[4, 64]).is_none());
         assert!(shape_problem(DType::F32, &[4, 3]).is_none());
-        assert!(shape_problem(DType::Q4B32, &[64, 172]).unwrap().contains("172 columns"));
-        assert!(shape_problem(DType::Q8B32, &[64]).unwrap().contains("1 dimensions"));
-        assert!(shape_problem(DType::Q8B32, &[2, 2, 32]).unwrap().contains("3 dimensions"));
+        assert!(shape_problem(DType::Q4B32, &[64, 172]).must().contains("172 columns"));
+        assert!(shape_problem(DType::Q8B32, &[64]).must().contains("1 dimensions"));
+        assert!(shape_problem(DType::Q8B32, &[2, 2, 32]).must().contains("3 dimensions"));
     }
 
     #[test]
     fn scale_errors_name_row_and_block() {
         let t = TensorInfo { name: "w".into(), dtype: DType::Q8B32, shape: vec![3, 64], offset: 100, len: 3 * 2 * 34 };
         let mut data = vec![0u8; t.len as usize];
-        check_scales(Path::new("f"), &t, 0, &data).unwrap();
+        check_scales(Path::new("f"), &t, 0, &data).must();
         // Row 2, block 1 is the sixth block.
         data[5 * 34..5 * 34 + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
         let e = check_scales(Path::new("f"), &t, 0, &data).unwrap_err().to_string();
