@@ -28,14 +28,18 @@ impl From<waste::Error> for Failure {
     }
 }
 
-type Outcome = Result<(), Failure>;
+pub type Outcome = Result<(), Failure>;
 
 pub fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
         "run" => run(a),
         "eval" => eval(a),
         "info" => info(a),
+        "bench" if a.positionals.first().is_some_and(|p| p == "tokenize") => super::tokenize::bench(a),
+        "bench" if a.positionals.len() > 1 => Err(Failure::Usage(format!("unexpected argument `{}`", a.positionals[1]))),
         "bench" => bench(a),
+        "tokenize" => super::tokenize::tokenize(a),
+        "detokenize" => super::tokenize::detokenize(a),
         "random-model" => random_model(a),
         "version" => {
             println!("waste {}", waste::VERSION);

@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
 
@@ -66,14 +67,16 @@ pub const INFO: Command = Command {
 
 pub const BENCH: Command = Command {
     name: "bench",
-    usage: "bench MODEL [--prompt-tokens N] [-n N]",
-    about: "Measure prefill and decode speed (figures are printed, never asserted).",
+    usage: "bench MODEL [--prompt-tokens N] [-n N] | bench tokenize --tokenizer PATH FILE",
+    about: "Measure prefill and decode speed, or with `tokenize` the tokenizer's encoding throughput \
+(figures are printed, never asserted).",
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
+        val("tokenizer", "PATH", "bench tokenize: the tokenizer file"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
         flag("json", "print JSON"),
     ], MODEL_OPTS, HELP_OPT],
-    positionals: &["MODEL"],
+    positionals: &["MODEL", "FILE"],
 };
 
 pub const RANDOM_MODEL: Command = Command {
@@ -99,7 +102,7 @@ pub const VERSION: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
