@@ -103,4 +103,5 @@ def main():
     print(f"{len(cases)} cases -> {dst}")
 
 
-main()
+if __name__ == "__main__":
+    main()
