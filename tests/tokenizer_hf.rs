@@ -82,6 +82,10 @@ fn family_pipelines_match_hf_tokenizers() {
                 failures.push(format!("{name} content {text:?}: got {:?} want {content:?}", tok.encode(text)));
             }
             let back = tok.decode(&content).unwrap();
+            let decoded = c.get("decoded").unwrap().as_str().unwrap();
+            if back != decoded {
+                failures.push(format!("{name} decode {content:?}: got {back:?}, HF gives {decoded:?}"));
+            }
             // The NFC families give back the normalized text; `<unk>` (characters the small
             // SentencePiece-style vocabularies lack) has no way back.
             let want = if name == "qwen2" || name == "olmoe" { waste::tokenizer::nfc(text).into_owned() } else { text.to_string() };

@@ -66,7 +66,8 @@ def sentencepiece(metaspace):
     tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
     if metaspace:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
-        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=False),
+                                         decoders.ByteFallback(), decoders.Fuse()])
     else:
         tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
         tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)])
@@ -114,8 +115,9 @@ def main():
         content = Tokenizer.from_str(json.dumps(doc))
         cases = []
         for t in texts:
-            cases.append({"text": t, "markup": tok.encode(t, add_special_tokens=False).ids,
-                          "content": content.encode(t, add_special_tokens=False).ids})
+            c = content.encode(t, add_special_tokens=False).ids
+            cases.append({"text": t, "markup": tok.encode(t, add_special_tokens=False).ids, "content": c,
+                          "decoded": content.decode(c)})
         with_bos = tok.encode("hi", add_special_tokens=True).ids
         plain = tok.encode("hi", add_special_tokens=False).ids
         bos = with_bos[0] if len(with_bos) == len(plain) + 1 else None

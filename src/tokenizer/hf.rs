@@ -71,8 +71,8 @@ pub struct HfTokenizer {
     added: Vec<Added>,
     markup: SpecialMatcher,
     control: Vec<bool>,
-    /// The decoder drops one leading space of the decoded text (SentencePiece's dummy prefix).
-    pub strips_leading_space: bool,
+    /// What the decoder does to the spaces of the first token (SentencePiece's dummy prefix).
+    pub leading: Leading,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
 }
@@ -282,7 +282,7 @@ impl HfTokenizer {
             added,
             markup,
             control,
-            strips_leading_space: dec.strip_leading_space,
+            leading: dec.leading,
             bos: None,
             eos: Vec::new(),
         };
@@ -660,6 +660,18 @@ fn parse_pre(d: &Doc, v: &Json, key: &str, out: &mut Vec<PreStep>) -> Result<()>
     Ok(())
 }
 
+/// What a decoder does to the spaces at the start of the decoded text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Leading {
+    /// Nothing.
+    #[default]
+    Keep,
+    /// `Strip` of one leading space from the fused text.
+    StripOne,
+    /// `Metaspace`: every `▁` of the first token is dropped, not turned into a space.
+    DropFirstTokenSpaces,
+}
+
 /// How the decoder turns one vocabulary string into bytes.
 #[derive(Default)]
 struct DecodeRule {
@@ -667,7 +679,7 @@ struct DecodeRule {
     /// `(from, to)` string replacements, in order (`Replace`, `Metaspace`).
     replace: Vec<(String, String)>,
     byte_fallback: bool,
-    strip_leading_space: bool,
+    leading: Leading,
 }
 
 impl DecodeRule {
@@ -724,14 +736,18 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
                 if content != " " || start > 1 || stop != 0 {
                     return Err(err(d.path, &key, "only Strip of one leading space is supported"));
                 }
-                rule.strip_leading_space = start == 1;
+                if start == 1 {
+                    rule.leading = Leading::StripOne;
+                }
             }
             "Metaspace" => {
                 let r = d.str(v, &key, "replacement")?;
                 rule.replace.push((r.to_string(), " ".to_string()));
                 let prepend = v.get("prepend_scheme").and_then(Json::as_str).map(|s| s != "never")
                     .unwrap_or(d.bool_or(v, &key, "add_prefix_space", true)?);
-                rule.strip_leading_space = prepend;
+                if prepend {
+                    rule.leading = Leading::DropFirstTokenSpaces;
+                }
             }
             other => return Err(err(d.path, &format!("{key}.type"), format!("decoder `{other}` is not supported"))),
         }

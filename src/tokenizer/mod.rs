@@ -26,6 +26,7 @@ use crate::format::json::Json;
 use std::path::{Path, PathBuf};
 
 pub use normalize::nfc;
+pub use pretokenize::{CL100K_PATTERN, DEEPSEEK_PATTERN, GPT2_PATTERN, KIMI_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
 pub use sentencepiece::SentencePiece;
 pub use unicode::UNICODE_VERSION;
 
@@ -228,15 +229,16 @@ impl Tokenizer {
         let mut out = Vec::new();
         let mut at_start = true;
         for &id in ids {
-            let mut b = self.token_bytes(id)?;
+            let b = self.token_bytes(id)?;
             if self.is_control(id) {
                 continue;
             }
-            if at_start && self.strips_leading_space() && b.first() == Some(&b' ') {
-                b = &b[1..];
+            if at_start {
+                out.extend_from_slice(&self.first_piece(b));
+            } else {
+                out.extend_from_slice(b);
             }
             at_start = false;
-            out.extend_from_slice(b);
         }
         Ok(out)
     }
@@ -253,13 +255,21 @@ impl Tokenizer {
         Detokenizer { pending: Vec::new(), at_start }
     }
 
-    /// Whether the first text piece of a sequence loses one leading space on decode
-    /// (SentencePiece's dummy prefix).
-    fn strips_leading_space(&self) -> bool {
-        match &self.kind {
-            Kind::SentencePiece(_) => true,
-            Kind::Tiktoken(_) => false,
-            Kind::Hf(h) => h.strips_leading_space,
+    /// The bytes of the first text token of a sequence: SentencePiece vocabularies drop the
+    /// dummy-prefix space (one leading space; HF `Metaspace` decoders drop every space of
+    /// that token).
+    fn first_piece<'a>(&self, b: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        use std::borrow::Cow;
+        let leading = match &self.kind {
+            Kind::SentencePiece(_) => hf::Leading::StripOne,
+            Kind::Tiktoken(_) => hf::Leading::Keep,
+            Kind::Hf(h) => h.leading,
+        };
+        match leading {
+            hf::Leading::Keep => Cow::Borrowed(b),
+            hf::Leading::StripOne => Cow::Borrowed(b.strip_prefix(b" ").unwrap_or(b)),
+            hf::Leading::DropFirstTokenSpaces if b.contains(&b' ') => Cow::Owned(b.iter().copied().filter(|&c| c != b' ').collect()),
+            hf::Leading::DropFirstTokenSpaces => Cow::Borrowed(b),
         }
     }
 }
@@ -319,12 +329,13 @@ impl Detokenizer {
             tok.token_bytes(id)?; // range check
             return Ok(String::new());
         }
-        let mut bytes = tok.token_bytes(id)?;
-        if self.at_start && tok.strips_leading_space() && bytes.first() == Some(&b' ') {
-            bytes = &bytes[1..];
+        let bytes = tok.token_bytes(id)?;
+        if self.at_start {
+            self.pending.extend_from_slice(&tok.first_piece(bytes));
+        } else {
+            self.pending.extend_from_slice(bytes);
         }
         self.at_start = false;
-        self.pending.extend_from_slice(bytes);
         Ok(self.take_complete())
     }
 
