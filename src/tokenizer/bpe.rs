@@ -18,11 +18,36 @@ pub struct TokenTable {
     data: Vec<u8>,
     /// `(offset, len)` into `data` per id; `len == u32::MAX` for an id that has no bytes.
     spans: Vec<(u32, u32)>,
-    /// Open-addressing hash table of `id + 1` (0 = empty slot), for ids marked findable.
-    slots: Vec<u32>,
+    /// Open-addressing hash table over the ids marked findable. A slot holds the token's
+    /// first eight bytes and its length, so most lookups touch one cache line.
+    slots: Vec<Slot>,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    /// The first (up to) eight bytes, little-endian, zero-padded.
+    head: u64,
+    /// Token id; `EMPTY` for a free slot.
+    id: u32,
+    len: u32,
 }
 
 const NO_BYTES: u32 = u32::MAX;
+const EMPTY: u32 = u32::MAX;
+
+/// The first (up to) eight bytes of `b` as a little-endian word.
+#[inline]
+fn head(b: &[u8]) -> u64 {
+    if b.len() >= 8 {
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+    } else {
+        let mut w = 0u64;
+        for (i, &x) in b.iter().enumerate() {
+            w |= (x as u64) << (8 * i);
+        }
+        w
+    }
+}
 
 impl TokenTable {
     /// A table for ids `0..n` with no tokens yet.
@@ -61,25 +86,35 @@ impl TokenTable {
     pub fn index(&mut self, findable: impl Fn(u32) -> bool, mut on_duplicate: impl FnMut(u32, u32)) {
         let n = (0..self.spans.len() as u32).filter(|&id| findable(id) && self.bytes(id).is_some()).count();
         let cap = (n * 2).next_power_of_two().max(16);
-        self.slots = vec![0; cap];
+        let mut slots = vec![Slot { head: 0, id: EMPTY, len: 0 }; cap];
         for id in 0..self.spans.len() as u32 {
             if !findable(id) {
                 continue;
             }
             let Some(b) = self.bytes(id) else { continue };
-            let mut s = hash_bytes(b) as usize & (cap - 1);
-            loop {
-                let e = self.slots[s];
-                if e == 0 {
-                    self.slots[s] = id + 1;
-                    break;
-                }
-                if self.bytes(e - 1) == Some(b) {
-                    on_duplicate(id, e - 1);
-                    break;
-                }
-                s = (s + 1) & (cap - 1);
+            match self.probe(&slots, b) {
+                Ok(prev) => on_duplicate(id, prev),
+                Err(s) => slots[s] = Slot { head: head(b), id, len: b.len() as u32 },
             }
+        }
+        self.slots = slots;
+    }
+
+    /// `Ok(id)` of `b` in `slots`, or `Err(free slot)` where it would go.
+    #[inline]
+    fn probe(&self, slots: &[Slot], b: &[u8]) -> Result<u32, usize> {
+        let mask = slots.len() - 1;
+        let (h, w, n) = (hash_bytes(b), head(b), b.len() as u32);
+        let mut s = h as usize & mask;
+        loop {
+            let slot = slots[s];
+            if slot.id == EMPTY {
+                return Err(s);
+            }
+            if slot.len == n && slot.head == w && (n <= 8 || self.bytes(slot.id).is_some_and(|x| x[8..] == b[8..])) {
+                return Ok(slot.id);
+            }
+            s = (s + 1) & mask;
         }
     }
 
@@ -89,18 +124,42 @@ impl TokenTable {
         if self.slots.is_empty() {
             return None;
         }
-        let mask = self.slots.len() - 1;
-        let mut s = hash_bytes(b) as usize & mask;
-        loop {
-            let e = self.slots[s];
-            if e == 0 {
-                return None;
-            }
-            if self.bytes(e - 1) == Some(b) {
-                return Some(e - 1);
-            }
-            s = (s + 1) & mask;
+        self.probe(&self.slots, b).ok()
+    }
+}
+
+/// A small direct-mapped memo of [`TokenTable::find`] for short pieces, kept by one encode
+/// call: frequent words then hit this cache-resident array instead of the large table. It
+/// only remembers answers of `find`, so it cannot change a result.
+pub struct FindMemo {
+    slots: Vec<(u64, u32, u32)>,
+}
+
+const MEMO_SLOTS: usize = 1 << 13;
+const MEMO_EMPTY: u32 = u32::MAX;
+const NOT_FOUND: u32 = u32::MAX - 1;
+
+impl FindMemo {
+    /// A memo worth its 128 KiB only for long texts; `enabled == false` makes a pass-through.
+    pub fn new(enabled: bool) -> FindMemo {
+        FindMemo { slots: if enabled { vec![(0, MEMO_EMPTY, 0); MEMO_SLOTS] } else { Vec::new() } }
+    }
+
+    /// `table.find(b)`, remembered for pieces of at most eight bytes.
+    #[inline]
+    pub fn find(&mut self, table: &TokenTable, b: &[u8]) -> Option<u32> {
+        if b.len() > 8 || self.slots.is_empty() {
+            return table.find(b);
         }
+        let w = head(b);
+        let i = (hash_bytes(b) >> 7) as usize & (MEMO_SLOTS - 1);
+        let (h, len, id) = self.slots[i];
+        if len == b.len() as u32 && h == w {
+            return (id != NOT_FOUND).then_some(id);
+        }
+        let found = table.find(b);
+        self.slots[i] = (w, b.len() as u32, found.unwrap_or(NOT_FOUND));
+        found
     }
 }
 
@@ -108,19 +167,13 @@ impl TokenTable {
 #[inline]
 pub fn hash_bytes(b: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut h = (b.len() as u64).wrapping_mul(K);
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let mut w = 0u64;
-        for (i, &x) in rest.iter().enumerate() {
-            w |= (x as u64) << (8 * i);
+    let mut h = (head(b) ^ (b.len() as u64).rotate_right(8)).wrapping_mul(K);
+    if b.len() > 8 {
+        let mut chunks = b[8..].chunks_exact(8);
+        for c in &mut chunks {
+            h = (h.rotate_left(23) ^ head(c)).wrapping_mul(K);
         }
-        h = (h.rotate_left(23) ^ w).wrapping_mul(K);
+        h = (h.rotate_left(23) ^ head(chunks.remainder())).wrapping_mul(K);
     }
     h ^ (h >> 32)
 }
@@ -184,6 +237,63 @@ pub fn merge<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, scratch
         out.extend(init.iter().map(|s| s.id));
         return;
     }
+    if init.len() <= SMALL {
+        merge_small(piece, init, rule, out);
+        return;
+    }
+    merge_heap(piece, init, rule, scratch, out);
+}
+
+/// Pieces of at most this many symbols merge by rescanning (cheaper than a heap when short).
+pub const SMALL: usize = 16;
+
+/// The same merge order as [`merge_heap`] — lowest rank, then leftmost — by scanning all
+/// pairs after each merge; O(n²), for short pieces.
+pub fn merge_small<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, out: &mut Vec<u32>) {
+    let mut syms = [Sym { start: 0, end: 0, id: 0, mergeable: false }; SMALL];
+    let mut ranks = [None; SMALL];
+    let mut n = init.len().min(SMALL);
+    syms[..n].copy_from_slice(&init[..n]);
+    let pair = |a: &Sym, b: &Sym| if a.mergeable && b.mergeable { rule.pair(piece, a, b) } else { None };
+    for i in 0..n - 1 {
+        ranks[i] = pair(&syms[i], &syms[i + 1]);
+    }
+    loop {
+        let mut best: Option<(u32, usize, u32)> = None;
+        for (i, r) in ranks[..n - 1].iter().enumerate() {
+            if let Some((rank, id)) = *r {
+                if best.is_none_or(|(b, _, _)| rank < b) {
+                    best = Some((rank, i, id));
+                }
+            }
+        }
+        let Some((_, i, id)) = best else { break };
+        syms[i].end = syms[i + 1].end;
+        syms[i].id = id;
+        syms.copy_within(i + 2..n, i + 1);
+        ranks.copy_within(i + 2..n, i + 1);
+        n -= 1;
+        if i + 1 < n {
+            ranks[i] = pair(&syms[i], &syms[i + 1]);
+        } else {
+            ranks[i] = None;
+        }
+        if i > 0 {
+            ranks[i - 1] = pair(&syms[i - 1], &syms[i]);
+        }
+        if n < 2 {
+            break;
+        }
+    }
+    out.extend(syms[..n].iter().map(|s| s.id));
+}
+
+/// Heap-ordered merging: O(n log n) for a piece of any length.
+pub fn merge_heap<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, scratch: &mut Scratch, out: &mut Vec<u32>) {
+    if init.len() < 2 {
+        out.extend(init.iter().map(|s| s.id));
+        return;
+    }
     let nodes = &mut scratch.nodes;
     nodes.clear();
     for (i, &sym) in init.iter().enumerate() {
@@ -232,6 +342,26 @@ pub fn merge<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, scratch
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scanning merge and the heap merge must give identical ids (bit identity of the
+    /// two algorithms) on every piece.
+    #[test]
+    fn small_and_heap_merges_agree() {
+        let t = Concat(table(&[b"a", b"b", b"c", b"ab", b"bc", b"ca", b"abc", b"bca", b"aa", b"aaa", b"cab", b"abca", b"bb"]));
+        let mut seed = 12345u64;
+        for _ in 0..20000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 2 + (seed >> 60) as usize; // 2..=17
+            let s: Vec<u8> = (0..len).map(|k| b"abc"[((seed >> (k * 3 % 60)) % 3) as usize]).collect();
+            let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).unwrap(), mergeable: (seed >> i) & 7 != 0 }).collect();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            merge_heap(&s, &init, &t, &mut Scratch::default(), &mut a);
+            if init.len() <= SMALL {
+                merge_small(&s, &init, &t, &mut b);
+                assert_eq!(a, b, "{:?}", String::from_utf8_lossy(&s));
+            }
+        }
+    }
 
     /// Ranks = the id of the concatenation in a small table (the tiktoken rule).
     struct Concat(TokenTable);

@@ -106,6 +106,8 @@ fn err(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
 /// Typed access to a `tokenizer.json` value, with errors naming the file and key.
 struct Doc<'a> {
     path: &'a Path,
+    /// Ids are bounded by the file size, so a hostile id cannot make a huge table.
+    max_id: u64,
 }
 
 impl<'a> Doc<'a> {
@@ -119,7 +121,8 @@ impl<'a> Doc<'a> {
         }
     }
     fn id(&self, v: &Json, key: &str) -> Result<u32> {
-        v.as_u64().filter(|&i| i < 1 << 30).map(|i| i as u32).ok_or_else(|| err(self.path, key, "not a token id"))
+        v.as_u64().filter(|&i| i < self.max_id).map(|i| i as u32)
+            .ok_or_else(|| err(self.path, key, format!("not a token id below {} (bounded by the file size)", self.max_id)))
     }
 }
 
@@ -131,7 +134,7 @@ impl HfTokenizer {
             let line = data[..e.offset.min(data.len())].iter().filter(|&&b| b == b'\n').count() + 1;
             Error::new(ErrorKind::Tokenizer, format!("{}: line {line}: {e}", path.display()))
         })?;
-        let d = Doc { path };
+        let d = Doc { path, max_id: (data.len() as u64).min(1 << 30) };
         let model = root.get("model").ok_or_else(|| err(path, "model", "missing"))?;
         let mtype = model.get("type").and_then(Json::as_str).unwrap_or("BPE");
         if mtype != "BPE" {

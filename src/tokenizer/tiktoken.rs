@@ -119,8 +119,8 @@ pub fn parse_ranks(path: &Path, data: &[u8]) -> Result<Vec<(Vec<u8>, u32)>> {
         let rank: u32 = std::str::from_utf8(rank).ok().filter(|r| r.bytes().all(|c| c.is_ascii_digit()))
             .and_then(|r| r.parse().ok())
             .ok_or_else(|| bad(path, line_no, format!("rank `{}` is not a number", String::from_utf8_lossy(rank))))?;
-        if rank >= 1 << 30 {
-            return Err(bad(path, line_no, format!("rank {rank} is implausibly large")));
+        if rank as usize >= data.len().min(1 << 30) {
+            return Err(bad(path, line_no, format!("rank {rank} is beyond the file size, implausibly large")));
         }
         if let Some(prev) = by_rank.insert(rank, line_no) {
             return Err(bad(path, line_no, format!("duplicate rank {rank} (first on line {prev})")));
@@ -190,7 +190,7 @@ impl Tiktoken {
                     let id: u32 = key.parse().map_err(|_| config_err(cpath, &format!("added_tokens_decoder.{key}"), "not a token id"))?;
                     let content = v.get("content").and_then(Json::as_str)
                         .ok_or_else(|| config_err(cpath, &format!("added_tokens_decoder.{key}.content"), "missing or not a string"))?;
-                    if (id as usize) < base || id >= 1 << 30 {
+                    if (id as usize) < base || id as usize >= base + data.len().min(1 << 30) {
                         return Err(config_err(cpath, &format!("added_tokens_decoder.{key}"), format!("id {id} is not after the {base} ranks")));
                     }
                     last = last.max(id as usize + 1);
@@ -245,18 +245,39 @@ impl Tiktoken {
 
     /// Encodes ordinary text (no specials recognised), appending to `out`.
     pub fn encode_ordinary(&self, text: &str, cc: &CharClasses, out: &mut Vec<u32>) {
+        self.encode_pieces(text, cc, true, out);
+    }
+
+    /// Encodes ordinary text piece by piece. With `cache`, a piece that needed merging is
+    /// merged once per call and its ids reused when it recurs (a pure function of the piece,
+    /// so the ids are the same; `tests::cache_is_invisible` checks).
+    fn encode_pieces(&self, text: &str, cc: &CharClasses, cache: bool, out: &mut Vec<u32>) {
         let mut scratch = Scratch::default();
         let mut init = Vec::new();
+        let mut memo: HashMap<&[u8], (u32, u32), bpe::IdBuildHasher> = HashMap::default();
+        let mut memo_ids: Vec<u32> = Vec::new();
+        let mut found = bpe::FindMemo::new(text.len() >= 1 << 14);
         let b = text.as_bytes();
         self.pattern.for_each_match(text, cc, |s, e| {
             let piece = &b[s..e];
-            if let Some(id) = self.table.find(piece) {
+            if let Some(id) = found.find(&self.table, piece) {
                 out.push(id);
                 return;
             }
+            if cache {
+                if let Some(&(at, n)) = memo.get(piece) {
+                    out.extend_from_slice(&memo_ids[at as usize..(at + n) as usize]);
+                    return;
+                }
+            }
             init.clear();
             init.extend(piece.iter().enumerate().map(|(i, &x)| Sym { start: i, end: i + 1, id: self.byte_ids[x as usize], mergeable: true }));
+            let before = out.len();
             bpe::merge(piece, &init, self, &mut scratch, out);
+            if cache {
+                memo.insert(piece, (memo_ids.len() as u32, (out.len() - before) as u32));
+                memo_ids.extend_from_slice(&out[before..]);
+            }
         });
     }
 }
@@ -276,6 +297,19 @@ fn config_err(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_is_invisible() {
+        let ranks = (0..=255u8).map(|b| (vec![b], b as u32)).chain([(b"ab".to_vec(), 256), (b"abc".to_vec(), 257), (b" ab".to_vec(), 258)]).collect();
+        let t = Tiktoken::new(Path::new("t"), ranks, SplitPattern::Gpt2, vec![]).unwrap();
+        let cc = CharClasses::new();
+        let text = "abcab abab xabc abcab abab 漢字 漢字 abcabcabcabcabcabcabcabcabcabcabc abcabcabcabcabcabcabcabcabcabcabc";
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        t.encode_pieces(text, &cc, true, &mut a);
+        t.encode_pieces(text, &cc, false, &mut b);
+        assert_eq!(a, b);
+        assert!(a.contains(&257) && a.contains(&258));
+    }
 
     #[test]
     fn base64_decodes_and_rejects() {
