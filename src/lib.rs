@@ -41,6 +41,7 @@ pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
 pub use model::{Model, ModelInfo};
 pub use sample::{Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};
+pub use cache::{CacheOptions, CacheStats};
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -58,11 +59,18 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
+    /// Bytes of expert cache for a container with streamed experts; 0 chooses (every expert
+    /// when they fit in a quarter of physical RAM, else that quarter).
+    pub cache_bytes: u64,
+    /// Threads that read expert records; 0 reads on the computing thread.
+    pub io_threads: usize,
+    /// Check the CRC-32 of every expert record read (headers are always checked).
+    pub verify: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false }
+        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false, cache_bytes: 0, io_threads: 4, verify: false }
     }
 }
 
@@ -77,6 +85,9 @@ impl Options {
         }
         if self.ctx > MAX_CONTEXT {
             return Err(Error::arg(format!("ctx: {} is out of range 0..={MAX_CONTEXT}", self.ctx)));
+        }
+        if self.io_threads > 256 {
+            return Err(Error::arg(format!("io_threads: {} is out of range 0..=256", self.io_threads)));
         }
         if self.prefill_chunk == 0 || self.prefill_chunk > 4096 {
             return Err(Error::arg(format!("prefill_chunk: {} is out of range 1..=4096", self.prefill_chunk)));

@@ -122,3 +122,32 @@ pub fn physical_ram_bytes() -> u64 {
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
+
+/// Opens `path` read-only for direct I/O (`O_DIRECT`: reads bypass the page cache, so streamed
+/// experts do not fill RAM behind the budget's back). Returns the file and whether direct I/O
+/// is in use: where the filesystem refuses `O_DIRECT` (tmpfs, some network filesystems) the
+/// file is opened normally and the caller drops pages after each read instead.
+pub fn open_direct(path: &Path) -> Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    #[cfg(target_os = "linux")]
+    {
+        if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path) {
+            return Ok((f, true));
+        }
+    }
+    let f = std::fs::OpenOptions::new().read(true).open(path).map_err(|e| Error::io(path, "open", e))?;
+    Ok((f, false))
+}
+
+/// Tells the kernel the byte range will not be needed again, so a buffered read does not leave
+/// its pages in the page cache (the fallback when `O_DIRECT` is refused).
+pub fn drop_cached_pages(file: &File, offset: u64, len: u64) {
+    use std::os::unix::io::AsRawFd;
+    #[cfg(target_os = "linux")]
+    // SAFETY: posix_fadvise only reads its arguments; an invalid range is reported, not UB.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_DONTNEED);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file.as_raw_fd(), offset, len);
+}

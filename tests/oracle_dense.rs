@@ -14,24 +14,6 @@ const F32_TOL: f32 = 2e-5;
 /// same bar applies; the bf16 storage only changes the weights both sides use.
 const BF16_TOL: f32 = 2e-5;
 
-struct Oracle {
-    dir: std::path::PathBuf,
-    prompt: Vec<u32>,
-    greedy: Vec<u32>,
-    logits: Vec<f32>,
-}
-
-fn oracle(name: &str) -> Oracle {
-    let dir = fixture(&format!("oracles/{name}"));
-    let ids = read_json(&dir.join("input_ids.json"));
-    Oracle {
-        prompt: ids_of(ids.get("prompt_ids").unwrap()),
-        greedy: ids_of(ids.get("greedy_new_ids").unwrap()),
-        logits: read_f32(&dir.join("logits.f32")),
-        dir,
-    }
-}
-
 fn open(o: &Oracle, threads: usize, chunk: usize) -> Model {
     Model::open(o.dir.join("model"), &Options { threads, prefill_chunk: chunk, ..Options::default() }).unwrap()
 }
@@ -91,32 +73,7 @@ fn greedy_continuation_matches() {
     for name in ["llama_f32", "qwen3_f32", "llama_bf16", "qwen3_bf16"] {
         let o = oracle(name);
         let mut m = open(&o, 2, 32);
-        let mut next = argmax(m.eval(&o.prompt).unwrap());
-        let mut got = vec![next];
-        while got.len() < o.greedy.len() {
-            next = argmax(m.eval(&[next]).unwrap());
-            got.push(next);
-        }
-        assert_eq!(got, o.greedy, "{name}");
-    }
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
-}
-
-fn logits_with(o: &Oracle, threads: usize, chunk: usize, one_at_a_time: bool) -> Vec<f32> {
-    let mut m = open(o, threads, chunk);
-    if one_at_a_time {
-        let mut out = Vec::new();
-        for &t in &o.prompt {
-            out.extend_from_slice(m.eval(&[t]).unwrap());
-        }
-        out
-    } else {
-        let mut all = Vec::new();
-        m.eval_all(&o.prompt, &mut all).unwrap();
-        all
+        assert_eq!(greedy(&mut m, &o.prompt, o.greedy.len()), o.greedy, "{name}");
     }
 }
 
@@ -126,11 +83,10 @@ fn logits_with(o: &Oracle, threads: usize, chunk: usize, one_at_a_time: bool) ->
 fn chunking_and_threads_are_bit_identical() {
     for name in ["llama_f32", "qwen3_bf16"] {
         let o = oracle(name);
-        let base = logits_with(&o, 1, 32, false);
+        let base = prompt_logits(&mut open(&o, 1, 32), &o.prompt, false);
         for (threads, chunk, single) in [(2, 32, false), (1, 5, false), (2, 1, false), (1, 32, true), (2, 32, true)] {
-            let other = logits_with(&o, threads, chunk, single);
-            let same = base.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{name}: threads {threads}, chunk {chunk}, single {single} differ");
+            let other = prompt_logits(&mut open(&o, threads, chunk), &o.prompt, single);
+            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single} differ");
         }
     }
 }

@@ -1,3 +1,259 @@
-//! The expert cache: a byte-bounded set of slots holding routed-expert records read from disk,
-//! with the I/O that fills them and the memory plan that sizes them. (Filled in by the
-//! mixture-of-experts work; dense models do not use it.)
+//! The expert cache: a byte-bounded set of slots holding routed-expert records read from a
+//! container's banks, the I/O that fills them ([`io`]), the policy that decides what stays
+//! ([`policy`]), and the trace replay that measures that policy ([`replay`]).
+//!
+//! When a layer's router has chosen its experts, every missing one is queued to the I/O
+//! threads at once; computation starts on the experts already resident and continues with the
+//! others as they land. Every record's header is checked on every read (and its CRC-32 with
+//! `verify`), so nothing is computed from bytes that are not what the manifest says.
+
+pub mod disk;
+pub mod io;
+pub mod policy;
+pub mod replay;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::container::{Manifest, RecordLayout};
+use crate::model::experts::RecordFn;
+use crate::sys::AlignedBuf;
+use io::{BankFile, Completion, IoPool, Request};
+use policy::{CacheIndex, Lookup, Policy};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the cache is sized and fed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheOptions {
+    /// Bytes of slots. Must hold at least 2 × top-k records (the floor's double buffer).
+    pub bytes: u64,
+    /// Reader threads; 0 reads on the computing thread.
+    pub io_threads: usize,
+    /// Check the CRC-32 of every record read (the header is always checked).
+    pub verify: bool,
+    /// Eviction policy; `None` takes [`Policy::default_for`] the model.
+    pub policy: Option<Policy>,
+}
+
+/// What the cache has done so far.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_read: u64,
+    /// Time the computing thread spent waiting for reads.
+    pub io_wait: Duration,
+    /// True when reads bypass the page cache (`O_DIRECT`); false when the fallback (buffered
+    /// reads, then `POSIX_FADV_DONTNEED`) is in use.
+    pub direct_io: bool,
+    /// Number of slots.
+    pub slots: usize,
+}
+
+impl CacheStats {
+    /// Hits over lookups (0 when there were none).
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 { 0.0 } else { self.hits as f64 / n as f64 }
+    }
+}
+
+/// Streams expert records from a container's banks into bounded slots.
+pub struct ExpertCache {
+    banks: Arc<Vec<Option<BankFile>>>,
+    layouts: Vec<Option<RecordLayout>>,
+    /// First key of each layer (keys number every expert of every MoE layer).
+    key_base: Vec<usize>,
+    index: CacheIndex,
+    /// Slot buffers; `None` while a read owns it.
+    bufs: Vec<Option<AlignedBuf>>,
+    slot_bytes: usize,
+    io: Option<IoPool>,
+    verify: bool,
+    stats: CacheStats,
+    misses: Vec<(u32, usize)>,
+}
+
+/// The smallest cache for a model: two records per routed slot (double buffering).
+pub fn min_cache_bytes(manifest: &Manifest) -> u64 {
+    let top_k = manifest.config.moe.as_ref().map_or(0, |m| m.top_k);
+    2 * top_k as u64 * manifest.max_record_bytes() as u64
+}
+
+impl ExpertCache {
+    /// Opens the banks of `manifest` with a cache of `opts.bytes`.
+    pub fn open(manifest: &Manifest, opts: &CacheOptions) -> Result<ExpertCache> {
+        let cfg = &manifest.config;
+        let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no experts to cache"))?;
+        let slot_bytes = manifest.max_record_bytes();
+        let min = min_cache_bytes(manifest);
+        if opts.bytes < min {
+            return Err(Error::new(ErrorKind::RamBudget, format!(
+                "an expert cache of {} bytes is below the minimum of {min} bytes (2 × top-k {} × record {slot_bytes}); see `waste plan`",
+                opts.bytes, moe.top_k)));
+        }
+        let total_keys = manifest.banks.len() * moe.experts;
+        let slots = ((opts.bytes / slot_bytes as u64) as usize).min(total_keys).max(2 * moe.top_k);
+        let mut files = Vec::with_capacity(cfg.layers);
+        let mut layouts = vec![None; cfg.layers];
+        let mut key_base = vec![usize::MAX; cfg.layers];
+        let mut direct = true;
+        for (i, b) in manifest.banks.iter().enumerate() {
+            while files.len() < b.layer {
+                files.push(None);
+            }
+            let f = BankFile::open(manifest.bank_path(b))?;
+            direct &= f.direct;
+            files.push(Some(f));
+            layouts[b.layer] = Some(b.layout);
+            key_base[b.layer] = i * moe.experts;
+        }
+        let banks = Arc::new(files);
+        let mut bufs = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            bufs.push(Some(AlignedBuf::zeroed(slot_bytes, crate::format::container::RECORD_ALIGN)?));
+        }
+        let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks))?) } else { None };
+        let policy = opts.policy.unwrap_or_else(|| Policy::default_for(moe.top_k * manifest.banks.len()));
+        Ok(ExpertCache {
+            banks,
+            layouts,
+            key_base,
+            index: CacheIndex::new(total_keys, slots, policy).with_layers(manifest.banks.len(), moe.experts),
+            bufs,
+            slot_bytes,
+            io,
+            verify: opts.verify,
+            stats: CacheStats { direct_io: direct, slots, ..CacheStats::default() },
+            misses: Vec::new(),
+        })
+    }
+
+    /// Bytes of the slots.
+    pub fn slot_bytes(&self) -> u64 {
+        (self.slot_bytes * self.bufs.len()) as u64
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> &CacheStats {
+        &self.stats
+    }
+
+    /// Calls `f` for each wanted expert of `layer` as its record becomes available: resident
+    /// ones first, then the others as their reads complete.
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], f: &mut RecordFn) -> Result<()> {
+        let layout = self.layouts.get(layer).copied().flatten()
+            .ok_or_else(|| Error::new(ErrorKind::Tensor, format!("layer {layer} has no expert bank")))?;
+        let base = self.key_base[layer];
+        let mut misses = std::mem::take(&mut self.misses);
+        misses.clear();
+        let mut hits = Vec::with_capacity(wanted.len());
+        for &e in wanted {
+            match self.index.access(base + e as usize) {
+                Lookup::Hit(s) => hits.push((e, s)),
+                Lookup::Miss => misses.push((e, usize::MAX)),
+            }
+        }
+        self.stats.hits += hits.len() as u64;
+        self.stats.misses += misses.len() as u64;
+        let result = self.serve(layer, &layout, &hits, &mut misses, f);
+        self.index.unpin_all();
+        self.misses = misses;
+        result
+    }
+
+    fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)],
+             misses: &mut [(u32, usize)], f: &mut RecordFn) -> Result<()> {
+        let base = self.key_base[layer];
+        let mut next = 0; // next miss to submit
+        let mut in_flight = 0;
+        // Queue every miss a slot can take before computing anything.
+        if self.io.is_some() {
+            self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
+        }
+        for &(e, s) in hits {
+            let buf = self.bufs[s].as_ref().ok_or_else(|| slot_lost(layer, e))?;
+            f(e, layout, &buf.as_slice()[..layout.record_bytes]);
+            self.index.unpin(s);
+        }
+        // Slots the hits held may now take the misses that did not fit.
+        self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
+        if self.io.is_none() {
+            for i in 0..misses.len() {
+                let (e, _) = misses[i];
+                let (s, _) = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?;
+                let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
+                let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
+                let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
+                let read = io::timed(&mut self.stats.io_wait, || bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize));
+                if let Err(err) = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify)) {
+                    self.index.clear(s);
+                    return Err(err);
+                }
+                self.stats.bytes_read += layout.record_bytes as u64;
+                f(e, layout, rec);
+                self.index.unpin(s);
+            }
+            return Ok(());
+        }
+        let mut first_error = None;
+        while in_flight > 0 {
+            let c = self.wait()?;
+            in_flight -= 1;
+            let Completion { expert, slot, buf, result, .. } = c;
+            self.bufs[slot] = Some(buf);
+            let checked = result.and_then(|()| {
+                let path = &self.banks[layer].as_ref().ok_or_else(|| slot_lost(layer, expert as u32))?.path;
+                layout.check(self.bufs[slot].as_ref().map_or(&[][..], |b| b.as_slice()), path, layer, expert, self.verify)
+            });
+            match checked {
+                Ok(()) if first_error.is_none() => {
+                    self.stats.bytes_read += layout.record_bytes as u64;
+                    if let Some(b) = &self.bufs[slot] {
+                        f(expert as u32, layout, &b.as_slice()[..layout.record_bytes]);
+                    }
+                    self.index.unpin(slot);
+                    self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
+                }
+                Ok(()) => self.index.unpin(slot),
+                Err(e) => {
+                    // Drain the other reads so every buffer comes home, then report.
+                    self.index.clear(slot);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None if next < misses.len() => Err(slot_lost(layer, misses[next].0)),
+            None => Ok(()),
+        }
+    }
+
+    /// Submits misses from `next` on while slots can be had.
+    fn submit_misses(&mut self, layer: usize, layout: &RecordLayout, base: usize, misses: &mut [(u32, usize)],
+                     next: &mut usize, in_flight: &mut usize) -> Result<()> {
+        let Some(io) = &self.io else { return Ok(()) };
+        while *next < misses.len() {
+            let e = misses[*next].0;
+            let Some((s, _)) = self.index.assign(base + e as usize) else { break };
+            let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
+            misses[*next].1 = s;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            *next += 1;
+            *in_flight += 1;
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self) -> Result<Completion> {
+        let Some(io) = &self.io else { return Err(Error::new(ErrorKind::Io, "no I/O threads")) };
+        let t = std::time::Instant::now();
+        let c = io.wait();
+        self.stats.io_wait += t.elapsed();
+        c
+    }
+}
+
+fn slot_lost(layer: usize, expert: u32) -> Error {
+    Error::new(ErrorKind::Io, format!("layer {layer} expert {expert}: no cache slot available"))
+}

@@ -42,6 +42,7 @@ pub struct Command {
 pub struct Usage(pub String);
 
 /// Parsed arguments.
+#[derive(Debug)]
 pub struct Args {
     values: Vec<(&'static str, Option<String>)>,
     pub positionals: Vec<String>,

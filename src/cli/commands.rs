@@ -30,17 +30,19 @@ impl From<waste::Error> for Failure {
 
 pub type Outcome = Result<(), Failure>;
 
-pub fn dispatch(name: &str, a: &Args) -> Outcome {
+pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
         "run" => run(a),
         "eval" => eval(a),
         "info" => info(a),
-        "bench" if a.positionals.first().is_some_and(|p| p == "tokenize") => super::tokenize::bench(a),
-        "bench" if a.positionals.len() > 1 => Err(Failure::Usage(format!("unexpected argument `{}`", a.positionals[1]))),
         "bench" => bench(a),
+        "bench tokenize" => super::tokenize::bench(a),
         "tokenize" => super::tokenize::tokenize(a),
         "detokenize" => super::tokenize::detokenize(a),
         "random-model" => random_model(a),
+        "convert" => super::moe::convert(a),
+        "bench cache" => super::moe::bench_cache(a),
+        "bench disk" => super::moe::bench_disk(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
@@ -54,7 +56,7 @@ fn io_err(path: &Path, what: &str, e: std::io::Error) -> Failure {
 }
 
 /// The model options shared by every command that opens one.
-fn model_options(a: &Args) -> Result<Options, Failure> {
+pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     let mut o = Options::default();
     if let Some(t) = a.num("threads", 0usize, 1024)? {
         o.threads = t;
@@ -66,6 +68,14 @@ fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    if let Some(v) = a.value("cache") {
+        o.cache_bytes = super::args::parse_size(v).filter(|&b| b > 0)
+            .ok_or_else(|| Failure::Usage(format!("option `--cache`: `{v}` is not a size (bytes, or K/M/G/T)")))?;
+    }
+    if let Some(n) = a.num("io-threads", 0usize, 256)? {
+        o.io_threads = n;
+    }
+    o.verify = a.flag("verify");
     Ok(o)
 }
 
@@ -147,7 +157,8 @@ fn run(a: &Args) -> Outcome {
     })?;
     let _ = writeln!(out);
     let secs = summary.decode_time.as_secs_f64();
-    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s]", summary.tokens, secs, summary.tokens_per_second());
+    let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
+    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s{experts}]", summary.tokens, secs, summary.tokens_per_second());
     Ok(())
 }
 
@@ -301,12 +312,19 @@ fn bench(a: &Args) -> Outcome {
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
+            ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
+            ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
         ]).to_string_pretty());
     } else {
         println!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
         println!("kernels  {} x {} threads", i.isa, i.threads);
         println!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
         println!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
+        if let Some(c) = &report.decode_cache {
+            println!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
+                c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
+                if c.direct_io { "O_DIRECT" } else { "buffered reads" });
+        }
     }
     Ok(())
 }
@@ -328,7 +346,17 @@ fn random_model(a: &Args) -> Outcome {
     };
     let seed = a.num("seed", 0u64, u64::MAX)?.unwrap_or(1);
     let t = Instant::now();
-    let bytes = random::write_checkpoint(Path::new(out), &config, dtype, seed)?;
+    let is_moe = config.get("num_experts").or(config.get("num_local_experts")).is_some();
+    let bytes = if a.flag("container") || is_moe {
+        let experts = match a.value("experts").unwrap_or("q4") {
+            "q4" => waste::format::dtype::DType::Q4B32,
+            "q8" => waste::format::dtype::DType::Q8B32,
+            other => return Err(Failure::Usage(format!("option `--experts`: `{other}` is not q4 or q8"))),
+        };
+        random::write_container(Path::new(out), &config, experts, seed)?
+    } else {
+        random::write_checkpoint(Path::new(out), &config, dtype, seed)?
+    };
     eprintln!("wrote {out}: {bytes} bytes in {:.1} s", t.elapsed().as_secs_f64());
     Ok(())
 }

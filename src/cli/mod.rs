@@ -5,6 +5,7 @@
 
 mod args;
 mod commands;
+mod moe;
 mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
@@ -15,6 +16,9 @@ const MODEL_OPTS: &[Opt] = &[
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
+    val("cache", "SIZE", "expert cache for a container: bytes or K/M/G/T (binary units)"),
+    val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
+    flag("verify", "check the CRC-32 of every expert record read"),
 ];
 
 const SAMPLING_OPTS: &[Opt] = &[
@@ -67,28 +71,28 @@ pub const INFO: Command = Command {
 
 pub const BENCH: Command = Command {
     name: "bench",
-    usage: "bench MODEL [--prompt-tokens N] [-n N] | bench tokenize --tokenizer PATH FILE",
-    about: "Measure prefill and decode speed, or with `tokenize` the tokenizer's encoding throughput \
-(figures are printed, never asserted).",
+    usage: "bench MODEL [--prompt-tokens N] [-n N]",
+    about: "Measure prefill and decode speed (figures are printed, never asserted).",
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
-        val("tokenizer", "PATH", "bench tokenize: the tokenizer file"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
         flag("json", "print JSON"),
     ], MODEL_OPTS, HELP_OPT],
-    positionals: &["MODEL", "FILE"],
+    positionals: &["MODEL"],
 };
 
 pub const RANDOM_MODEL: Command = Command {
     name: "random-model",
-    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--seed N]",
+    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--container [--experts q4|q8]] [--seed N]",
     about: "Write a checkpoint of random weights with a real model's shape, for benchmarks. \
-Presets: smollm2-135m, llama-1b.",
+Presets: smollm2-135m, llama-1b (dense), qwen3-30b-a3b (MoE: written as a container).",
     opts: &[&[
         val("preset", "NAME", "a known shape"),
         val("config", "FILE", "a config.json to take the shape from"),
         val("out", "DIR", "output directory (config.json + model.safetensors)"),
         val("dtype", "T", "bf16 (default), f16 or f32"),
+        flag("container", "write a container directly (MoE shapes): q4 trunk, q8 embeddings/head/routers"),
+        val("experts", "ENC", "with --container: q4 (default) or q8 experts"),
         val("seed", "N", "random seed (default 1)"),
     ], HELP_OPT],
     positionals: &[],
@@ -102,7 +106,51 @@ pub const VERSION: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
+pub const CONVERT: Command = Command {
+    name: "convert",
+    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4]",
+    about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
+Resumable: run the same command again after an interruption and it finishes.",
+    opts: &[&[
+        val("in", "DIR", "the Hugging Face checkpoint directory"),
+        val("out", "DIR", "the container directory to write"),
+        val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
+        val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
+        val("experts", "ENC", "routed experts: f32, bf16, f16, q8 or q4 (default q4)"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+pub const BENCH_CACHE: Command = Command {
+    name: "bench cache",
+    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
+    about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
+    opts: &[&[
+        val("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
+        val("slots", "N", "cache slots (records)"),
+        val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
+        val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
+        val("policy", "NAME", "next-use (the engine's), frequency or lru"),
+        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 8, the engine's)"),
+        flag("json", "print JSON"),
+    ], HELP_OPT],
+    positionals: &[],
+};
+
+pub const BENCH_DISK: Command = Command {
+    name: "bench disk",
+    usage: "bench disk FILE [--record SIZE] [--threads N] [--limit SIZE]",
+    about: "Measure the disk's O_DIRECT read bandwidth at the expert record size (the bound on streaming).",
+    opts: &[&[
+        val("record", "SIZE", "bytes per read, a multiple of 4096 (default 4M); K/M/G suffixes"),
+        val("threads", "N", "reads in flight (default 4, the engine's I/O threads)"),
+        val("limit", "SIZE", "read at most this much of the file (default 4G)"),
+    ], HELP_OPT],
+    positionals: &["FILE"],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &tokenize::BENCH_TOKENIZE, &CONVERT,
+    &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
@@ -129,11 +177,18 @@ pub fn main(args: Vec<String>) -> i32 {
         println!("waste {}", waste::VERSION);
         return 0;
     }
-    let Some(cmd) = COMMANDS.iter().find(|c| c.name == name) else {
-        eprintln!("waste: unknown command `{name}` (see `waste --help`)");
-        return 2;
+    // `bench` has sub-benchmarks named by its first argument.
+    let sub = args.get(1).map(|a| format!("{name} {a}"));
+    let (cmd, rest) = match COMMANDS.iter().find(|c| Some(c.name) == sub.as_deref()) {
+        Some(c) => (c, &args[2..]),
+        None => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(c) => (c, &args[1..]),
+            None => {
+                eprintln!("waste: unknown command `{name}` (see `waste --help`)");
+                return 2;
+            }
+        },
     };
-    let rest = &args[1..];
     let parsed = match cmd.parse(rest) {
         Ok(p) => p,
         Err(Usage(msg)) => {

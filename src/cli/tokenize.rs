@@ -32,6 +32,14 @@ pub const DETOKENIZE: Command = Command {
     positionals: &["IDS..."],
 };
 
+pub const BENCH_TOKENIZE: Command = Command {
+    name: "bench tokenize",
+    usage: "bench tokenize --tokenizer PATH FILE [--json]",
+    about: "Measure the tokenizer's content-encoding throughput on FILE, one thread (printed, never asserted).",
+    opts: &[&[val("tokenizer", "PATH", "the tokenizer file"), flag("json", "print JSON")], HELP_OPT],
+    positionals: &["FILE"],
+};
+
 /// The tokenizer named by `--tokenizer PATH` or by the first positional (a model directory
 /// or a tokenizer file); returns it and the remaining positionals.
 fn open(a: &Args) -> Result<(Tokenizer, &[String]), Failure> {
@@ -86,7 +94,7 @@ pub fn detokenize(a: &Args) -> Outcome {
 /// (best of five passes after a warm-up), printed, never asserted.
 pub fn bench(a: &Args) -> Outcome {
     let path = a.value("tokenizer").ok_or_else(|| Failure::Usage("bench tokenize: missing --tokenizer PATH".into()))?;
-    let file = a.positionals.get(1).ok_or_else(|| Failure::Usage("bench tokenize: missing FILE".into()))?;
+    let file = a.positionals.first().ok_or_else(|| Failure::Usage("bench tokenize: missing FILE".into()))?;
     let t0 = Instant::now();
     let tok = Tokenizer::from_file(Path::new(path))?;
     let load = t0.elapsed().as_secs_f64();

@@ -402,15 +402,18 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
     let window = f.usize_opt("sliding_window")?;
     let mut out = vec![None; layers];
     let Some(w) = window else { return Ok(out) };
+    // A Qwen window is inert unless `use_sliding_window` is set, whatever its value:
+    // transformers 5 saves Qwen2-MoE configs with `sliding_window: 0` when it is off.
+    let qwen = matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe);
+    if qwen && !f.bool_or("use_sliding_window", false)? {
+        return Ok(out);
+    }
     if w == 0 {
         return Err(Error::config(f.path, "sliding_window", "must be positive"));
     }
     match arch {
         Arch::Mixtral => out.iter_mut().for_each(|o| *o = Some(w)),
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
-            if !f.bool_or("use_sliding_window", false)? {
-                return Ok(out);
-            }
             if let Some(types) = f.get("layer_types").and_then(Json::as_array) {
                 for (l, t) in types.iter().enumerate().take(layers) {
                     if t.as_str() == Some("sliding_attention") {
@@ -428,18 +431,21 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
 }
 
 fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result<MoeConfig> {
-    let (experts_key, width_key) = match arch {
-        Arch::Mixtral => ("num_local_experts", "intermediate_size"),
-        Arch::Olmoe => ("num_experts", "intermediate_size"),
-        _ => ("num_experts", "moe_intermediate_size"),
+    let width_key = match arch {
+        Arch::Mixtral | Arch::Olmoe => "intermediate_size",
+        _ => "moe_intermediate_size",
     };
+    // transformers 5 writes `num_local_experts` for every family; older configs use
+    // `num_experts` (Qwen, OLMoE) — spec §0.7's aliases.
+    let experts_key = ["num_local_experts", "num_experts", "n_routed_experts"]
+        .into_iter().find(|k| f.get(k).is_some()).unwrap_or("num_experts");
     let experts = f.usize_req(experts_key)?;
     let top_k = f.usize_req("num_experts_per_tok")?;
     if experts == 0 || experts > 1 << 16 {
         return Err(Error::config(f.path, experts_key, format!("{experts} is out of range 1..=65536")));
     }
-    if top_k == 0 || top_k > experts {
-        return Err(Error::config(f.path, "num_experts_per_tok", format!("{top_k} is out of range 1..={experts}")));
+    if top_k == 0 || top_k > experts.min(64) {
+        return Err(Error::config(f.path, "num_experts_per_tok", format!("{top_k} is out of range 1..={}", experts.min(64))));
     }
     let expert_intermediate = f.usize_req(width_key)?;
     if expert_intermediate == 0 || expert_intermediate > MAX_DIM {
@@ -503,6 +509,20 @@ mod tests {
         assert_eq!(old.rope, new.rope);
         assert_eq!(old.rope.theta, 500000.0);
         assert!(matches!(old.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+    }
+
+    /// transformers 5 writes `sliding_window: 0` into Qwen2-MoE configs whose window is off.
+    #[test]
+    fn an_unused_qwen_window_of_zero_is_accepted() {
+        let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
+            "use_sliding_window": false, "sliding_window": 0}}"#)).unwrap();
+        assert_eq!(c.sliding_window, vec![None, None]);
+        let e = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
+            "use_sliding_window": true, "sliding_window": 0}}"#)).unwrap_err();
+        assert!(e.to_string().contains("sliding_window"), "{e}");
+        let e = cfg(&format!(r#"{{"architectures": ["MixtralForCausalLM"], {BASE}, {moe}, "sliding_window": 0}}"#)).unwrap_err();
+        assert!(e.to_string().contains("sliding_window"), "{e}");
     }
 
     #[test]

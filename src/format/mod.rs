@@ -3,6 +3,9 @@
 //! is allocated and every offset is checked.
 
 pub mod config;
+pub mod container;
+pub mod convert;
+pub mod crc32;
 pub mod dtype;
 pub mod json;
 pub mod random;

@@ -213,6 +213,16 @@ impl Checkpoint {
         } else {
             (path.to_path_buf(), shard_paths(path)?)
         };
+        Checkpoint::from_paths(&dir, &names)
+    }
+
+    /// Opens the named files of `dir` as one checkpoint (a container's trunk).
+    pub fn open_files(dir: &Path, names: &[String]) -> Result<Checkpoint> {
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        Checkpoint::from_paths(dir, &paths)
+    }
+
+    fn from_paths(dir: &Path, names: &[PathBuf]) -> Result<Checkpoint> {
         let mut files = Vec::with_capacity(names.len());
         let mut by_name = HashMap::new();
         for (fi, p) in names.iter().enumerate() {
@@ -225,7 +235,7 @@ impl Checkpoint {
             }
             files.push(st);
         }
-        Ok(Checkpoint { dir, files, by_name })
+        Ok(Checkpoint { dir: dir.to_path_buf(), files, by_name })
     }
 
     /// The entry named `name` and the file it lives in.

@@ -8,12 +8,16 @@
 //! decoding give bit-identical logits.
 
 pub mod bench;
+pub mod experts;
+pub mod moe;
 pub mod rope;
 pub mod state;
 pub mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
+use crate::cache::{min_cache_bytes, CacheOptions, CacheStats, ExpertCache};
+use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
 use crate::kernels::{self, Kernels, Pool};
@@ -21,13 +25,15 @@ use crate::tokenizer::Tokenizer;
 use crate::Options;
 use state::State;
 use std::path::{Path, PathBuf};
-use weights::{Linear, Weights};
+use experts::Experts;
+use weights::{Ffn, Linear, Weights};
 
 /// An open model: weights, one session's state, kernels and threads.
 pub struct Model {
     path: PathBuf,
     cfg: ModelConfig,
     weights: Weights,
+    experts: Experts,
     pub(crate) state: State,
     kernels: Kernels,
     pool: Pool,
@@ -97,13 +103,19 @@ impl Model {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
-        let cfg = ModelConfig::load(path)?;
-        if cfg.moe.is_some() {
-            return Err(Error::unsupported(format!(
-                "{}: {} is a mixture-of-experts model; convert it to a container first", path.display(), cfg.class)));
-        }
-        let ckpt = Checkpoint::open(path)?;
-        let weights = weights::load_dense(&ckpt, &cfg)?;
+        let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        let (cfg, ckpt) = match &manifest {
+            Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
+            None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
+        };
+        let mut loader = weights::Loader::new(&ckpt);
+        let mut weights = weights::load_trunk(&mut loader, &cfg)?;
+        let experts = match &manifest {
+            Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &cache_options(m, opts))?)),
+            Some(_) => Experts::None,
+            None => experts::load_resident(&mut loader, &cfg)?,
+        };
+        weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
         let tokenizer = match Tokenizer::from_model_dir(path) {
             Ok(t) => Some(t),
@@ -128,6 +140,7 @@ impl Model {
             pool: Pool::new(threads)?,
             cfg,
             weights,
+            experts,
             state,
             tokenizer,
             eos,
@@ -156,7 +169,7 @@ impl Model {
             experts: c.moe.as_ref().map(|m| (m.experts, m.top_k)),
             parameters: self.weights.params,
             dtypes: self.weights.dtypes.iter().map(|d| d.name().to_string()).collect(),
-            weight_bytes: self.weights.bytes,
+            weight_bytes: self.weights.bytes + self.experts.resident_bytes(),
             kv_bytes: kv,
             scratch_bytes: scratch,
             context: self.state.ctx,
@@ -184,6 +197,14 @@ impl Model {
         let mut ids: Vec<u32> = tok.bos().into_iter().collect();
         ids.extend(tok.encode(text));
         Ok(ids)
+    }
+
+    /// Expert-cache statistics, for a model whose experts stream from disk.
+    pub fn cache_stats(&self) -> Option<&CacheStats> {
+        match &self.experts {
+            Experts::Streamed(c) => Some(c.stats()),
+            _ => None,
+        }
     }
 
     /// Number of tokens in the session so far.
@@ -247,7 +268,7 @@ impl Model {
             };
             let last = start + chunk.len() == total;
             let tr = trace.as_deref_mut().map(|t| (t, start, total));
-            self.forward_chunk(chunk, rows, last, tr);
+            self.forward_chunk(chunk, rows, last, tr)?;
         }
         Ok(())
     }
@@ -255,8 +276,8 @@ impl Model {
     /// One forward pass over `tokens` at the session's position. Writes every row's logits to
     /// `all` when given, and the last row's to the state when `last`.
     fn forward_chunk(&mut self, tokens: &[u32], all: Option<&mut [f32]>, last: bool,
-                     mut trace: Option<(&mut [f32], usize, usize)>) {
-        let Model { cfg, weights: w, state: st, kernels: k, pool, inv_freq, .. } = self;
+                     mut trace: Option<(&mut [f32], usize, usize)>) -> Result<()> {
+        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
@@ -273,7 +294,10 @@ impl Model {
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.ffn_norm, cfg.rms_eps);
             }
-            mlp_block(k, pool, st, &layer.mlp, n);
+            match &layer.ffn {
+                Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
+                Ffn::Moe(moe) => moe::moe_block(cfg, k, pool, st, moe, experts, l, n)?,
+            }
             add_rows(&mut st.x, &st.out, n * h);
             record(&mut trace, l + 1, &st.x, n, h);
         }
@@ -290,6 +314,7 @@ impl Model {
             k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits);
         }
         st.pos += n;
+        Ok(())
     }
 }
 
@@ -391,6 +416,22 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
     linear(k, pool, &m.up, &st.h, n, &mut st.up);
     kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
     linear(k, pool, &m.down, &st.gate, n, &mut st.out);
+}
+
+/// The cache a container gets: the options' size, or every expert when they fit in a quarter
+/// of physical RAM, else that quarter (never below the double-buffered minimum).
+fn cache_options(m: &Manifest, opts: &Options) -> CacheOptions {
+    let bytes = if opts.cache_bytes > 0 {
+        opts.cache_bytes
+    } else {
+        m.expert_bytes().min(crate::sys::physical_ram_bytes() / 4).max(min_cache_bytes(m))
+    };
+    CacheOptions { bytes, io_threads: opts.io_threads, verify: opts.verify, policy: None }
+}
+
+/// Parameters of a container's routed experts (their matrices' elements).
+fn expert_params(m: &Manifest) -> u64 {
+    m.banks.iter().map(|b| b.experts as u64 * b.layout.matrices.iter().map(|x| (x.rows * x.cols) as u64).sum::<u64>()).sum()
 }
 
 /// EOS ids from `generation_config.json`, when present.

@@ -40,6 +40,18 @@ pub struct State {
     pub sin: Vec<f32>,
     /// Logits of the last position.
     pub logits: Vec<f32>,
+    /// MoE: router logits (chunk × experts), then each token's chosen experts and weights
+    /// (chunk × top_k), the distinct experts of the chunk, the rows gathered for one expert
+    /// and the (token, slot) they came from, that expert's output, and every (token, slot)
+    /// output (chunk × top_k × hidden).
+    pub router: Vec<f32>,
+    pub route_ids: Vec<u32>,
+    pub route_w: Vec<f32>,
+    pub wanted: Vec<u32>,
+    pub xs: Vec<f32>,
+    pub xs_slot: Vec<usize>,
+    pub ys: Vec<f32>,
+    pub expert_out: Vec<f32>,
 }
 
 impl State {
@@ -58,15 +70,22 @@ impl State {
 
     fn scratch_floats(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> usize {
         let ffn = Self::ffn_width(cfg);
+        let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
+        let moe = if experts == 0 { 0 } else {
+            // router, route ids (u32) and weights, wanted (u32), xs, xs_slot (usize = 2 floats), ys, expert_out
+            chunk * experts + 2 * chunk * top_k + chunk * top_k + 2 * chunk * cfg.hidden + 2 * chunk + chunk * top_k * cfg.hidden
+        };
         chunk * (3 * cfg.hidden + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * ffn + cfg.rope.dim)
             + threads * ctx
             + cfg.vocab
+            + moe
     }
 
     /// Allocates the state.
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Result<State> {
         let kv_bytes = cfg.layers * ctx * cfg.kv_dim() * 4;
         let ffn = Self::ffn_width(cfg);
+        let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
         Ok(State {
             k_cache: AlignedBuf::zeroed(kv_bytes, 64)?,
             v_cache: AlignedBuf::zeroed(kv_bytes, 64)?,
@@ -86,6 +105,14 @@ impl State {
             cos: vec![0.0; chunk * cfg.rope.dim / 2],
             sin: vec![0.0; chunk * cfg.rope.dim / 2],
             logits: vec![0.0; cfg.vocab],
+            router: vec![0.0; chunk * experts],
+            route_ids: vec![0; chunk * top_k],
+            route_w: vec![0.0; chunk * top_k],
+            wanted: Vec::with_capacity(chunk * top_k),
+            xs: vec![0.0; if experts > 0 { chunk * cfg.hidden } else { 0 }],
+            xs_slot: vec![0; if experts > 0 { chunk } else { 0 }],
+            ys: vec![0.0; if experts > 0 { chunk * cfg.hidden } else { 0 }],
+            expert_out: vec![0.0; chunk * top_k * cfg.hidden],
         })
     }
 }

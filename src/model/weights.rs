@@ -11,6 +11,7 @@ use crate::format::dtype::DType;
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::{scalar, MatRef};
 use crate::sys::AlignedBuf;
+use super::moe::MoeWeights;
 
 /// A weight matrix in its stored dtype.
 pub struct Matrix {
@@ -60,12 +61,19 @@ pub struct Mlp {
     pub down: Linear,
 }
 
+/// The feed-forward half of a layer.
+pub enum Ffn {
+    Dense(Mlp),
+    /// Router and shared expert; the routed experts live in [`super::experts::Experts`].
+    Moe(MoeWeights),
+}
+
 /// One decoder layer.
 pub struct Layer {
     pub attn_norm: Vec<f32>,
     pub attn: Attention,
     pub ffn_norm: Vec<f32>,
-    pub mlp: Mlp,
+    pub ffn: Ffn,
 }
 
 /// All resident weights.
@@ -108,6 +116,11 @@ impl<'a> Loader<'a> {
             "{}: tensor `{name}` is missing", self.ckpt.dir.display())))
     }
 
+    /// The checkpoint's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.ckpt.dir
+    }
+
     /// True when the checkpoint has a tensor named `name`.
     pub fn has(&self, name: &str) -> bool {
         self.ckpt.get(name).is_some()
@@ -133,6 +146,24 @@ impl<'a> Loader<'a> {
             self.dtypes.push(t.dtype);
         }
         Ok(Matrix { dtype: t.dtype, rows, cols, buf })
+    }
+
+    /// The stored dtype of tensor `name`.
+    pub fn dtype_of(&self, name: &str) -> Result<DType> {
+        Ok(self.find(name)?.1.dtype)
+    }
+
+    /// Reads matrix `name` of `[rows, cols]` and `dtype` into `out` (a slice of a record).
+    pub fn read_matrix_into(&mut self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
+        let (file, t) = self.find(name)?;
+        if t.shape != [rows as u64, cols as u64] || t.dtype != dtype {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` is {} {:?}, expected {dtype} [{rows}, {cols}] like the layer's other experts",
+                file.path.display(), t.dtype, t.shape)));
+        }
+        file.read_into(t, out)?;
+        self.params += t.elements();
+        Ok(())
     }
 
     /// A 1-D vector of `len` values widened to f32 (norm weights, biases).
@@ -173,9 +204,8 @@ impl<'a> Loader<'a> {
     }
 }
 
-/// Loads the weights of a dense Llama-family decoder (spec §1.2).
-pub fn load_dense(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<Weights> {
-    let mut ld = Loader::new(ckpt);
+/// Loads the resident weights of a decoder (spec §1.2, §2): everything but the routed experts.
+pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
     let (h, hd) = (cfg.hidden, cfg.head_dim);
     let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
     let mut layers = Vec::with_capacity(cfg.layers);
@@ -196,11 +226,25 @@ pub fn load_dense(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<Weights> {
             q_norm: qn,
             k_norm: kn,
         };
+        let ffn = match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+            Some(moe) => {
+                let b = format!("{p}.{}", moe.layout.block);
+                let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
+                let shared = if moe.shared_intermediate > 0 {
+                    let mlp = ld.mlp(&format!("{b}.shared_expert"), ["gate_proj", "up_proj", "down_proj"], h, moe.shared_intermediate, false)?;
+                    Some((mlp, ld.matrix(&format!("{b}.shared_expert_gate.weight"), 1, h)?))
+                } else {
+                    None
+                };
+                Ffn::Moe(MoeWeights { router, shared })
+            }
+            None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
+        };
         layers.push(Layer {
             attn_norm: ld.vector(&format!("{p}.input_layernorm.weight"), h)?,
             attn,
             ffn_norm: ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-            mlp: ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?,
+            ffn,
         });
     }
     let norm = ld.vector("model.norm.weight", h)?;
@@ -211,7 +255,7 @@ pub fn load_dense(ckpt: &Checkpoint, cfg: &ModelConfig) -> Result<Weights> {
         None
     } else {
         return Err(Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ckpt.dir.display())));
+            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ld.dir().display())));
     };
-    Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes })
+    Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes.clone() })
 }

@@ -84,3 +84,59 @@ pub fn skip(test: &str, reason: &str) {
     println!("SKIP: {test}: {reason}");
     eprintln!("SKIP: {test}: {reason}");
 }
+
+/// An oracle fixture: model directory, prompt, greedy continuation and reference logits.
+pub struct Oracle {
+    pub dir: PathBuf,
+    pub prompt: Vec<u32>,
+    pub greedy: Vec<u32>,
+    pub logits: Vec<f32>,
+}
+
+/// `tests/fixtures/oracles/<name>`.
+pub fn oracle(name: &str) -> Oracle {
+    let dir = fixture(&format!("oracles/{name}"));
+    let ids = read_json(&dir.join("input_ids.json"));
+    Oracle {
+        prompt: ids_of(ids.get("prompt_ids").unwrap()),
+        greedy: ids_of(ids.get("greedy_new_ids").unwrap()),
+        logits: read_f32(&dir.join("logits.f32")),
+        dir,
+    }
+}
+
+/// Index of the largest value.
+pub fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+/// Logits of every prompt position: in one call, or fed one token at a time.
+pub fn prompt_logits(m: &mut waste::Model, prompt: &[u32], one_at_a_time: bool) -> Vec<f32> {
+    if one_at_a_time {
+        let mut out = Vec::new();
+        for &t in prompt {
+            out.extend_from_slice(m.eval(&[t]).unwrap());
+        }
+        out
+    } else {
+        let mut all = Vec::new();
+        m.eval_all(prompt, &mut all).unwrap();
+        all
+    }
+}
+
+/// Greedy continuation of `n` tokens after `prompt`.
+pub fn greedy(m: &mut waste::Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut next = argmax(m.eval(prompt).unwrap());
+    let mut got = vec![next];
+    while got.len() < n {
+        next = argmax(m.eval(&[next]).unwrap());
+        got.push(next);
+    }
+    got
+}
+
+/// True when two logit vectors are the same bit for bit.
+pub fn bit_identical(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}

@@ -1,0 +1,245 @@
+//! Which experts stay in the cache: the slot bookkeeping and the eviction policy, free of any
+//! buffer or I/O so that the trace replay drives exactly the decisions the engine makes.
+//!
+//! The policy keeps a decayed access frequency for every expert of the model, resident or
+//! not, so an expert's history survives its eviction (unlike plain LRU, or a counter reset on
+//! insert). The victim is the unpinned resident expert with the lowest decayed frequency.
+//! Decode touches every MoE layer once per token, a cyclic pattern longer than a small cache,
+//! which is exactly where LRU keeps nothing: here the rarely-used experts churn through the
+//! weakest slots while the frequently-used ones stay.
+
+/// An eviction policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Policy {
+    /// Least recently used (the baseline the replay compares against).
+    Lru,
+    /// Decayed frequency with history across evictions; the half-life is in accesses.
+    Frequency { half_life: f64 },
+    /// Evict the expert whose next use is expected farthest away: the layers until its layer
+    /// comes round again, plus the tokens until it is chosen again, estimated from its decayed
+    /// frequency (half-life in accesses).
+    NextUse { half_life: f64 },
+}
+
+impl Policy {
+    /// The engine's default: expected next use, with frequencies decaying by half every 8
+    /// tokens' worth of accesses (the best of the settings measured on the routing traces in
+    /// `docs/BENCHMARKS.md`, at every cache size).
+    pub fn default_for(accesses_per_token: usize) -> Policy {
+        Policy::NextUse { half_life: (accesses_per_token.max(1) * 8) as f64 }
+    }
+
+    /// A policy by name (`next-use`, `frequency`, `lru`) with a half-life in tokens.
+    pub fn named(name: &str, half_life_tokens: f64, accesses_per_token: usize) -> Option<Policy> {
+        let half_life = half_life_tokens * accesses_per_token.max(1) as f64;
+        Some(match name {
+            "next-use" => Policy::NextUse { half_life },
+            "frequency" => Policy::Frequency { half_life },
+            "lru" => Policy::Lru,
+            _ => return None,
+        })
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Slot bookkeeping: which expert (key) each slot holds, which slot each key is in, pins,
+/// and the policy's per-key state.
+pub struct CacheIndex {
+    policy: Policy,
+    slot_key: Vec<u32>,
+    key_slot: Vec<u32>,
+    pinned: Vec<bool>,
+    /// Per key: the policy's priority (LRU: last access time; frequency: log-domain score).
+    priority: Vec<f64>,
+    clock: u64,
+    /// Keys per layer and layers, for the next-use estimate (keys are layer × per_layer + e).
+    per_layer: usize,
+    layers: usize,
+    current_layer: usize,
+}
+
+/// The outcome of looking up one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Hit(usize),
+    Miss,
+}
+
+impl CacheIndex {
+    /// An empty cache of `slots` slots over `keys` possible experts.
+    pub fn new(keys: usize, slots: usize, policy: Policy) -> CacheIndex {
+        CacheIndex {
+            policy,
+            slot_key: vec![NONE; slots],
+            key_slot: vec![NONE; keys],
+            pinned: vec![false; slots],
+            priority: vec![f64::NEG_INFINITY; keys],
+            clock: 0,
+            per_layer: keys.max(1),
+            layers: 1,
+            current_layer: 0,
+        }
+    }
+
+    /// Declares the key structure: `layers` layers of `per_layer` experts, visited in order.
+    pub fn with_layers(mut self, layers: usize, per_layer: usize) -> CacheIndex {
+        self.layers = layers.max(1);
+        self.per_layer = per_layer.max(1);
+        self
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slot_key.len()
+    }
+
+    /// Records an access to `key` and returns where it is. A hit pins its slot.
+    pub fn access(&mut self, key: usize) -> Lookup {
+        self.clock += 1;
+        let now = self.clock as f64;
+        self.current_layer = key / self.per_layer;
+        self.priority[key] = match self.policy {
+            Policy::Lru => now,
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } => {
+                // priority = log2(score) + t/h, so comparing priorities compares the scores
+                // decayed to any common time; an access adds 1 to the decayed score.
+                let p = self.priority[key];
+                let decayed = if p == f64::NEG_INFINITY { 0.0 } else { (p - now / half_life).exp2() };
+                (decayed + 1.0).log2() + now / half_life
+            }
+        };
+        match self.key_slot[key] {
+            NONE => Lookup::Miss,
+            s => {
+                self.pinned[s as usize] = true;
+                Lookup::Hit(s as usize)
+            }
+        }
+    }
+
+    /// How much the policy wants to keep `key` (higher keeps).
+    fn keep_value(&self, key: usize) -> f64 {
+        match self.policy {
+            Policy::Lru | Policy::Frequency { .. } => self.priority[key],
+            Policy::NextUse { half_life } => {
+                let now = self.clock as f64;
+                let count = (self.priority[key] - now / half_life).exp2();
+                // Expected accesses per visit of its layer ≈ count / (window in visits).
+                let window = (half_life / std::f64::consts::LN_2) / (self.layers as f64);
+                let layer = key / self.per_layer;
+                let until_layer = ((layer + self.layers - self.current_layer - 1) % self.layers + 1) as f64;
+                let tokens_until = (window / count.max(1e-9) - 1.0).max(0.0);
+                -(until_layer + tokens_until * self.layers as f64)
+            }
+        }
+    }
+
+    /// Chooses a slot for `key` (a miss): a free slot, else the unpinned resident the policy
+    /// values least, which is evicted. The slot is pinned. `None` when every slot is pinned.
+    pub fn assign(&mut self, key: usize) -> Option<(usize, Option<usize>)> {
+        let mut best: Option<(usize, f64)> = None;
+        for s in 0..self.slot_key.len() {
+            if self.pinned[s] {
+                continue;
+            }
+            let k = self.slot_key[s];
+            if k == NONE {
+                best = Some((s, f64::NEG_INFINITY));
+                break;
+            }
+            let v = self.keep_value(k as usize);
+            if best.is_none_or(|(_, bv)| v < bv) {
+                best = Some((s, v));
+            }
+        }
+        let best = best.map(|(s, _)| s);
+        let s = best?;
+        let evicted = match self.slot_key[s] {
+            NONE => None,
+            k => {
+                self.key_slot[k as usize] = NONE;
+                Some(k as usize)
+            }
+        };
+        self.slot_key[s] = key as u32;
+        self.key_slot[key] = s as u32;
+        self.pinned[s] = true;
+        Some((s, evicted))
+    }
+
+    /// Forgets what `slot` holds (its read failed).
+    pub fn clear(&mut self, slot: usize) {
+        let k = self.slot_key[slot];
+        if k != NONE {
+            self.key_slot[k as usize] = NONE;
+        }
+        self.slot_key[slot] = NONE;
+        self.pinned[slot] = false;
+    }
+
+    /// Unpins one slot.
+    pub fn unpin(&mut self, slot: usize) {
+        self.pinned[slot] = false;
+    }
+
+    /// Unpins every slot.
+    pub fn unpin_all(&mut self) {
+        self.pinned.iter_mut().for_each(|p| *p = false);
+    }
+
+    /// The key a slot holds.
+    pub fn key_of(&self, slot: usize) -> Option<usize> {
+        match self.slot_key[slot] {
+            NONE => None,
+            k => Some(k as usize),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(policy: Policy, slots: usize, pattern: &[usize]) -> usize {
+        let mut c = CacheIndex::new(16, slots, policy);
+        let mut hits = 0;
+        for &k in pattern {
+            match c.access(k) {
+                Lookup::Hit(_) => hits += 1,
+                Lookup::Miss => {
+                    c.assign(k).expect("a slot");
+                }
+            }
+            c.unpin_all();
+        }
+        hits
+    }
+
+    #[test]
+    fn frequency_keeps_hot_keys_through_a_cycle_that_defeats_lru() {
+        // Key 0 is used every other access; keys 1..=6 cycle. Three slots.
+        let mut p = Vec::new();
+        for i in 0..300 {
+            p.push(0);
+            p.push(1 + i % 6);
+        }
+        let lru = run(Policy::Lru, 3, &p);
+        let freq = run(Policy::Frequency { half_life: 50.0 }, 3, &p);
+        assert!(freq > lru, "frequency {freq} vs lru {lru}");
+        assert!(freq >= 299, "key 0 should always hit after the first access: {freq}");
+    }
+
+    #[test]
+    fn pinned_slots_are_never_evicted() {
+        let mut c = CacheIndex::new(8, 2, Policy::Lru);
+        assert_eq!(c.access(1), Lookup::Miss);
+        assert_eq!(c.assign(1).map(|x| x.1), Some(None));
+        assert_eq!(c.access(2), Lookup::Miss);
+        c.assign(2).unwrap();
+        assert_eq!(c.access(3), Lookup::Miss);
+        assert!(c.assign(3).is_none(), "both slots pinned");
+        c.unpin_all();
+        let (_, evicted) = c.assign(3).unwrap();
+        assert_eq!(evicted, Some(1));
+    }
+}

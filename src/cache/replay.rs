@@ -1,0 +1,140 @@
+//! Trace replay: drive the cache's own bookkeeping ([`CacheIndex`]) with recorded routing
+//! decisions and count hits, next to LRU and to Belady's optimal offline policy, which evicts
+//! the expert whose next use is farthest away.
+//!
+//! A trace is JSON lines `{"tok": N, "layers": [[expert ids of the top-k] per MoE layer]}`, one
+//! per decoded token. Each layer's experts are looked up together, as the engine does.
+
+use super::policy::{CacheIndex, Lookup, Policy};
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::json;
+use std::path::Path;
+
+/// A routing trace: tokens × MoE layers × chosen expert ids.
+pub struct Trace {
+    pub tokens: Vec<Vec<Vec<u32>>>,
+    pub layers: usize,
+    /// Experts per layer (one more than the largest id seen, unless given).
+    pub experts: usize,
+}
+
+impl Trace {
+    /// Reads a JSON-lines trace.
+    pub fn load(path: &Path) -> Result<Trace> {
+        let bytes = crate::format::read_bounded(path, 1 << 30)?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| Error::format(path, format!("not UTF-8 at byte {}", e.valid_up_to())))?;
+        let mut tokens = Vec::new();
+        let mut max_id = 0u32;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let bad = |m: String| Error::new(ErrorKind::Format, format!("{}: line {}: {m}", path.display(), i + 1));
+            let v = json::parse(line.as_bytes()).map_err(|e| bad(e.to_string()))?;
+            let layers = v.get("layers").and_then(json::Json::as_array).ok_or_else(|| bad("field `layers` missing".into()))?;
+            let mut tok = Vec::with_capacity(layers.len());
+            for l in layers {
+                let ids = l.as_array().ok_or_else(|| bad("a layer is not a list".into()))?
+                    .iter().map(|x| x.as_u64().filter(|&n| n < 1 << 20).map(|n| n as u32))
+                    .collect::<Option<Vec<u32>>>().ok_or_else(|| bad("an expert id is not a small integer".into()))?;
+                max_id = ids.iter().copied().fold(max_id, u32::max);
+                tok.push(ids);
+            }
+            if tokens.first().is_some_and(|t: &Vec<Vec<u32>>| t.len() != tok.len()) {
+                return Err(bad(format!("{} layers, the first token has {}", tok.len(), tokens[0].len())));
+            }
+            tokens.push(tok);
+        }
+        let layers = tokens.first().map_or(0, Vec::len);
+        if layers == 0 {
+            return Err(Error::format(path, "the trace has no tokens"));
+        }
+        Ok(Trace { tokens, layers, experts: max_id as usize + 1 })
+    }
+
+    /// Total expert accesses.
+    pub fn accesses(&self) -> usize {
+        self.tokens.iter().flatten().map(Vec::len).sum()
+    }
+
+    /// Number of distinct experts in the model.
+    pub fn keys(&self) -> usize {
+        self.layers * self.experts
+    }
+
+    fn key(&self, layer: usize, e: u32) -> usize {
+        layer * self.experts + e as usize
+    }
+}
+
+/// Hit rate of `policy` with `slots` slots, each layer's experts looked up together and the
+/// misses then given slots, as [`super::ExpertCache`] does.
+pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
+    let mut c = CacheIndex::new(trace.keys(), slots, policy).with_layers(trace.layers, trace.experts);
+    let mut hits = 0usize;
+    let mut misses = Vec::new();
+    for tok in &trace.tokens {
+        for (l, ids) in tok.iter().enumerate() {
+            misses.clear();
+            for &e in ids {
+                match c.access(trace.key(l, e)) {
+                    Lookup::Hit(_) => hits += 1,
+                    Lookup::Miss => misses.push(trace.key(l, e)),
+                }
+            }
+            for &k in &misses {
+                c.assign(k);
+            }
+            c.unpin_all();
+        }
+    }
+    hits as f64 / trace.accesses().max(1) as f64
+}
+
+/// Hit rate of Belady's offline optimum with `slots` slots: on a miss with a full cache, evict
+/// the resident expert (not needed by the current layer) whose next use is farthest away.
+pub fn belady(trace: &Trace, slots: usize) -> f64 {
+    // The access sequence in order, and for each access the position of the key's next use.
+    let seq: Vec<usize> = trace.tokens.iter()
+        .flat_map(|tok| tok.iter().enumerate().flat_map(move |(l, ids)| ids.iter().map(move |&e| trace.key(l, e))))
+        .collect();
+    let mut next_use = vec![usize::MAX; seq.len()];
+    let mut last = vec![usize::MAX; trace.keys()];
+    for i in (0..seq.len()).rev() {
+        next_use[i] = last[seq[i]];
+        last[seq[i]] = i;
+    }
+    let mut slot_of = vec![usize::MAX; trace.keys()];
+    let mut resident: Vec<(usize, usize)> = Vec::with_capacity(slots); // (key, next use)
+    let mut hits = 0;
+    let mut i = 0;
+    for tok in &trace.tokens {
+        for ids in tok {
+            let group = i..i + ids.len();
+            // Hits first: the group's resident keys get their next use updated.
+            for j in group.clone() {
+                if slot_of[seq[j]] != usize::MAX {
+                    hits += 1;
+                    resident[slot_of[seq[j]]].1 = next_use[j];
+                }
+            }
+            for j in group.clone() {
+                let key = seq[j];
+                if slot_of[key] != usize::MAX {
+                    continue;
+                }
+                if resident.len() < slots {
+                    slot_of[key] = resident.len();
+                    resident.push((key, next_use[j]));
+                    continue;
+                }
+                let in_group = |k: usize| seq[group.clone()].contains(&k);
+                let victim = (0..resident.len()).filter(|&r| !in_group(resident[r].0)).max_by_key(|&r| resident[r].1);
+                if let Some(r) = victim {
+                    slot_of[resident[r].0] = usize::MAX;
+                    resident[r] = (key, next_use[j]);
+                    slot_of[key] = r;
+                }
+            }
+            i = group.end;
+        }
+    }
+    hits as f64 / seq.len().max(1) as f64
+}

@@ -1,0 +1,128 @@
+//! The mixture-of-experts commands: `convert` (with its progress display) and `bench cache`.
+
+use super::args::Args;
+use super::commands::Failure;
+use std::io::Write;
+use std::path::Path;
+use waste::cache::policy::Policy;
+use waste::cache::replay::{belady, replay, Trace};
+use waste::format::convert::{self, ConvertOptions, Encoding, Progress};
+use waste::format::json::Json;
+
+/// ` | experts H hit / M miss = P%, R read, W s I/O wait` for the run summary line.
+pub fn stats_suffix(s: &waste::CacheStats) -> String {
+    format!(" | experts {} hit / {} miss = {:.0}%, {:.1} MiB read, {:.2} s I/O wait{}",
+        s.hits, s.misses, 100.0 * s.hit_rate(), s.bytes_read as f64 / (1 << 20) as f64, s.io_wait.as_secs_f64(),
+        if s.direct_io { "" } else { ", buffered reads" })
+}
+
+fn encoding(a: &Args, name: &str) -> Result<Option<Encoding>, Failure> {
+    match a.value(name) {
+        None => Ok(None),
+        Some(v) => Encoding::parse(v).map(Some).ok_or_else(|| Failure::Usage(format!(
+            "option `--{name}`: `{v}` is not f32, bf16, f16, q8 or q4"))),
+    }
+}
+
+pub fn convert(a: &Args) -> Result<(), Failure> {
+    let input = a.value("in").ok_or_else(|| Failure::Usage("missing --in HF_DIR".into()))?;
+    let output = a.value("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
+    let mut opts = ConvertOptions::new(input, output);
+    if let Some(e) = encoding(a, "trunk")? {
+        opts.trunk = e;
+    }
+    opts.embeddings = encoding(a, "embeddings")?;
+    if let Some(e) = encoding(a, "experts")? {
+        opts.experts = e;
+    }
+    let tty = waste::sys::stderr_is_tty();
+    let mut last_pct = u64::MAX;
+    let mut last_file = String::new();
+    let start = std::time::Instant::now();
+    let mut show = |p: &Progress| {
+        let pct = if p.total == 0 { 100 } else { p.done * 100 / p.total };
+        if tty {
+            let bar = "#".repeat((pct / 4) as usize);
+            eprint!("\r[{bar:<25}] {pct:>3}%  {:>8.1} / {:.1} MiB  {:<24}", p.done as f64 / 1048576.0, p.total as f64 / 1048576.0, p.file);
+            let _ = std::io::stderr().flush();
+        } else if p.file != last_file || pct / 10 != last_pct / 10 {
+            eprintln!("convert: {pct}% ({} of {} bytes) {}", p.done, p.total, p.file);
+        }
+        last_pct = pct;
+        last_file.clone_from(&p.file);
+    };
+    let report = convert::convert(&opts, &mut show)?;
+    if tty {
+        eprintln!();
+    }
+    let total: u64 = report.files.iter().map(|f| f.1).sum();
+    for (name, size) in &report.files {
+        println!("{size:>14}  {name}");
+    }
+    println!("{total:>14}  total ({:.1} s{})", start.elapsed().as_secs_f64(),
+        if report.resumed_units > 0 { format!(", resumed {} units", report.resumed_units) } else { String::new() });
+    Ok(())
+}
+
+pub fn bench_cache(a: &Args) -> Result<(), Failure> {
+    let path = a.value("trace").ok_or_else(|| Failure::Usage("missing --trace FILE".into()))?;
+    let mut trace = Trace::load(Path::new(path))?;
+    if let Some(e) = a.num("experts", 1usize, 1 << 20)? {
+        if e < trace.experts {
+            return Err(Failure::Usage(format!("option `--experts`: the trace uses expert id {}", trace.experts - 1)));
+        }
+        trace.experts = e;
+    }
+    let keys = trace.keys();
+    let top_k = trace.tokens[0].iter().map(Vec::len).max().unwrap_or(1);
+    let sizes: Vec<(String, usize)> = match (a.num("slots", 1usize, keys)?, a.value("percent")) {
+        (Some(_), Some(_)) => return Err(Failure::Usage("give --slots or --percent, not both".into())),
+        (Some(n), None) => vec![(format!("{n} slots"), n)],
+        (None, p) => p.unwrap_or("3,6,12,24").split(',').map(|x| {
+            let pct: f64 = x.trim().parse().ok().filter(|v: &f64| *v > 0.0 && *v <= 100.0)
+                .ok_or_else(|| Failure::Usage(format!("option `--percent`: `{x}` is not a percentage")))?;
+            Ok((format!("{pct}%"), ((keys as f64 * pct / 100.0).round() as usize).max(top_k)))
+        }).collect::<Result<_, Failure>>()?,
+    };
+    let half_life = a.num("half-life", 0.01f64, 1e9)?.unwrap_or(8.0);
+    let name = a.value("policy").unwrap_or("next-use");
+    let ours = Policy::named(name, half_life, top_k * trace.layers)
+        .ok_or_else(|| Failure::Usage(format!("option `--policy`: `{name}` is not next-use, frequency or lru")))?;
+    let mut rows = Vec::new();
+    if !a.flag("json") {
+        println!("trace {path}: {} tokens, {} layers x {} experts, top-{top_k}", trace.tokens.len(), trace.layers, trace.experts);
+        println!("{:>10} {:>7} {:>10} {:>8} {:>8}", "cache", "slots", name, "LRU", "Belady");
+    }
+    for (label, slots) in sizes {
+        let (f, l, b) = (replay(&trace, slots, ours), replay(&trace, slots, Policy::Lru), belady(&trace, slots));
+        if a.flag("json") {
+            rows.push(Json::object([("cache", Json::str(label)), ("slots", Json::uint(slots as u64)),
+                ("policy", Json::float(f)), ("lru", Json::float(l)), ("belady", Json::float(b))]));
+        } else {
+            println!("{label:>10} {slots:>7} {:>9.1}% {:>7.1}% {:>7.1}%", 100.0 * f, 100.0 * l, 100.0 * b);
+        }
+    }
+    if a.flag("json") {
+        println!("{}", Json::Array(rows).to_string_pretty());
+    }
+    Ok(())
+}
+
+pub fn bench_disk(a: &Args) -> Result<(), Failure> {
+    let file = a.positionals.first().ok_or_else(|| Failure::Usage("missing FILE".into()))?;
+    let size = |name: &str, default: u64| -> Result<u64, Failure> {
+        match a.value(name) {
+            None => Ok(default),
+            Some(v) => super::args::parse_size(v).filter(|&b| b > 0)
+                .ok_or_else(|| Failure::Usage(format!("option `--{name}`: `{v}` is not a size"))),
+        }
+    };
+    let record = size("record", 4 << 20)? as usize;
+    let limit = size("limit", 4 << 30)?;
+    let threads = a.num("threads", 1usize, 256)?.unwrap_or(4);
+    let r = waste::cache::disk::bench_disk(Path::new(file), record, threads, limit)?;
+    println!("disk {file}: {} reads of {} bytes, {} in flight, {}", r.bytes / r.record_bytes as u64, r.record_bytes, r.threads,
+        if r.direct { "O_DIRECT" } else { "buffered (O_DIRECT refused), pages dropped" });
+    println!("read {:.2} GB/s ({} bytes in {:.2} s)", r.gb_per_s(), r.bytes, r.seconds);
+    Ok(())
+}

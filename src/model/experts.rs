@@ -1,0 +1,87 @@
+//! Where routed experts come from: resident records (a Hugging Face directory loaded whole, or
+//! a small container), or records streamed from a container's banks through the expert cache.
+//! Either way the MoE block sees the same thing: one record per expert, in the container's
+//! record layout, handed over as soon as it is available.
+
+use crate::cache::ExpertCache;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::config::ModelConfig;
+use crate::format::container::{RecordLayout, HEADER_BYTES};
+use crate::sys::AlignedBuf;
+
+/// All experts of one MoE layer held in RAM, record after record.
+pub struct ResidentBank {
+    pub layout: RecordLayout,
+    pub records: AlignedBuf,
+}
+
+/// The routed experts of every MoE layer.
+pub enum Experts {
+    /// A dense model.
+    None,
+    /// Per layer (`None` for dense layers), every record in RAM.
+    Resident(Vec<Option<ResidentBank>>),
+    /// Streamed from disk through a bounded cache.
+    Streamed(Box<ExpertCache>),
+}
+
+/// A callback receiving (expert id, the bank's layout, the record bytes).
+pub type RecordFn<'a> = dyn FnMut(u32, &RecordLayout, &[u8]) + 'a;
+
+impl Experts {
+    /// Calls `f` once for each expert of `wanted` (ids of `layer`), in the order their records
+    /// become available.
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], f: &mut RecordFn) -> Result<()> {
+        match self {
+            Experts::None => Err(Error::new(ErrorKind::Tensor, format!("layer {layer} routes to experts, but the model has none"))),
+            Experts::Resident(banks) => {
+                let bank = banks.get(layer).and_then(Option::as_ref).ok_or_else(|| {
+                    Error::new(ErrorKind::Tensor, format!("layer {layer} has no expert bank"))
+                })?;
+                let rb = bank.layout.record_bytes;
+                for &e in wanted {
+                    let rec = &bank.records.as_slice()[e as usize * rb..(e as usize + 1) * rb];
+                    f(e, &bank.layout, rec);
+                }
+                Ok(())
+            }
+            Experts::Streamed(cache) => cache.with_records(layer, wanted, f),
+        }
+    }
+
+    /// Bytes of expert records held in RAM (resident banks, or the cache's slots).
+    pub fn resident_bytes(&self) -> u64 {
+        match self {
+            Experts::None => 0,
+            Experts::Resident(b) => b.iter().flatten().map(|b| b.records.len() as u64).sum(),
+            Experts::Streamed(c) => c.slot_bytes(),
+        }
+    }
+}
+
+/// Builds resident banks from a Hugging Face checkpoint's per-expert tensors
+/// (`{block}.experts.{j}.{gate,up,down}`), records in the stored dtype.
+pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> Result<Experts> {
+    let Some(moe) = cfg.moe.as_ref() else { return Ok(Experts::None) };
+    let mut banks = Vec::with_capacity(cfg.layers);
+    for l in 0..cfg.layers {
+        if !cfg.is_moe_layer(l) {
+            banks.push(None);
+            continue;
+        }
+        let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
+        let dtype = loader.dtype_of(&prefix(0, 0))?;
+        let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;
+        let mut records = AlignedBuf::zeroed(layout.record_bytes * moe.experts, 64)?;
+        for j in 0..moe.experts {
+            let rec = &mut records.as_mut_slice()[j * layout.record_bytes..(j + 1) * layout.record_bytes];
+            for (i, m) in layout.matrices.iter().enumerate() {
+                loader.read_matrix_into(&prefix(j, i), m.rows, m.cols, m.dtype, &mut rec[m.offset..m.offset + m.bytes])?;
+            }
+            debug_assert!(HEADER_BYTES <= layout.matrices[0].offset);
+            layout.write_header(rec, l, j);
+        }
+        banks.push(Some(ResidentBank { layout, records }));
+    }
+    Ok(Experts::Resident(banks))
+}

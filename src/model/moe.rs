@@ -1,0 +1,138 @@
+//! The mixture-of-experts FFN (spec §2): route each token to its top-k experts, run each chosen
+//! expert once over all the tokens of the chunk that chose it, and combine.
+//!
+//! Results never depend on when an expert's bytes arrive: every (token, slot) output has its
+//! own buffer, and a token's outputs are summed in a fixed order (by expert id, as the
+//! reference's per-expert loop does) after all have landed.
+
+use super::experts::Experts;
+use super::state::State;
+use super::weights::{Matrix, Mlp};
+use crate::error::Result;
+use crate::format::config::{ModelConfig, MoeConfig, Routing};
+use crate::format::container::RecordLayout;
+use crate::kernels::{self, Kernels, MatRef, Pool};
+
+/// The resident part of a MoE layer.
+pub struct MoeWeights {
+    /// Router, [experts, hidden].
+    pub router: Matrix,
+    /// Qwen2-MoE's shared expert and its sigmoid gate ([1, hidden]).
+    pub shared: Option<(Mlp, Matrix)>,
+}
+
+/// Softmax routing (spec §2.1–2.4) of the `n` tokens whose router logits are in `logits`
+/// (n × experts): fills `ids` and `weights` (n × top_k), each token's slots in descending
+/// probability order.
+pub fn route_experts(moe: &MoeConfig, logits: &mut [f32], n: usize, ids: &mut [u32], weights: &mut [f32]) {
+    let (e, k) = (moe.experts, moe.top_k);
+    for t in 0..n {
+        let p = &mut logits[t * e..(t + 1) * e];
+        kernels::softmax(p);
+        let (ti, tw) = (&mut ids[t * k..(t + 1) * k], &mut weights[t * k..(t + 1) * k]);
+        // Partial selection: k passes of argmax over the not-yet-chosen experts (k ≪ E).
+        for slot in 0..k {
+            let mut best = usize::MAX;
+            for (j, &v) in p.iter().enumerate() {
+                if ti[..slot].contains(&(j as u32)) {
+                    continue;
+                }
+                if best == usize::MAX || v > p[best] {
+                    best = j;
+                }
+            }
+            ti[slot] = best as u32;
+            tw[slot] = p[best];
+        }
+        let Routing::SoftmaxTopK { renormalize } = moe.routing;
+        if renormalize {
+            let sum: f32 = tw.iter().sum();
+            tw.iter_mut().for_each(|w| *w /= sum);
+        }
+    }
+}
+
+/// The matrices of one expert record.
+pub fn record_matrices<'a>(layout: &RecordLayout, rec: &'a [u8]) -> [MatRef<'a>; 3] {
+    layout.matrices.map(|m| MatRef { dtype: m.dtype, rows: m.rows, cols: m.cols, data: &rec[m.offset..m.offset + m.bytes] })
+}
+
+/// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
+                 experts: &mut Experts, layer: usize, n: usize) -> Result<()> {
+    let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
+    let (h, top_k, ne) = (cfg.hidden, moe.top_k, moe.experts);
+    k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
+    route_experts(moe, &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w);
+    // The distinct experts the chunk needs, in id order.
+    st.wanted.clear();
+    st.wanted.extend_from_slice(&st.route_ids[..n * top_k]);
+    st.wanted.sort_unstable();
+    st.wanted.dedup();
+    let wanted = std::mem::take(&mut st.wanted);
+    let inter = moe.expert_intermediate;
+    experts.with_records(layer, &wanted, &mut |expert, layout, rec| {
+        // Gather the tokens routed to this expert.
+        let mut m = 0;
+        for t in 0..n {
+            for slot in 0..top_k {
+                if st.route_ids[t * top_k + slot] == expert {
+                    st.xs[m * h..(m + 1) * h].copy_from_slice(&st.h[t * h..(t + 1) * h]);
+                    st.xs_slot[m] = t * top_k + slot;
+                    m += 1;
+                }
+            }
+        }
+        let [gate, up, down] = record_matrices(layout, rec);
+        k.matmul(pool, gate, &st.xs, m, &mut st.gate);
+        k.matmul(pool, up, &st.xs, m, &mut st.up);
+        kernels::swiglu(&mut st.gate[..m * inter], &st.up[..m * inter]);
+        k.matmul(pool, down, &st.gate, m, &mut st.ys);
+        for i in 0..m {
+            let s = st.xs_slot[i];
+            st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);
+        }
+    })?;
+    st.wanted = wanted;
+    // Combine in expert-id order per token.
+    for t in 0..n {
+        let out = &mut st.out[t * h..(t + 1) * h];
+        out.fill(0.0);
+        let ids = &st.route_ids[t * top_k..(t + 1) * top_k];
+        let mut order: [usize; 64] = [0; 64];
+        let order = &mut order[..top_k];
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
+        order.sort_unstable_by_key(|&s| ids[s]);
+        for &s in order.iter() {
+            let wgt = st.route_w[t * top_k + s];
+            let y = &st.expert_out[(t * top_k + s) * h..(t * top_k + s + 1) * h];
+            for (o, v) in out.iter_mut().zip(y) {
+                *o += v * wgt;
+            }
+        }
+    }
+    if let Some((mlp, gate)) = &w.shared {
+        shared_expert(k, pool, st, mlp, gate, n, h);
+    }
+    Ok(())
+}
+
+/// Qwen2-MoE: out += σ(h·w_sg) · SwiGLU_shared(h) (spec §2.2).
+fn shared_expert(k: &Kernels, pool: &Pool, st: &mut State, mlp: &Mlp, gate: &Matrix, n: usize, h: usize) {
+    let inter = mlp.gate.w.rows;
+    k.matmul(pool, mlp.gate.w.view(), &st.h, n, &mut st.gate);
+    k.matmul(pool, mlp.up.w.view(), &st.h, n, &mut st.up);
+    kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
+    k.matmul(pool, mlp.down.w.view(), &st.gate, n, &mut st.ys);
+    let mut g = [0.0f32; 1];
+    for t in 0..n {
+        k.matmul(pool, gate.view(), &st.h[t * h..(t + 1) * h], 1, &mut g);
+        let s = 1.0 / (1.0 + (-g[0]).exp());
+        for (o, v) in st.out[t * h..(t + 1) * h].iter_mut().zip(&st.ys[t * h..(t + 1) * h]) {
+            *o += s * v;
+        }
+    }
+}
