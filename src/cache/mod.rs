@@ -9,7 +9,9 @@
 
 pub mod disk;
 pub mod io;
+pub mod plan;
 pub mod policy;
+pub mod ram;
 pub mod replay;
 
 use crate::error::{Error, ErrorKind, Result};

@@ -216,17 +216,20 @@ mod tests {
     }
 
     #[test]
-    fn frequency_keeps_hot_keys_through_a_cycle_that_defeats_lru() {
-        // Key 0 is used every other access; keys 1..=6 cycle. Three slots.
+    fn history_keeps_hot_keys_through_a_cycle_that_defeats_lru() {
+        // Keys 0 and 1 are used every round; four of six cold keys follow them. With four
+        // slots, LRU evicts the hot keys every round; the history-keeping policies do not.
         let mut p = Vec::new();
-        for i in 0..300 {
-            p.push(0);
-            p.push(1 + i % 6);
+        for i in 0..100 {
+            p.extend([0, 1]);
+            p.extend((0..4).map(|j| 2 + (4 * i + j) % 6));
         }
-        let lru = run(Policy::Lru, 3, &p);
-        let freq = run(Policy::Frequency { half_life: 50.0 }, 3, &p);
-        assert!(freq > lru, "frequency {freq} vs lru {lru}");
-        assert!(freq >= 299, "key 0 should always hit after the first access: {freq}");
+        let lru = run(Policy::Lru, 4, &p);
+        assert_eq!(lru, 0);
+        for policy in [Policy::Frequency { half_life: 50.0 }, Policy::NextUse { half_life: 50.0 }] {
+            let hits = run(policy, 4, &p);
+            assert!(hits >= 2 * 95, "{policy:?}: {hits} hits, the hot keys should hit almost every round");
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "bench tokenize" => super::tokenize::bench(a),
         "tokenize" => super::tokenize::tokenize(a),
         "detokenize" => super::tokenize::detokenize(a),
+        "plan" => super::plan::run(a),
         "random-model" => random_model(a),
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
@@ -79,7 +80,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     Ok(o)
 }
 
-fn model_path(a: &Args) -> Result<&str, Failure> {
+pub(super) fn model_path(a: &Args) -> Result<&str, Failure> {
     a.positionals.first().map(String::as_str).ok_or_else(|| Failure::Usage("missing MODEL".into()))
 }
 

@@ -6,6 +6,7 @@
 mod args;
 mod commands;
 mod moe;
+mod plan;
 mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
@@ -150,7 +151,7 @@ pub const BENCH_DISK: Command = Command {
 };
 
 const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &tokenize::BENCH_TOKENIZE, &CONVERT,
-    &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
+    &plan::PLAN, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
