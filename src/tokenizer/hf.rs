@@ -164,54 +164,10 @@ impl HfTokenizer {
         let decoder = root.get("decoder").unwrap_or(&Json::Null);
         let dec = parse_decoder(&d, decoder, "decoder")?;
 
-        // Vocabulary.
-        let vocab = model.get("vocab").and_then(Json::as_object).ok_or_else(|| err(path, "model.vocab", "missing or not an object"))?;
-        let mut by_key: HashMap<&str, u32> = HashMap::with_capacity(vocab.len());
         let b2c = byte_to_char();
         let inverse: HashMap<char, u8> = b2c.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-        let mut model_table = TokenTable::new(0);
-        let mut decode_table = TokenTable::new(0);
-        let mut in_model = Vec::new();
-        for (k, v) in vocab {
-            let id = d.id(v, &format!("model.vocab.{k}"))?;
-            if by_key.insert(k.as_str(), id).is_some() {
-                return Err(err(path, &format!("model.vocab.{k}"), "duplicate token"));
-            }
-            let model_bytes = if byte_level { byte_level_decode(k, &inverse) } else { Some(k.as_bytes().to_vec()) };
-            if let Some(b) = &model_bytes {
-                model_table.set(id, b);
-                if in_model.len() <= id as usize {
-                    in_model.resize(id as usize + 1, false);
-                }
-                in_model[id as usize] = true;
-            }
-            decode_table.set(id, &dec.bytes(k, &inverse));
-        }
-        let mut dup = None;
-        model_table.index(|id| in_model.get(id as usize).copied().unwrap_or(false), |a, b| dup = Some((a, b)));
-        if let Some((a, b)) = dup {
-            return Err(err(path, "model.vocab", format!("ids {b} and {a} stand for the same bytes")));
-        }
-
-        // Merges: rank = position in the list.
-        let merges = model.get("merges").and_then(Json::as_array).ok_or_else(|| err(path, "model.merges", "missing or not an array"))?;
-        let mut pairs: HashMap<u64, (u32, u32), IdBuildHasher> = HashMap::with_capacity_and_hasher(merges.len(), Default::default());
-        for (rank, m) in merges.iter().enumerate() {
-            let key = format!("model.merges[{rank}]");
-            let (a, b) = match m {
-                Json::String(s) => s.split_once(' ').ok_or_else(|| err(path, &key, "expected two tokens separated by a space"))?,
-                Json::Array(v) if v.len() == 2 => match (v[0].as_str(), v[1].as_str()) {
-                    (Some(a), Some(b)) => (a, b),
-                    _ => return Err(err(path, &key, "expected two strings")),
-                },
-                _ => return Err(err(path, &key, "expected a string or a pair of strings")),
-            };
-            let id = |t: &str| by_key.get(t).copied().ok_or_else(|| err(path, &key, format!("token {t:?} is not in the vocabulary")));
-            let (ia, ib) = (id(a)?, id(b)?);
-            let merged = id(&format!("{a}{b}"))?;
-            pairs.insert(((ia as u64) << 32) | ib as u64, (rank as u32, merged));
-        }
-
+        let Vocab { by_key, model_table, mut decode_table } = parse_vocab(&d, model, byte_level, &dec, &inverse)?;
+        let pairs = parse_merges(&d, model, &by_key)?;
         let byte_fallback = d.bool_or(model, "model", "byte_fallback", false)?;
         let mut byte_ids = [None; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
@@ -229,26 +185,7 @@ impl HfTokenizer {
             }
         };
 
-        // Added tokens.
-        let mut added = Vec::new();
-        if let Some(list) = root.get("added_tokens") {
-            let list = list.as_array().ok_or_else(|| err(path, "added_tokens", "not an array"))?;
-            for (i, a) in list.iter().enumerate() {
-                let key = format!("added_tokens[{i}]");
-                let content = d.str(a, &key, "content")?.to_string();
-                let id = d.id(a.get("id").unwrap_or(&Json::Null), &format!("{key}.id"))?;
-                if d.bool_or(a, &key, "single_word", false)? {
-                    return Err(err(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
-                }
-                added.push(Added {
-                    special: d.bool_or(a, &key, "special", false)?,
-                    lstrip: d.bool_or(a, &key, "lstrip", false)?,
-                    rstrip: d.bool_or(a, &key, "rstrip", false)?,
-                    content,
-                    id,
-                });
-            }
-        }
+        let added = parse_added(&d, &root)?;
         let mut n = decode_table.len();
         for a in &added {
             n = n.max(a.id as usize + 1);
@@ -583,6 +520,91 @@ fn rebuild(s: &str, pieces: &[(usize, usize)], f: impl Fn(&str, usize) -> String
         ranges.push((start, out.len()));
     }
     (out, ranges)
+}
+
+/// The model's vocabulary: key → id, model-space bytes → id, and decode bytes per id.
+struct Vocab<'j> {
+    by_key: HashMap<&'j str, u32>,
+    model_table: TokenTable,
+    decode_table: TokenTable,
+}
+
+fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule, inverse: &HashMap<char, u8>) -> Result<Vocab<'j>> {
+    let path = d.path;
+    let vocab = model.get("vocab").and_then(Json::as_object).ok_or_else(|| err(path, "model.vocab", "missing or not an object"))?;
+    let mut by_key: HashMap<&str, u32> = HashMap::with_capacity(vocab.len());
+    let mut model_table = TokenTable::new(0);
+    let mut decode_table = TokenTable::new(0);
+    let mut in_model = Vec::new();
+    for (k, v) in vocab {
+        let id = d.id(v, &format!("model.vocab.{k}"))?;
+        if by_key.insert(k.as_str(), id).is_some() {
+            return Err(err(path, &format!("model.vocab.{k}"), "duplicate token"));
+        }
+        let model_bytes = if byte_level { byte_level_decode(k, inverse) } else { Some(k.as_bytes().to_vec()) };
+        if let Some(b) = &model_bytes {
+            model_table.set(id, b);
+            if in_model.len() <= id as usize {
+                in_model.resize(id as usize + 1, false);
+            }
+            in_model[id as usize] = true;
+        }
+        decode_table.set(id, &dec.bytes(k, inverse));
+    }
+    let mut dup = None;
+    model_table.index(|id| in_model.get(id as usize).copied().unwrap_or(false), |a, b| dup = Some((a, b)));
+    if let Some((a, b)) = dup {
+        return Err(err(path, "model.vocab", format!("ids {b} and {a} stand for the same bytes")));
+    }
+    Ok(Vocab { by_key, model_table, decode_table })
+}
+
+/// `model.merges`: rank = position in the list; each pair and its concatenation must be in
+/// the vocabulary.
+fn parse_merges(d: &Doc, model: &Json, by_key: &HashMap<&str, u32>) -> Result<HashMap<u64, (u32, u32), IdBuildHasher>> {
+    let path = d.path;
+    let merges = model.get("merges").and_then(Json::as_array).ok_or_else(|| err(path, "model.merges", "missing or not an array"))?;
+    let mut pairs: HashMap<u64, (u32, u32), IdBuildHasher> = HashMap::with_capacity_and_hasher(merges.len(), Default::default());
+    for (rank, m) in merges.iter().enumerate() {
+        let key = format!("model.merges[{rank}]");
+        let (a, b) = match m {
+            Json::String(s) => s.split_once(' ').ok_or_else(|| err(path, &key, "expected two tokens separated by a space"))?,
+            Json::Array(v) if v.len() == 2 => match (v[0].as_str(), v[1].as_str()) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Err(err(path, &key, "expected two strings")),
+            },
+            _ => return Err(err(path, &key, "expected a string or a pair of strings")),
+        };
+        let id = |t: &str| by_key.get(t).copied().ok_or_else(|| err(path, &key, format!("token {t:?} is not in the vocabulary")));
+        let (ia, ib) = (id(a)?, id(b)?);
+        let merged = id(&format!("{a}{b}"))?;
+        pairs.insert(((ia as u64) << 32) | ib as u64, (rank as u32, merged));
+    }
+    Ok(pairs)
+}
+
+fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
+    let path = d.path;
+    let mut added = Vec::new();
+    if let Some(list) = root.get("added_tokens") {
+        let list = list.as_array().ok_or_else(|| err(path, "added_tokens", "not an array"))?;
+        for (i, a) in list.iter().enumerate() {
+            let key = format!("added_tokens[{i}]");
+            let content = d.str(a, &key, "content")?.to_string();
+            let id = d.id(a.get("id").unwrap_or(&Json::Null), &format!("{key}.id"))?;
+            if d.bool_or(a, &key, "single_word", false)? {
+                return Err(err(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
+            }
+            added.push(Added {
+                special: d.bool_or(a, &key, "special", false)?,
+                lstrip: d.bool_or(a, &key, "lstrip", false)?,
+                rstrip: d.bool_or(a, &key, "rstrip", false)?,
+                content,
+                id,
+            });
+        }
+    }
+    Ok(added)
 }
 
 fn parse_normalizer(d: &Doc, v: &Json, key: &str) -> Result<Normalizer> {
