@@ -54,7 +54,7 @@ HAND = [
     "a\u0000b", "\u0001\u0002\u007f\u001b[0m", "\ufeffBOM at start", "bad \ufffd byte", "zero\u200bwidth\u200cnon\u200djoiner",
     "a\u00a0b\u3000c\u2009d", "a\u2028b\u2029c\u0085d", "\U0010FFFF\U000E0001", "\ue000\uf8ff", "\x0b\x0c vertical",
     "\u00ff\u00fe\u00fd", "Ã©tÃ© mojibake", "\\xff\\xfe\\x00", "\\ud800 not a surrogate", "À¯ overlong-looking",
-    "\u00ad soft hyphen", "\u202eRLO override\u202c", "a" * 2000, " " * 500, "7" * 300,
+    "\u00ad soft hyphen", "x\u0345\U00010D24 a\u0345\u1DF6\u0301 o\u0345\U0001E000\u0323", "\u1100\u1161\u11a8 \u212b \u0f73", "\u202eRLO override\u202c", "a" * 2000, " " * 500, "7" * 300,
     ("lorem ipsum dolor sit amet " * 40).strip(), "ab" * 700, "😀a" * 100, "\n" * 50, "- " * 100,
     "<|endoftext|>", "hello<|endoftext|>world", "<｜begin▁of▁sentence｜>Hello", "<｜User｜>hi<｜Assistant｜>hey",
     "<｜end▁of▁sentence｜>", "<｜fim▁begin｜>def f():<｜fim▁hole｜>\n<｜fim▁end｜>", "<think>\nhmm\n</think>",

@@ -25,7 +25,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::json::Json;
 use std::path::{Path, PathBuf};
 
-pub use normalize::nfc;
+pub use normalize::{nfc, nfc_unicode9};
 pub use pretokenize::{CL100K_PATTERN, DEEPSEEK_PATTERN, GPT2_PATTERN, KIMI_PATTERN, LLAMA3_PATTERN, O200K_PATTERN, QWEN2_PATTERN};
 pub use sentencepiece::SentencePiece;
 pub use unicode::UNICODE_VERSION;

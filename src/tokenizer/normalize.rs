@@ -5,13 +5,13 @@
 //! (Hangul algorithmically), canonical ordering of combining marks, then canonical
 //! composition of unblocked pairs.
 
-use super::unicode::{canonical_decomposition, combining_class, primary_composite, NFC_QUICK_BELOW};
+use super::unicode::{canonical_decomposition, combining_class, primary_composite, NfcData, NFC_QUICK_BELOW};
 use std::borrow::Cow;
 
 /// One normalizer of a `tokenizer.json` pipeline.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Normalizer {
-    /// Unicode Normalization Form C.
+    /// Unicode Normalization Form C, with Hugging Face tokenizers' Unicode 9.0 data.
     Nfc,
     /// Prepends a string to non-empty text.
     Prepend(String),
@@ -25,7 +25,7 @@ impl Normalizer {
     /// Normalizes `s`; borrows when nothing changes.
     pub fn apply<'a>(&self, s: Cow<'a, str>) -> Cow<'a, str> {
         match self {
-            Normalizer::Nfc => match nfc(&s) {
+            Normalizer::Nfc => match nfc_with(&s, NfcData::Unicode9) {
                 Cow::Borrowed(_) => s,
                 Cow::Owned(o) => Cow::Owned(o),
             },
@@ -50,17 +50,26 @@ const T_COUNT: u32 = 28;
 const N_COUNT: u32 = V_COUNT * T_COUNT;
 const S_COUNT: u32 = L_COUNT * N_COUNT;
 
-/// `s` in Normalization Form C.
+/// `s` in Normalization Form C (Unicode 16.0).
 pub fn nfc(s: &str) -> Cow<'_, str> {
+    nfc_with(s, NfcData::Current)
+}
+
+/// `s` in Normalization Form C as Hugging Face tokenizers computes it (Unicode 9.0 data).
+pub fn nfc_unicode9(s: &str) -> Cow<'_, str> {
+    nfc_with(s, NfcData::Unicode9)
+}
+
+fn nfc_with(s: &str, data: NfcData) -> Cow<'_, str> {
     if s.chars().all(|c| (c as u32) < NFC_QUICK_BELOW) {
         return Cow::Borrowed(s);
     }
     let mut cps: Vec<u32> = Vec::with_capacity(s.len());
     for c in s.chars() {
-        decompose(c as u32, &mut cps);
+        decompose(c as u32, data, &mut cps);
     }
-    canonical_order(&mut cps);
-    compose(&mut cps);
+    canonical_order(&mut cps, data);
+    compose(&mut cps, data);
     let out: String = cps.iter().filter_map(|&c| char::from_u32(c)).collect();
     if out == s {
         Cow::Borrowed(s)
@@ -70,7 +79,7 @@ pub fn nfc(s: &str) -> Cow<'_, str> {
 }
 
 /// Appends the full canonical decomposition of `c`.
-fn decompose(c: u32, out: &mut Vec<u32>) {
+fn decompose(c: u32, data: NfcData, out: &mut Vec<u32>) {
     if (S_BASE..S_BASE + S_COUNT).contains(&c) {
         let i = c - S_BASE;
         out.push(L_BASE + i / N_COUNT);
@@ -80,12 +89,12 @@ fn decompose(c: u32, out: &mut Vec<u32>) {
         }
         return;
     }
-    match canonical_decomposition(c) {
+    match canonical_decomposition(c, data) {
         // Decompositions nest at most a few levels deep; recursion is bounded by the table.
         Some((a, b)) => {
-            decompose(a, out);
+            decompose(a, data, out);
             if b != 0 {
-                decompose(b, out);
+                decompose(b, data, out);
             }
         }
         None => out.push(c),
@@ -93,49 +102,49 @@ fn decompose(c: u32, out: &mut Vec<u32>) {
 }
 
 /// Stable-sorts every run of non-starters by combining class (UAX #15, canonical ordering).
-fn canonical_order(cps: &mut [u32]) {
+fn canonical_order(cps: &mut [u32], data: NfcData) {
     let mut i = 0;
     while i < cps.len() {
-        if combining_class(cps[i]) == 0 {
+        if combining_class(cps[i], data) == 0 {
             i += 1;
             continue;
         }
         let start = i;
-        while i < cps.len() && combining_class(cps[i]) != 0 {
+        while i < cps.len() && combining_class(cps[i], data) != 0 {
             i += 1;
         }
         if i - start > 1 {
-            cps[start..i].sort_by_key(|&c| combining_class(c)); // stable
+            cps[start..i].sort_by_key(|&c| combining_class(c, data)); // stable
         }
     }
 }
 
-fn compose_pair(a: u32, b: u32) -> Option<u32> {
+fn compose_pair(a: u32, b: u32, data: NfcData) -> Option<u32> {
     if (L_BASE..L_BASE + L_COUNT).contains(&a) && (V_BASE..V_BASE + V_COUNT).contains(&b) {
         return Some(S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT);
     }
     if (S_BASE..S_BASE + S_COUNT).contains(&a) && (a - S_BASE) % T_COUNT == 0 && (T_BASE + 1..T_BASE + T_COUNT).contains(&b) {
         return Some(a + (b - T_BASE));
     }
-    primary_composite(a, b)
+    primary_composite(a, b, data)
 }
 
 /// Canonical composition in place: each character joins the last starter unless a character
 /// between them blocks it (a starter, or one of equal or higher combining class).
-fn compose(cps: &mut Vec<u32>) {
+fn compose(cps: &mut Vec<u32>, data: NfcData) {
     let mut out: Vec<u32> = Vec::with_capacity(cps.len());
     let mut starter: Option<usize> = None;
     // Combining class of the last character kept since the starter; None when adjacent.
     let mut last_cc: Option<u8> = None;
     for &c in cps.iter() {
-        let cc = combining_class(c);
+        let cc = combining_class(c, data);
         if let Some(sp) = starter {
             let unblocked = match last_cc {
                 None => true,
                 Some(l) => l != 0 && l < cc,
             };
             if unblocked {
-                if let Some(comp) = compose_pair(out[sp], c) {
+                if let Some(comp) = compose_pair(out[sp], c, data) {
                     out[sp] = comp;
                     continue;
                 }
@@ -166,6 +175,9 @@ mod tests {
         assert_eq!(nfc("\u{1100}\u{1161}\u{11A8}"), "\u{AC01}"); // Hangul LVT
         assert_eq!(nfc("\u{0F71}\u{0F72}"), "\u{0F71}\u{0F72}"); // exclusion stays split
         assert_eq!(nfc("\u{0344}"), "\u{0308}\u{0301}"); // non-starter decomposition
+        // A Unicode 11.0 mark (230) sorts before ypogegrammeni (240) today, not in 9.0 data.
+        assert_eq!(nfc("x\u{345}\u{10D24}"), "x\u{10D24}\u{345}");
+        assert_eq!(nfc_unicode9("x\u{345}\u{10D24}"), "x\u{345}\u{10D24}");
     }
 
     #[test]

@@ -114,9 +114,25 @@ impl CharClasses {
     }
 }
 
+/// The Unicode data a normalization uses: the tables' own version, or the Unicode 9.0 view
+/// of Hugging Face tokenizers (characters with a combining class or a decomposition added
+/// after 9.0 are inert starters there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NfcData {
+    Current,
+    Unicode9,
+}
+
+impl NfcData {
+    #[inline]
+    fn inert(self, c: u32) -> bool {
+        self == NfcData::Unicode9 && t::NFC_AFTER_9.binary_search(&c).is_ok()
+    }
+}
+
 /// Canonical_Combining_Class of `c`.
-pub fn combining_class(c: u32) -> u8 {
-    if c < t::NFC_QUICK_BELOW {
+pub fn combining_class(c: u32, data: NfcData) -> u8 {
+    if c < t::NFC_QUICK_BELOW || data.inert(c) {
         return 0;
     }
     let i = t::CCC_RUNS.partition_point(|&r| r >> 8 <= c);
@@ -125,16 +141,20 @@ pub fn combining_class(c: u32) -> u8 {
 
 /// The one-level canonical decomposition of `c` (Hangul syllables excluded): `(first, second)`
 /// with `second == 0` for a singleton.
-pub fn canonical_decomposition(c: u32) -> Option<(u32, u32)> {
+pub fn canonical_decomposition(c: u32, data: NfcData) -> Option<(u32, u32)> {
+    if data.inert(c) {
+        return None;
+    }
     let i = t::DECOMPOSITIONS.binary_search_by_key(&c, |e| e[0]).ok()?;
     let e = t::DECOMPOSITIONS[i];
     Some((e[1], e[2]))
 }
 
 /// The primary composite of the pair, if any (Hangul excluded).
-pub fn primary_composite(first: u32, second: u32) -> Option<u32> {
+pub fn primary_composite(first: u32, second: u32, data: NfcData) -> Option<u32> {
     let i = t::COMPOSITIONS.binary_search_by(|e| (e[0], e[1]).cmp(&(first, second))).ok()?;
-    Some(t::COMPOSITIONS[i][2])
+    let c = t::COMPOSITIONS[i][2];
+    (!data.inert(c)).then_some(c)
 }
 
 /// Below this code point, text is already NFC.
@@ -161,11 +181,15 @@ mod tests {
 
     #[test]
     fn normalization_data() {
-        assert_eq!(combining_class(0x0301), 230);
-        assert_eq!(combining_class(0x0041), 0);
-        assert_eq!(canonical_decomposition(0x00E9), Some((0x0065, 0x0301)));
-        assert_eq!(canonical_decomposition(0x212B), Some((0x00C5, 0))); // Angstrom sign
-        assert_eq!(primary_composite(0x0065, 0x0301), Some(0x00E9));
-        assert_eq!(primary_composite(0x0F71, 0x0F72), None); // composition exclusion
+        let cur = NfcData::Current;
+        assert_eq!(combining_class(0x0301, cur), 230);
+        assert_eq!(combining_class(0x0041, cur), 0);
+        assert_eq!(combining_class(0x10D24, cur), 230); // Hanifi Rohingya, Unicode 11.0
+        assert_eq!(combining_class(0x10D24, NfcData::Unicode9), 0);
+        assert_eq!(combining_class(0x1E000, NfcData::Unicode9), 230); // Glagolitic, Unicode 9.0
+        assert_eq!(canonical_decomposition(0x00E9, cur), Some((0x0065, 0x0301)));
+        assert_eq!(canonical_decomposition(0x212B, cur), Some((0x00C5, 0))); // Angstrom sign
+        assert_eq!(primary_composite(0x0065, 0x0301, cur), Some(0x00E9));
+        assert_eq!(primary_composite(0x0F71, 0x0F72, cur), None); // composition exclusion
     }
 }
