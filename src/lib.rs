@@ -61,8 +61,13 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
-    /// Bytes of expert cache for a container with streamed experts; 0 chooses (every expert
-    /// when they fit in a quarter of physical RAM, else that quarter).
+    /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
+    /// scratch and expert cache together. `None` lets the engine choose from the model's plan
+    /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
+    /// working sets under 7/8 of usable RAM, else the floor. See [`plan_memory`].
+    pub budget: Option<u64>,
+    /// Bytes of expert cache, overriding what the budget leaves (it may not exceed it when a
+    /// budget is given); 0 takes what the budget leaves.
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,
@@ -72,7 +77,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false, cache_bytes: 0, io_threads: 4, verify: false }
+        Options { threads: 0, ctx: 0, prefill_chunk: 32, force_scalar: false, budget: None, cache_bytes: 0, io_threads: 4, verify: false }
     }
 }
 

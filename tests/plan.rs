@@ -3,6 +3,7 @@
 //! JSON keys, budgets, the floor error); and usable RAM inside a real cgroup.
 
 mod common;
+use common::cgroup::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use waste::format::dtype::DType;
@@ -291,69 +292,6 @@ fn cli_plan_table() {
     assert!(help.contains("--budget SIZE") && help.contains("binary units") && help.contains("1K = 1024"), "{help}");
     let (_, overview, _) = waste(&["--help"]);
     assert!(overview.contains("plan"), "{overview}");
-}
-
-/// A cgroup this test creates, with the files that set its limits and admit a process.
-struct TestCgroup {
-    dir: PathBuf,
-    /// memory.limit_in_bytes (v1) or memory.max (v2).
-    limit: &'static str,
-    /// memory.soft_limit_in_bytes (v1) or memory.high (v2).
-    soft: &'static str,
-    /// tasks (v1) or cgroup.procs (v2).
-    procs: &'static str,
-}
-
-/// Removes the cgroups it holds, innermost first, however the test ends. A cgroup can be
-/// removed once its processes have exited; `waste plan` has by the time this runs.
-struct Cleanup(Vec<PathBuf>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for d in self.0.iter().rev() {
-            for _ in 0..100 {
-                if std::fs::remove_dir(d).is_ok() || !d.exists() {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            if d.exists() {
-                eprintln!("warning: could not remove the test cgroup {}", d.display());
-            }
-        }
-    }
-}
-
-/// This process's cgroup directory in the v1 memory hierarchy, else in the v2 one — read
-/// directly from /proc, independently of the library's reader.
-fn own_memory_cgroup() -> Result<TestCgroup, String> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
-    let mount_of = |fstype: &str, need_memory: bool| mountinfo.lines().find_map(|l| {
-        let (pre, post) = l.split_once(" - ")?;
-        let pre: Vec<&str> = pre.split(' ').collect();
-        let post: Vec<&str> = post.split(' ').collect();
-        let ok = post.first() == Some(&fstype) && (!need_memory || post.get(2)?.split(',').any(|o| o == "memory"));
-        ok.then(|| (pre.get(3).unwrap_or(&"/").to_string(), PathBuf::from(pre.get(4).unwrap_or(&""))))
-    });
-    let under = |root: &str, mount: PathBuf, path: &str| -> Result<PathBuf, String> {
-        let rel = Path::new(path).strip_prefix(root).map_err(|_| format!("cgroup {path} is outside the mount root {root}"))?;
-        Ok(mount.join(rel))
-    };
-    let v1 = cgroups.lines().find_map(|l| {
-        let mut p = l.splitn(3, ':');
-        let (_, ctl, path) = (p.next()?, p.next()?, p.next()?);
-        ctl.split(',').any(|c| c == "memory").then(|| path.to_string())
-    });
-    if let (Some(path), Some((root, mount))) = (v1, mount_of("cgroup", true)) {
-        return Ok(TestCgroup { dir: under(&root, mount, &path)?, limit: "memory.limit_in_bytes",
-            soft: "memory.soft_limit_in_bytes", procs: "tasks" });
-    }
-    let v2 = cgroups.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string));
-    if let (Some(path), Some((root, mount))) = (v2, mount_of("cgroup2", false)) {
-        return Ok(TestCgroup { dir: under(&root, mount, &path)?, limit: "memory.max", soft: "memory.high", procs: "cgroup.procs" });
-    }
-    Err("no cgroup v1 memory hierarchy and no cgroup v2 hierarchy is mounted".into())
 }
 
 /// Runs `waste plan MODEL --json` as a process that first moves itself into `cg`.

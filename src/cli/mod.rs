@@ -7,17 +7,19 @@ mod args;
 mod commands;
 mod moe;
 mod plan;
+mod quant;
 mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
 
 /// Options every command that opens a model accepts.
-const MODEL_OPTS: &[Opt] = &[
+pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
-    val("cache", "SIZE", "expert cache for a container: bytes or K/M/G/T (binary units)"),
+    val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T (binary units); default: chosen from usable RAM"),
+    val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of every expert record read"),
 ];
@@ -35,7 +37,7 @@ const SAMPLING_OPTS: &[Opt] = &[
     flag("ignore-eos", "keep generating past end-of-sequence tokens"),
 ];
 
-const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+pub(crate) const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
 
 pub const RUN: Command = Command {
     name: "run",
@@ -150,8 +152,8 @@ pub const BENCH_DISK: Command = Command {
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &tokenize::BENCH_TOKENIZE, &CONVERT,
-    &plan::PLAN, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
+    &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

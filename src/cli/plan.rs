@@ -98,7 +98,7 @@ fn print_table(path: &str, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::
 }
 
 /// Bytes in binary units with two decimals ("1.50 GiB").
-fn human(bytes: u64) -> String {
+pub(super) fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if bytes < 1024 {
         return format!("{bytes} B");

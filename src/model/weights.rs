@@ -140,6 +140,9 @@ impl<'a> Loader<'a> {
         }
         let mut buf = AlignedBuf::zeroed(t.len as usize, 64)?;
         file.read_into(t, buf.as_mut_slice())?;
+        // The header rules were checked when the file was opened; the block scales are checked
+        // here, where the bytes are read anyway (seed 000: a non-finite scale is refused).
+        crate::format::quant::check_scales(&file.path, t, 0, buf.as_slice())?;
         self.bytes += t.len;
         self.params += t.elements();
         if !self.dtypes.contains(&t.dtype) {
