@@ -103,6 +103,11 @@ fn err(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Tokenizer, format!("{}: key `{key}`: {msg}", path.display()))
 }
 
+/// A valid pipeline element this crate does not implement (`ErrorKind::Unsupported`).
+fn unsupported(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Unsupported, format!("{}: key `{key}`: {msg}", path.display()))
+}
+
 /// Typed access to a `tokenizer.json` value, with errors naming the file and key.
 struct Doc<'a> {
     path: &'a Path,
@@ -138,15 +143,15 @@ impl HfTokenizer {
         let model = root.get("model").ok_or_else(|| err(path, "model", "missing"))?;
         let mtype = model.get("type").and_then(Json::as_str).unwrap_or("BPE");
         if mtype != "BPE" {
-            return Err(err(path, "model.type", format!("`{mtype}` models are not supported (only BPE)")));
+            return Err(unsupported(path, "model.type", format!("`{mtype}` models are not supported (only BPE)")));
         }
         for field in ["continuing_subword_prefix", "end_of_word_suffix"] {
             if model.get(field).is_some_and(|v| !v.is_null() && v.as_str() != Some("")) {
-                return Err(err(path, &format!("model.{field}"), "is not supported"));
+                return Err(unsupported(path, &format!("model.{field}"), "is not supported"));
             }
         }
         if model.get("dropout").is_some_and(|v| !v.is_null()) {
-            return Err(err(path, "model.dropout", "BPE dropout is random; not supported"));
+            return Err(unsupported(path, "model.dropout", "BPE dropout is random; not supported"));
         }
         let normalizer = match root.get("normalizer") {
             None | Some(Json::Null) => None,
@@ -593,7 +598,7 @@ fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
             let content = d.str(a, &key, "content")?.to_string();
             let id = d.id(a.get("id").unwrap_or(&Json::Null), &format!("{key}.id"))?;
             if d.bool_or(a, &key, "single_word", false)? {
-                return Err(err(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
+                return Err(unsupported(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
             }
             added.push(Added {
                 special: d.bool_or(a, &key, "special", false)?,
@@ -623,10 +628,10 @@ fn parse_normalizer(d: &Doc, v: &Json, key: &str) -> Result<Normalizer> {
         "Replace" => {
             let pat = v.get("pattern").ok_or_else(|| err(d.path, &format!("{key}.pattern"), "missing"))?;
             let from = pat.get("String").and_then(Json::as_str)
-                .ok_or_else(|| err(d.path, &format!("{key}.pattern"), "only literal String patterns are supported"))?;
+                .ok_or_else(|| unsupported(d.path, &format!("{key}.pattern"), "only literal String patterns are supported"))?;
             Normalizer::Replace { from: from.to_string(), to: d.str(v, key, "content")?.to_string() }
         }
-        other => return Err(err(d.path, &format!("{key}.type"), format!("normalizer `{other}` is not supported"))),
+        other => return Err(unsupported(d.path, &format!("{key}.type"), format!("normalizer `{other}` is not supported"))),
     })
 }
 
@@ -641,17 +646,17 @@ fn parse_pre(d: &Doc, v: &Json, key: &str, out: &mut Vec<PreStep>) -> Result<()>
         }
         "Split" => {
             if d.bool_or(v, key, "invert", false)? {
-                return Err(err(d.path, &format!("{key}.invert"), "inverted splits are not supported"));
+                return Err(unsupported(d.path, &format!("{key}.invert"), "inverted splits are not supported"));
             }
             let behavior = d.str(v, key, "behavior")?;
             let removed = match behavior {
                 "Isolated" => false,
                 "Removed" => true,
-                other => return Err(err(d.path, &format!("{key}.behavior"), format!("`{other}` is not supported (Isolated, Removed)"))),
+                other => return Err(unsupported(d.path, &format!("{key}.behavior"), format!("`{other}` is not supported (Isolated, Removed)"))),
             };
             let pat = v.get("pattern").ok_or_else(|| err(d.path, &format!("{key}.pattern"), "missing"))?;
             if let Some(r) = pat.get("Regex").and_then(Json::as_str) {
-                let pattern = SplitPattern::from_regex(r).ok_or_else(|| err(d.path, &format!("{key}.pattern.Regex"),
+                let pattern = SplitPattern::from_regex(r).ok_or_else(|| unsupported(d.path, &format!("{key}.pattern.Regex"),
                     format!("split pattern {r:?} is not one this engine implements (no general regex engine)")))?;
                 out.push(PreStep::Split { pattern, removed });
             } else if let Some(s) = pat.get("String").and_then(Json::as_str) {
@@ -680,7 +685,7 @@ fn parse_pre(d: &Doc, v: &Json, key: &str, out: &mut Vec<PreStep>) -> Result<()>
             };
             out.push(PreStep::Metaspace { replacement, prepend, split: d.bool_or(v, key, "split", true)? });
         }
-        other => return Err(err(d.path, &format!("{key}.type"), format!("pre-tokenizer `{other}` is not supported"))),
+        other => return Err(unsupported(d.path, &format!("{key}.type"), format!("pre-tokenizer `{other}` is not supported"))),
     }
     Ok(())
 }
@@ -751,7 +756,7 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
             "Fuse" => {}
             "Replace" => {
                 let from = v.get("pattern").and_then(|p| p.get("String")).and_then(Json::as_str)
-                    .ok_or_else(|| err(d.path, &format!("{key}.pattern"), "only literal String patterns are supported"))?;
+                    .ok_or_else(|| unsupported(d.path, &format!("{key}.pattern"), "only literal String patterns are supported"))?;
                 rule.replace.push((from.to_string(), d.str(v, &key, "content")?.to_string()));
             }
             "Strip" => {
@@ -759,7 +764,7 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
                 let start = v.get("start").and_then(Json::as_u64).unwrap_or(0);
                 let stop = v.get("stop").and_then(Json::as_u64).unwrap_or(0);
                 if content != " " || start > 1 || stop != 0 {
-                    return Err(err(d.path, &key, "only Strip of one leading space is supported"));
+                    return Err(unsupported(d.path, &key, "only Strip of one leading space is supported"));
                 }
                 if start == 1 {
                     rule.leading = Leading::StripOne;
@@ -774,7 +779,7 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
                     rule.leading = Leading::DropFirstTokenSpaces;
                 }
             }
-            other => return Err(err(d.path, &format!("{key}.type"), format!("decoder `{other}` is not supported"))),
+            other => return Err(unsupported(d.path, &format!("{key}.type"), format!("decoder `{other}` is not supported"))),
         }
     }
     Ok(rule)

@@ -10,19 +10,20 @@
 pub struct SpecialMatcher {
     /// `(text, id)`, longest first so the first hit at a position is the longest.
     entries: Vec<(String, u32)>,
-    /// Bit per byte value: some special starts with it.
-    first: [bool; 256],
+    /// Per first byte, the indices into `entries` of the specials that start with it
+    /// (longest first).
+    by_first: Vec<Vec<usize>>,
 }
 
 impl SpecialMatcher {
     pub fn new(specials: impl IntoIterator<Item = (String, u32)>) -> SpecialMatcher {
         let mut entries: Vec<(String, u32)> = specials.into_iter().filter(|(s, _)| !s.is_empty()).collect();
         entries.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-        let mut first = [false; 256];
-        for (s, _) in &entries {
-            first[s.as_bytes()[0] as usize] = true;
+        let mut by_first = vec![Vec::new(); 256];
+        for (i, (s, _)) in entries.iter().enumerate() {
+            by_first[s.as_bytes()[0] as usize].push(i);
         }
-        SpecialMatcher { entries, first }
+        SpecialMatcher { entries, by_first }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -47,9 +48,10 @@ impl SpecialMatcher {
         let b = text.as_bytes();
         let mut i = from;
         while i < b.len() {
-            if self.first[b[i] as usize] {
-                let rest = &b[i..];
-                if let Some((s, id)) = self.entries.iter().find(|(s, _)| rest.starts_with(s.as_bytes())) {
+            let rest = &b[i..];
+            for &k in &self.by_first[b[i] as usize] {
+                let (s, id) = &self.entries[k];
+                if rest.starts_with(s.as_bytes()) {
                     return Some((i, i + s.len(), *id));
                 }
             }
