@@ -28,7 +28,7 @@ impl From<waste::Error> for Failure {
     }
 }
 
-type Outcome = Result<(), Failure>;
+pub type Outcome = Result<(), Failure>;
 
 pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
@@ -36,6 +36,9 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "eval" => eval(a),
         "info" => info(a),
         "bench" => bench(a),
+        "bench tokenize" => super::tokenize::bench(a),
+        "tokenize" => super::tokenize::tokenize(a),
+        "detokenize" => super::tokenize::detokenize(a),
         "plan" => super::plan::run(a),
         "random-model" => random_model(a),
         "quantize" => super::quant::quantize(a),

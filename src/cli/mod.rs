@@ -8,6 +8,7 @@ mod commands;
 mod moe;
 mod plan;
 mod quant;
+mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
 
@@ -151,8 +152,8 @@ pub const BENCH_DISK: Command = Command {
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &plan::PLAN, &CONVERT,
-    &quant::QUANTIZE, &quant::COMPARE, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
+    &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(
