@@ -41,6 +41,9 @@ pub struct Model {
     pool: Pool,
     inv_freq: Vec<f32>,
     pub(crate) tokenizer: Option<Tokenizer>,
+    /// Why there is no tokenizer, when there is a file the engine cannot use (reported when
+    /// text is needed, so `eval --ids` still works).
+    tokenizer_error: Option<Error>,
     pub(crate) eos: Vec<u32>,
     plan: MemoryPlan,
     budget: Budget,
@@ -130,9 +133,14 @@ impl Model {
         };
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
+        let mut tokenizer_error = None;
         let tokenizer = match Tokenizer::from_model_dir(path) {
             Ok(t) => Some(t),
             Err(e) if e.message().contains("no tokenizer file found") => None,
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                tokenizer_error = Some(e);
+                None
+            }
             Err(e) => return Err(e),
         };
         let threads = opts.resolved_threads();
@@ -156,6 +164,7 @@ impl Model {
             experts,
             state,
             tokenizer,
+            tokenizer_error,
             eos,
             plan,
             budget,
@@ -194,10 +203,13 @@ impl Model {
         }
     }
 
-    /// The tokenizer, or an error when the model directory has none.
+    /// The tokenizer, or an error when the model directory has none (or one the engine cannot
+    /// use: that error, naming the file and key).
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.tokenizer.as_ref().ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
-            "{}: the model has no tokenizer file", self.path.display())))
+        self.tokenizer.as_ref().ok_or_else(|| match &self.tokenizer_error {
+            Some(e) => Error::new(e.kind(), e.message().to_string()),
+            None => Error::new(ErrorKind::Tokenizer, format!("{}: the model has no tokenizer file", self.path.display())),
+        })
     }
 
     /// Token ids that end generation.
