@@ -36,7 +36,49 @@ pub mod sample;
 pub mod sys;
 pub mod tokenizer;
 
+/// Test helpers: `must()` states that a test expects success (and panics with the error when
+/// it does not), so unit tests read plainly and library code keeps no `unwrap`.
+#[cfg(test)]
+pub(crate) mod test_util {
+    pub trait Must<T> {
+        fn must(self) -> T;
+        fn must_because(self, why: &str) -> T;
+    }
+
+    impl<T, E: std::fmt::Debug> Must<T> for Result<T, E> {
+        fn must(self) -> T {
+            match self {
+                Ok(v) => v,
+                Err(e) => panic!("expected success, got {e:?}"),
+            }
+        }
+        fn must_because(self, why: &str) -> T {
+            match self {
+                Ok(v) => v,
+                Err(e) => panic!("{why}: {e:?}"),
+            }
+        }
+    }
+
+    impl<T> Must<T> for Option<T> {
+        fn must(self) -> T {
+            match self {
+                Some(v) => v,
+                None => panic!("expected a value, got None"),
+            }
+        }
+        fn must_because(self, why: &str) -> T {
+            match self {
+                Some(v) => v,
+                None => panic!("{why}"),
+            }
+        }
+    }
+}
+
 pub use error::{Error, ErrorKind, Result};
+pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
+pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
 pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
 pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
@@ -66,8 +108,13 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
-    /// Bytes of expert cache for a container with streamed experts; 0 chooses (every expert
-    /// when they fit in a quarter of physical RAM, else that quarter).
+    /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
+    /// scratch and expert cache together. `None` lets the engine choose from the model's plan
+    /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
+    /// working sets under 7/8 of usable RAM, else the floor. See [`plan_memory`].
+    pub budget: Option<u64>,
+    /// Bytes of expert cache, overriding what the budget leaves (it may not exceed it when a
+    /// budget is given); 0 takes what the budget leaves.
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,
@@ -77,8 +124,8 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, cache_bytes: 0, io_threads: 4,
-            verify: false }
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, budget: None, cache_bytes: 0,
+            io_threads: 4, verify: false }
     }
 }
 

@@ -7,8 +7,11 @@
 //! others as they land. Every record's header is checked on every read (and its CRC-32 with
 //! `verify`), so nothing is computed from bytes that are not what the manifest says.
 
+pub mod disk;
 pub mod io;
+pub mod plan;
 pub mod policy;
+pub mod ram;
 pub mod replay;
 
 use crate::error::{Error, ErrorKind, Result};

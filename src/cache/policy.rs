@@ -199,6 +199,7 @@ impl CacheIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn run(policy: Policy, slots: usize, pattern: &[usize]) -> usize {
         let mut c = CacheIndex::new(16, slots, policy);
@@ -207,7 +208,7 @@ mod tests {
             match c.access(k) {
                 Lookup::Hit(_) => hits += 1,
                 Lookup::Miss => {
-                    c.assign(k).expect("a slot");
+                    c.assign(k).must_because("a slot");
                 }
             }
             c.unpin_all();
@@ -216,17 +217,20 @@ mod tests {
     }
 
     #[test]
-    fn frequency_keeps_hot_keys_through_a_cycle_that_defeats_lru() {
-        // Key 0 is used every other access; keys 1..=6 cycle. Three slots.
+    fn history_keeps_hot_keys_through_a_cycle_that_defeats_lru() {
+        // Keys 0 and 1 are used every round; four of six cold keys follow them. With four
+        // slots, LRU evicts the hot keys every round; the history-keeping policies do not.
         let mut p = Vec::new();
-        for i in 0..300 {
-            p.push(0);
-            p.push(1 + i % 6);
+        for i in 0..100 {
+            p.extend([0, 1]);
+            p.extend((0..4).map(|j| 2 + (4 * i + j) % 6));
         }
-        let lru = run(Policy::Lru, 3, &p);
-        let freq = run(Policy::Frequency { half_life: 50.0 }, 3, &p);
-        assert!(freq > lru, "frequency {freq} vs lru {lru}");
-        assert!(freq >= 299, "key 0 should always hit after the first access: {freq}");
+        let lru = run(Policy::Lru, 4, &p);
+        assert_eq!(lru, 0);
+        for policy in [Policy::Frequency { half_life: 50.0 }, Policy::NextUse { half_life: 50.0 }] {
+            let hits = run(policy, 4, &p);
+            assert!(hits >= 2 * 95, "{policy:?}: {hits} hits, the hot keys should hit almost every round");
+        }
     }
 
     #[test]
@@ -235,11 +239,11 @@ mod tests {
         assert_eq!(c.access(1), Lookup::Miss);
         assert_eq!(c.assign(1).map(|x| x.1), Some(None));
         assert_eq!(c.access(2), Lookup::Miss);
-        c.assign(2).unwrap();
+        c.assign(2).must();
         assert_eq!(c.access(3), Lookup::Miss);
         assert!(c.assign(3).is_none(), "both slots pinned");
         c.unpin_all();
-        let (_, evicted) = c.assign(3).unwrap();
+        let (_, evicted) = c.assign(3).must();
         assert_eq!(evicted, Some(1));
     }
 }

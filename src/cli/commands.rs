@@ -28,7 +28,7 @@ impl From<waste::Error> for Failure {
     }
 }
 
-type Outcome = Result<(), Failure>;
+pub type Outcome = Result<(), Failure>;
 
 pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
@@ -36,10 +36,17 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "eval" => eval(a),
         "info" => info(a),
         "bench" => bench(a),
+        "bench tokenize" => super::tokenize::bench(a),
+        "tokenize" => super::tokenize::tokenize(a),
+        "detokenize" => super::tokenize::detokenize(a),
+        "plan" => super::plan::run(a),
         "random-model" => random_model(a),
+        "quantize" => super::quant::quantize(a),
+        "compare" => super::quant::compare(a),
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
         "bench matmul" => super::bench_matmul::run(a),
+        "bench disk" => super::moe::bench_disk(a),
         "version" => {
             println!("waste {}", waste::VERSION);
             Ok(())
@@ -68,6 +75,10 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    if let Some(v) = a.value("budget") {
+        o.budget = Some(super::args::parse_size(v).filter(|&b| b > 0)
+            .ok_or_else(|| Failure::Usage(format!("option `--budget`: `{v}` is not a size (bytes, or K/M/G/T)")))?);
+    }
     if let Some(v) = a.value("cache") {
         o.cache_bytes = super::args::parse_size(v).filter(|&b| b > 0)
             .ok_or_else(|| Failure::Usage(format!("option `--cache`: `{v}` is not a size (bytes, or K/M/G/T)")))?;
@@ -79,7 +90,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     Ok(o)
 }
 
-fn model_path(a: &Args) -> Result<&str, Failure> {
+pub(super) fn model_path(a: &Args) -> Result<&str, Failure> {
     a.positionals.first().map(String::as_str).ok_or_else(|| Failure::Usage("missing MODEL".into()))
 }
 
@@ -137,6 +148,7 @@ fn run(a: &Args) -> Outcome {
     let opts = model_options(a)?;
     let prompt = read_prompt(a)?.unwrap_or_default();
     let mut model = Model::open(model_path(a)?, &opts)?;
+    report_budget(&model);
     let ids = model.tokenize_prompt(&prompt)?;
     let params = GenerateParams {
         max_tokens,
@@ -162,7 +174,31 @@ fn run(a: &Args) -> Outcome {
     Ok(())
 }
 
-fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
+/// This process's peak resident set (VmHWM of /proc/self/status), where the OS reports it.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Tells the user (on stderr) the budget the engine chose, and any warning about it.
+fn report_budget(model: &Model) {
+    let b = model.budget();
+    if let Some(w) = &b.warning {
+        eprintln!("waste: warning: {w}");
+    }
+    if model.plan().has_experts() {
+        let how = match b.source {
+            waste::BudgetSource::Explicit => "given".to_string(),
+            waste::BudgetSource::WorkingSets(n) => format!("chosen: floor + {n} working set{}", if n == 1 { "" } else { "s" }),
+            waste::BudgetSource::Floor => "chosen: the floor".to_string(),
+        };
+        let h = super::plan::human;
+        eprintln!("[budget {} ({how}), expert cache {}, holding {}]", h(b.bytes).trim(), h(b.expert_cache_bytes).trim(), h(model.memory_used()).trim());
+    }
+}
+
+pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
     list.split(',')
         .map(|s| s.trim().parse::<u32>().map_err(|_| Failure::Usage(format!("option `--ids`: `{s}` is not a token id"))))
         .collect()
@@ -302,6 +338,7 @@ fn bench(a: &Args) -> Outcome {
         opts.ctx = prompt_tokens + n;
     }
     let mut model = Model::open(model_path(a)?, &opts)?;
+    report_budget(&model);
     let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
     let i = model.info();
     if a.flag("json") {
@@ -312,12 +349,26 @@ fn bench(a: &Args) -> Outcome {
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
+            ("memory_used_bytes", Json::uint(model.memory_used())),
+            ("budget_bytes", Json::uint(model.budget().bytes)),
+            ("peak_rss_bytes", peak_rss().map_or(Json::Null, Json::uint)),
+            ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
+            ("decode_misses", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.misses))),
+            ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
         ]).to_string_pretty());
     } else {
         println!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
         println!("kernels  {} x {} threads", i.isa, i.threads);
         println!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
         println!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
+        if let Some(rss) = peak_rss() {
+            println!("memory   holds {} bytes, budget {} bytes, peak RSS {rss} bytes", model.memory_used(), model.budget().bytes);
+        }
+        if let Some(c) = &report.decode_cache {
+            println!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
+                c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
+                if c.direct_io { "O_DIRECT" } else { "buffered reads" });
+        }
     }
     Ok(())
 }
@@ -339,7 +390,17 @@ fn random_model(a: &Args) -> Outcome {
     };
     let seed = a.num("seed", 0u64, u64::MAX)?.unwrap_or(1);
     let t = Instant::now();
-    let bytes = random::write_checkpoint(Path::new(out), &config, dtype, seed)?;
+    let is_moe = config.get("num_experts").or(config.get("num_local_experts")).is_some();
+    let bytes = if a.flag("container") || is_moe {
+        let experts = match a.value("experts").unwrap_or("q4") {
+            "q4" => waste::format::dtype::DType::Q4B32,
+            "q8" => waste::format::dtype::DType::Q8B32,
+            other => return Err(Failure::Usage(format!("option `--experts`: `{other}` is not q4 or q8"))),
+        };
+        random::write_container(Path::new(out), &config, experts, seed)?
+    } else {
+        random::write_checkpoint(Path::new(out), &config, dtype, seed)?
+    };
     eprintln!("wrote {out}: {bytes} bytes in {:.1} s", t.elapsed().as_secs_f64());
     Ok(())
 }

@@ -7,17 +7,21 @@ mod args;
 mod bench_matmul;
 mod commands;
 mod moe;
+mod plan;
+mod quant;
+mod tokenize;
 
 use args::{flag, val, Command, Opt, Usage};
 
 /// Options every command that opens a model accepts.
-const MODEL_OPTS: &[Opt] = &[
+pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU, or per CPU of --cpus)"),
     val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
-    val("cache", "SIZE", "expert cache for a container: bytes or K/M/G/T (binary units)"),
+    val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T (binary units); default: chosen from usable RAM"),
+    val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of every expert record read"),
 ];
@@ -35,7 +39,7 @@ const SAMPLING_OPTS: &[Opt] = &[
     flag("ignore-eos", "keep generating past end-of-sequence tokens"),
 ];
 
-const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+pub(crate) const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
 
 pub const RUN: Command = Command {
     name: "run",
@@ -84,14 +88,16 @@ pub const BENCH: Command = Command {
 
 pub const RANDOM_MODEL: Command = Command {
     name: "random-model",
-    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--seed N]",
+    usage: "random-model (--preset NAME | --config FILE) --out DIR [--dtype bf16|f16|f32] [--container [--experts q4|q8]] [--seed N]",
     about: "Write a checkpoint of random weights with a real model's shape, for benchmarks. \
-Presets: smollm2-135m, llama-1b.",
+Presets: smollm2-135m, llama-1b (dense), qwen3-30b-a3b (MoE: written as a container).",
     opts: &[&[
         val("preset", "NAME", "a known shape"),
         val("config", "FILE", "a config.json to take the shape from"),
         val("out", "DIR", "output directory (config.json + model.safetensors)"),
         val("dtype", "T", "bf16 (default), f16 or f32"),
+        flag("container", "write a container directly (MoE shapes): q4 trunk, q8 embeddings/head/routers"),
+        val("experts", "ENC", "with --container: q4 (default) or q8 experts"),
         val("seed", "N", "random seed (default 1)"),
     ], HELP_OPT],
     positionals: &[],
@@ -136,7 +142,20 @@ pub const BENCH_CACHE: Command = Command {
     positionals: &[],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &bench_matmul::BENCH_MATMUL, &CONVERT, &RANDOM_MODEL, &VERSION];
+pub const BENCH_DISK: Command = Command {
+    name: "bench disk",
+    usage: "bench disk FILE [--record SIZE] [--threads N] [--limit SIZE]",
+    about: "Measure the disk's O_DIRECT read bandwidth at the expert record size (the bound on streaming).",
+    opts: &[&[
+        val("record", "SIZE", "bytes per read, a multiple of 4096 (default 4M); K/M/G suffixes"),
+        val("threads", "N", "reads in flight (default 4, the engine's I/O threads)"),
+        val("limit", "SIZE", "read at most this much of the file (default 4G)"),
+    ], HELP_OPT],
+    positionals: &["FILE"],
+};
+
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &bench_matmul::BENCH_MATMUL, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
+    &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

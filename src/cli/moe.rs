@@ -107,3 +107,22 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+pub fn bench_disk(a: &Args) -> Result<(), Failure> {
+    let file = a.positionals.first().ok_or_else(|| Failure::Usage("missing FILE".into()))?;
+    let size = |name: &str, default: u64| -> Result<u64, Failure> {
+        match a.value(name) {
+            None => Ok(default),
+            Some(v) => super::args::parse_size(v).filter(|&b| b > 0)
+                .ok_or_else(|| Failure::Usage(format!("option `--{name}`: `{v}` is not a size"))),
+        }
+    };
+    let record = size("record", 4 << 20)? as usize;
+    let limit = size("limit", 4 << 30)?;
+    let threads = a.num("threads", 1usize, 256)?.unwrap_or(4);
+    let r = waste::cache::disk::bench_disk(Path::new(file), record, threads, limit)?;
+    println!("disk {file}: {} reads of {} bytes, {} in flight, {}", r.bytes / r.record_bytes as u64, r.record_bytes, r.threads,
+        if r.direct { "O_DIRECT" } else { "buffered (O_DIRECT refused), pages dropped" });
+    println!("read {:.2} GB/s ({} bytes in {:.2} s)", r.gb_per_s(), r.bytes, r.seconds);
+    Ok(())
+}

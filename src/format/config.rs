@@ -402,15 +402,18 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
     let window = f.usize_opt("sliding_window")?;
     let mut out = vec![None; layers];
     let Some(w) = window else { return Ok(out) };
+    // A Qwen window is inert unless `use_sliding_window` is set, whatever its value:
+    // transformers 5 saves Qwen2-MoE configs with `sliding_window: 0` when it is off.
+    let qwen = matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe);
+    if qwen && !f.bool_or("use_sliding_window", false)? {
+        return Ok(out);
+    }
     if w == 0 {
         return Err(Error::config(f.path, "sliding_window", "must be positive"));
     }
     match arch {
         Arch::Mixtral => out.iter_mut().for_each(|o| *o = Some(w)),
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
-            if !f.bool_or("use_sliding_window", false)? {
-                return Ok(out);
-            }
             if let Some(types) = f.get("layer_types").and_then(Json::as_array) {
                 for (l, t) in types.iter().enumerate().take(layers) {
                     if t.as_str() == Some("sliding_attention") {
@@ -487,9 +490,10 @@ fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     fn cfg(text: &str) -> Result<ModelConfig> {
-        ModelConfig::from_json(Path::new("config.json"), &super::super::json::parse(text.as_bytes()).unwrap())
+        ModelConfig::from_json(Path::new("config.json"), &super::super::json::parse(text.as_bytes()).must())
     }
 
     const BASE: &str = r#""hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -499,13 +503,27 @@ mod tests {
     fn both_rope_generations_are_accepted() {
         let old = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "rope_theta": 500000.0,
             "rope_scaling": {{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).must();
         let new = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE},
             "rope_parameters": {{"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).unwrap();
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}}}}"#)).must();
         assert_eq!(old.rope, new.rope);
         assert_eq!(old.rope.theta, 500000.0);
         assert!(matches!(old.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+    }
+
+    /// transformers 5 writes `sliding_window: 0` into Qwen2-MoE configs whose window is off.
+    #[test]
+    fn an_unused_qwen_window_of_zero_is_accepted() {
+        let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
+            "use_sliding_window": false, "sliding_window": 0}}"#)).must();
+        assert_eq!(c.sliding_window, vec![None, None]);
+        let e = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {BASE}, {moe},
+            "use_sliding_window": true, "sliding_window": 0}}"#)).unwrap_err();
+        assert!(e.to_string().contains("sliding_window"), "{e}");
+        let e = cfg(&format!(r#"{{"architectures": ["MixtralForCausalLM"], {BASE}, {moe}, "sliding_window": 0}}"#)).unwrap_err();
+        assert!(e.to_string().contains("sliding_window"), "{e}");
     }
 
     #[test]

@@ -344,10 +344,11 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     #[test]
     fn records_are_aligned_and_checked() {
-        let l = RecordLayout::new(DType::Q4B32, 64, 96).unwrap();
+        let l = RecordLayout::new(DType::Q4B32, 64, 96).must();
         assert_eq!(l.record_bytes % RECORD_ALIGN, 0);
         assert!(l.matrices.iter().all(|m| m.offset % 64 == 0));
         let mut rec = vec![0u8; l.record_bytes];
@@ -356,10 +357,10 @@ mod tests {
         }
         l.write_header(&mut rec, 3, 5);
         let p = Path::new("bank");
-        l.check(&rec, p, 3, 5, true).unwrap();
+        l.check(&rec, p, 3, 5, true).must();
         assert!(l.check(&rec, p, 3, 6, true).unwrap_err().to_string().contains("layer 3 expert 6"));
         rec[HEADER_BYTES + 10] ^= 1;
-        l.check(&rec, p, 3, 5, false).unwrap();
+        l.check(&rec, p, 3, 5, false).must();
         assert!(l.check(&rec, p, 3, 5, true).unwrap_err().to_string().contains("CRC"));
         rec[0] = b'X';
         assert!(l.check(&rec, p, 3, 5, false).unwrap_err().to_string().contains("magic"));

@@ -412,6 +412,11 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
             DType::F32 => o.chunks_exact_mut(4).zip(&row).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
             DType::BF16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
             DType::F16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
+            DType::Q8B32 | DType::Q4B32 => {
+                let width = if dtype == DType::Q8B32 { super::quant::Width::Q8 } else { super::quant::Width::Q4 };
+                super::quant::encode_row(width, &row, o).map_err(|(b, e)| Error::format(&st.path, format!(
+                    "tensor `{}`: row {r}, block {b}: {e}; the block cannot be quantized", t.name)))?;
+            }
             _ => return Err(Error::unsupported(format!("tensor `{}`: {dtype} encoding is not available yet", t.name))),
         }
     }

@@ -558,17 +558,18 @@ impl Json {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     #[test]
     fn parses_the_rfc_examples() {
         let v = parse(br#"{"a": [1, -2, 3.5e2, true, false, null], "b": "x\u00e9\ud83d\ude00\n"}"#)
-            .unwrap();
-        assert_eq!(v.get("a").unwrap().as_array().unwrap().len(), 6);
-        assert_eq!(v.get("a").unwrap().as_array().unwrap()[2].as_f64(), Some(350.0));
-        assert_eq!(v.get("b").unwrap().as_str(), Some("xé😀\n"));
-        assert_eq!(parse(b"18446744073709551615").unwrap().as_u64(), Some(u64::MAX));
-        assert_eq!(parse(b"-9223372036854775808").unwrap().as_i64(), Some(i64::MIN));
-        assert_eq!(parse(b" 1e400 ").unwrap().as_f64(), Some(f64::INFINITY));
+            .must();
+        assert_eq!(v.get("a").must().as_array().must().len(), 6);
+        assert_eq!(v.get("a").must().as_array().must()[2].as_f64(), Some(350.0));
+        assert_eq!(v.get("b").must().as_str(), Some("xé😀\n"));
+        assert_eq!(parse(b"18446744073709551615").must().as_u64(), Some(u64::MAX));
+        assert_eq!(parse(b"-9223372036854775808").must().as_i64(), Some(i64::MIN));
+        assert_eq!(parse(b" 1e400 ").must().as_f64(), Some(f64::INFINITY));
     }
 
     #[test]
@@ -611,8 +612,8 @@ mod tests {
 
     #[test]
     fn writer_round_trips() {
-        let v = parse(br#"{"k":[1,-1,0.5,"a\"\\\u0001",{"n":null}],"e":1e-7}"#).unwrap();
-        assert_eq!(parse(v.to_string_compact().as_bytes()).unwrap(), v);
-        assert_eq!(parse(v.to_string_pretty().as_bytes()).unwrap(), v);
+        let v = parse(br#"{"k":[1,-1,0.5,"a\"\\\u0001",{"n":null}],"e":1e-7}"#).must();
+        assert_eq!(parse(v.to_string_compact().as_bytes()).must(), v);
+        assert_eq!(parse(v.to_string_pretty().as_bytes()).must(), v);
     }
 }

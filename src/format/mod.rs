@@ -1,5 +1,5 @@
-//! Bytes on disk: JSON, safetensors, model configs, and (later) the quantized checkpoint and the
-//! container. Everything here treats its input as hostile: lengths are bounded before anything
+//! Bytes on disk: JSON, safetensors, model configs, the quantized checkpoint (and its tool),
+//! and (later) the container. Everything here treats its input as hostile: lengths are bounded before anything
 //! is allocated and every offset is checked.
 
 pub mod config;
@@ -8,8 +8,11 @@ pub mod convert;
 pub mod crc32;
 pub mod dtype;
 pub mod json;
+pub mod quant;
+pub mod quantize;
 pub mod random;
 pub mod safetensors;
+pub mod sha256;
 
 use crate::error::{Error, Result};
 use std::path::Path;

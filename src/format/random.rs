@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use std::path::Path;
 
 /// Names of the built-in shapes.
-pub const PRESETS: &[&str] = &["smollm2-135m", "llama-1b"];
+pub const PRESETS: &[&str] = &["smollm2-135m", "llama-1b", "qwen3-30b-a3b"];
 
 /// The config.json of a built-in shape.
 pub fn preset(name: &str) -> Option<Json> {
@@ -29,6 +29,14 @@ pub fn preset(name: &str) -> Option<Json> {
             "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, "rope_theta": 500000.0,
             "bos_token_id": 128000, "eos_token_id": 128001}"#,
+        // Qwen3-30B-A3B: 48 layers, 128 experts of width 768, top-8, untied.
+        "qwen3-30b-a3b" => r#"{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+            "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+            "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+            "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1,
+            "mlp_only_layers": [], "vocab_size": 151936, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "tie_word_embeddings": false, "max_position_embeddings": 40960,
+            "bos_token_id": 151643, "eos_token_id": 151645}"#,
         _ => return None,
     };
     json::parse(text.as_bytes()).ok()
@@ -121,4 +129,129 @@ pub fn write_checkpoint(dir: &Path, config: &Json, dtype: DType, seed: u64) -> R
     w.finish()?;
     write_atomic(&cfg_path, config.to_string_pretty().as_bytes())?;
     std::fs::metadata(&path).map(|m| m.len()).map_err(|e| Error::io(&path, "stat", e))
+}
+
+/// A fast deterministic byte source (xorshift64).
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Random Q4B32/Q8B32 blocks: a scale near `std / levels` and uniform levels, so weights
+    /// have roughly the standard deviation of a trained matrix.
+    fn blocks(&mut self, dtype: DType, out: &mut [u8]) {
+        let bb = dtype.block_bytes().unwrap_or(34);
+        let levels = if dtype == DType::Q4B32 { 7.0 } else { 127.0 };
+        for b in out.chunks_exact_mut(bb) {
+            let r = self.next();
+            let scale = 0.02 * 1.7 / levels * (0.75 + 0.5 * (r >> 40) as f32 / (1u64 << 24) as f32);
+            b[..2].copy_from_slice(&half::f16::from_f32(scale).to_bits().to_le_bytes());
+            for c in b[2..].chunks_mut(8) {
+                let v = self.next().to_le_bytes();
+                c.copy_from_slice(&v[..c.len()]);
+            }
+        }
+    }
+}
+
+/// Writes a random **container** of `config`'s shape directly, without a float source: the
+/// trunk as Q4B32 (embeddings, head and routers Q8B32, 1-D tensors F32) and the experts as
+/// `experts` records (Q4B32 or Q8B32). Multi-gigabyte shapes take disk-speed time, not RAM.
+/// Returns the bytes written.
+pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> Result<u64> {
+    use super::container::{Bank, Manifest, RecordLayout};
+    if !experts.is_quantized() {
+        return Err(Error::arg("random containers hold Q4B32 or Q8B32 experts"));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+    let cfg = ModelConfig::from_json(&dir.join("config.json"), config)?;
+    let moe = cfg.moe.clone().ok_or_else(|| Error::arg("random containers are for MoE configs"))?;
+    let mut noise = Noise(seed ^ 0x2545_F491_4F6C_DD1D);
+    let mut total = 0u64;
+    // Trunk: two files, one width each (seed 000: one width per file).
+    let mut groups: [(DType, Vec<TensorSpec>); 2] = [(DType::Q4B32, Vec::new()), (DType::Q8B32, Vec::new())];
+    for l in 0..cfg.layers {
+        let p = format!("model.layers.{l}");
+        let (h, qd, kvd, hd) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.head_dim as u64);
+        for (name, shape) in [("self_attn.q_proj", [qd, h]), ("self_attn.k_proj", [kvd, h]), ("self_attn.v_proj", [kvd, h]), ("self_attn.o_proj", [h, qd])] {
+            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::Q4B32, shape: shape.to_vec() });
+        }
+        groups[1].1.push(TensorSpec { name: format!("{p}.mlp.gate.weight"), dtype: DType::Q8B32, shape: vec![moe.experts as u64, h] });
+        for name in ["input_layernorm", "post_attention_layernorm"] {
+            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::F32, shape: vec![h] });
+        }
+        for name in ["self_attn.q_norm", "self_attn.k_norm"] {
+            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::F32, shape: vec![hd] });
+        }
+    }
+    groups[0].1.push(TensorSpec { name: "model.norm.weight".into(), dtype: DType::F32, shape: vec![cfg.hidden as u64] });
+    groups[1].1.push(TensorSpec { name: "model.embed_tokens.weight".into(), dtype: DType::Q8B32, shape: vec![cfg.vocab as u64, cfg.hidden as u64] });
+    if !cfg.tie_embeddings {
+        groups[1].1.push(TensorSpec { name: "lm_head.weight".into(), dtype: DType::Q8B32, shape: vec![cfg.vocab as u64, cfg.hidden as u64] });
+    }
+    let mut trunk_files = Vec::new();
+    for (width, specs) in &groups {
+        let name = if *width == DType::Q4B32 { "trunk-q4.safetensors" } else { "trunk-q8.safetensors" };
+        let meta = [("format", if *width == DType::Q4B32 { "rabbit-q4b32" } else { "rabbit-q8b32" }), ("block", "32"), ("scale", "f16")]
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        let mut w = Writer::create(&dir.join(name), specs, &meta)?;
+        for s in specs {
+            let row = s.dtype.row_bytes(*s.shape.last().unwrap_or(&0)).unwrap_or(0) as usize;
+            let rows = if s.shape.len() == 2 { s.shape[0] as usize } else { 1 };
+            let mut buf = vec![0u8; row * rows.min(4096)];
+            let mut left = rows;
+            while left > 0 {
+                let n = left.min(4096);
+                let chunk = &mut buf[..n * row];
+                if s.dtype.is_quantized() {
+                    noise.blocks(s.dtype, chunk);
+                } else {
+                    chunk.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(1.0f32 + ((noise.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2).to_le_bytes()));
+                }
+                w.write(chunk)?;
+                total += chunk.len() as u64;
+                left -= n;
+            }
+        }
+        w.finish()?;
+        trunk_files.push(name.to_string());
+    }
+    let layout = RecordLayout::new(experts, cfg.hidden, moe.expert_intermediate)?;
+    let mut banks = Vec::new();
+    let mut rec = vec![0u8; layout.record_bytes];
+    for l in (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)) {
+        let file = format!("experts-{l:03}.bank");
+        let path = dir.join(&file);
+        let tmp = super::safetensors::temp_sibling(&path);
+        let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?);
+        for e in 0..moe.experts {
+            rec.fill(0);
+            for m in &layout.matrices {
+                noise.blocks(experts, &mut rec[m.offset..m.offset + m.bytes]);
+            }
+            layout.write_header(&mut rec, l, e);
+            std::io::Write::write_all(&mut f, &rec).map_err(|err| Error::io(&tmp, "write", err))?;
+            total += rec.len() as u64;
+        }
+        let f = f.into_inner().map_err(|err| Error::io(&tmp, "write", err.into_error()))?;
+        super::safetensors::commit_file(f, &tmp, &path)?;
+        banks.push(Bank { layer: l, file, experts: moe.experts, layout });
+    }
+    let manifest = Manifest {
+        dir: dir.to_path_buf(),
+        config: cfg,
+        config_json: config.clone(),
+        trunk_files,
+        tokenizer_files: Vec::new(),
+        trunk_encoding: "q4 (embeddings, head, routers: q8)".into(),
+        expert_encoding: if experts == DType::Q4B32 { "q4".into() } else { "q8".into() },
+        banks,
+    };
+    manifest.write()?;
+    Ok(total)
 }

@@ -8,6 +8,7 @@
 
 use super::dtype::DType;
 use super::json::{self, Json};
+use super::quant::{self, Width};
 use crate::error::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,12 +44,16 @@ pub struct SafeTensors {
     pub file_size: u64,
     pub tensors: Vec<TensorInfo>,
     pub metadata: Vec<(String, String)>,
+    /// The block width of a quantized file (seed 000), `None` for an ordinary one.
+    pub width: Option<Width>,
     by_name: HashMap<String, usize>,
 }
 
 impl SafeTensors {
     /// Opens `path` and validates its header: the length bounded by the file, valid UTF-8 JSON,
-    /// known dtypes, offsets inside the data, lengths matching shape × dtype, no overlaps.
+    /// known dtypes, offsets inside the data, lengths matching shape × dtype, no overlaps, and
+    /// for a quantized file the rules of [`quant::check_header`] (block scales are checked when
+    /// a tensor's bytes are read: [`quant::check_scales`]).
     pub fn open(path: &Path) -> Result<SafeTensors> {
         let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
         let file_size = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
@@ -71,8 +76,9 @@ impl SafeTensors {
         crate::sys::read_exact_at(&file, path, &mut header, 8)?;
         let data_start = 8 + header_len;
         let (tensors, metadata) = parse_header(path, &header, data_start, file_size)?;
+        let width = quant::check_header(path, &tensors, &metadata)?;
         let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, by_name })
+        Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, width, by_name })
     }
 
     /// The entry named `name`.
@@ -182,12 +188,7 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
             data_start.saturating_add(end))));
     }
     let expected = dtype.tensor_bytes(&shape).ok_or_else(|| {
-        if dtype.is_quantized() {
-            bad(format!("field `shape` {shape:?} is not a 2-D shape of whole {}-weight blocks for {dtype}",
-                super::dtype::BLOCK))
-        } else {
-            bad(format!("field `shape` {shape:?} overflows"))
-        }
+        bad(quant::shape_problem(dtype, &shape).unwrap_or_else(|| format!("field `shape` {shape:?} overflows")))
     })?;
     if end - begin != expected {
         return Err(bad(format!(
@@ -247,6 +248,13 @@ impl Checkpoint {
     /// Every tensor, file by file, in header order.
     pub fn tensors(&self) -> impl Iterator<Item = (&SafeTensors, &TensorInfo)> {
         self.files.iter().flat_map(|f| f.tensors.iter().map(move |t| (f, t)))
+    }
+
+    /// The block width of the first quantized file, `None` when no file is quantized. (The
+    /// seed's rule is one width per *file*: a container's trunk keeps, for example, Q8B32
+    /// embeddings and Q4B32 projections in two files of one checkpoint.)
+    pub fn width(&self) -> Option<Width> {
+        self.files.iter().find_map(|f| f.width)
     }
 
     /// Total bytes of the weight files.

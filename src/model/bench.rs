@@ -12,6 +12,8 @@ pub struct BenchReport {
     pub decode_tok_s: f64,
     pub prefill_secs: f64,
     pub decode_secs: f64,
+    /// Expert-cache activity during decode only (streamed models).
+    pub decode_cache: Option<crate::CacheStats>,
 }
 
 /// Prefills `prompt_tokens` deterministic pseudo-random ids, then decodes `n` tokens greedily.
@@ -31,13 +33,25 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
     let logits = model.eval(&prompt)?;
     let mut next = argmax(logits);
     let prefill_secs = t.elapsed().as_secs_f64();
+    let before = model.cache_stats().cloned();
     let t = Instant::now();
     for _ in 0..n {
         let logits = model.eval(&[next])?;
         next = argmax(logits);
     }
     let decode_secs = t.elapsed().as_secs_f64();
+    let decode_cache = match (before, model.cache_stats()) {
+        (Some(b), Some(a)) => Some(crate::CacheStats {
+            hits: a.hits - b.hits,
+            misses: a.misses - b.misses,
+            bytes_read: a.bytes_read - b.bytes_read,
+            io_wait: a.io_wait.saturating_sub(b.io_wait),
+            ..a.clone()
+        }),
+        _ => None,
+    };
     Ok(BenchReport {
+        decode_cache,
         prefill_tok_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
         decode_tok_s: n as f64 / decode_secs.max(1e-9),
         prefill_secs,

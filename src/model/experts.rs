@@ -60,7 +60,8 @@ impl Experts {
 }
 
 /// Builds resident banks from a Hugging Face checkpoint's per-expert tensors
-/// (`{block}.experts.{j}.{gate,up,down}`), records in the stored dtype.
+/// (`{block}.experts.{j}.{gate,up,down}`), records in the stored dtype. A counting loader
+/// checks every tensor and counts the banks' bytes in `loader.bytes` without allocating them.
 pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> Result<Experts> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(Experts::None) };
     let mut banks = Vec::with_capacity(cfg.layers);
@@ -72,15 +73,23 @@ pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> 
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
         let dtype = loader.dtype_of(&prefix(0, 0))?;
         let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;
-        let mut records = AlignedBuf::zeroed(layout.record_bytes * moe.experts, 64)?;
+        let bank_bytes = layout.record_bytes * moe.experts;
+        let mut records = AlignedBuf::zeroed(if loader.is_counting() { 0 } else { bank_bytes }, 64)?;
+        let mut scratch = [0u8; 0];
         for j in 0..moe.experts {
-            let rec = &mut records.as_mut_slice()[j * layout.record_bytes..(j + 1) * layout.record_bytes];
+            let rec: &mut [u8] = if loader.is_counting() { &mut scratch } else {
+                &mut records.as_mut_slice()[j * layout.record_bytes..(j + 1) * layout.record_bytes]
+            };
             for (i, m) in layout.matrices.iter().enumerate() {
-                loader.read_matrix_into(&prefix(j, i), m.rows, m.cols, m.dtype, &mut rec[m.offset..m.offset + m.bytes])?;
+                let out = rec.get_mut(m.offset..m.offset + m.bytes).unwrap_or(&mut []);
+                loader.read_matrix_into(&prefix(j, i), m.rows, m.cols, m.dtype, out)?;
             }
             debug_assert!(HEADER_BYTES <= layout.matrices[0].offset);
-            layout.write_header(rec, l, j);
+            if !loader.is_counting() {
+                layout.write_header(rec, l, j);
+            }
         }
+        loader.bytes += bank_bytes as u64;
         banks.push(Some(ResidentBank { layout, records }));
     }
     Ok(Experts::Resident(banks))

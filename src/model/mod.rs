@@ -8,6 +8,7 @@
 //! decoding give bit-identical logits.
 
 pub mod bench;
+pub mod compare;
 pub mod experts;
 pub mod moe;
 pub mod rope;
@@ -16,6 +17,7 @@ pub mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
+use crate::cache::plan::{Budget, MemoryPlan};
 use crate::cache::{min_cache_bytes, CacheOptions, CacheStats, ExpertCache};
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
@@ -39,7 +41,12 @@ pub struct Model {
     pool: Pool,
     inv_freq: Vec<f32>,
     pub(crate) tokenizer: Option<Tokenizer>,
+    /// Why there is no tokenizer, when there is a file the engine cannot use (reported when
+    /// text is needed, so `eval --ids` still works).
+    tokenizer_error: Option<Error>,
     pub(crate) eos: Vec<u32>,
+    plan: MemoryPlan,
+    budget: Budget,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -103,6 +110,10 @@ impl Model {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
+        // The memory plan comes first, from headers alone: a budget under the floor fails here,
+        // before any weight or expert is read.
+        let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
+        let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
         let (cfg, ckpt) = match &manifest {
             Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
@@ -111,15 +122,25 @@ impl Model {
         let mut loader = weights::Loader::new(&ckpt);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
         let experts = match &manifest {
-            Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &cache_options(m, opts))?)),
+            Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &CacheOptions {
+                bytes: budget.expert_cache_bytes.max(min_cache_bytes(m)),
+                io_threads: opts.io_threads,
+                verify: opts.verify,
+                policy: None,
+            })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
         };
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
+        let mut tokenizer_error = None;
         let tokenizer = match Tokenizer::from_model_dir(path) {
             Ok(t) => Some(t),
             Err(e) if e.message().contains("no tokenizer file found") => None,
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                tokenizer_error = Some(e);
+                None
+            }
             Err(e) => return Err(e),
         };
         let threads = opts.resolved_threads();
@@ -143,7 +164,10 @@ impl Model {
             experts,
             state,
             tokenizer,
+            tokenizer_error,
             eos,
+            plan,
+            budget,
         })
     }
 
@@ -179,10 +203,13 @@ impl Model {
         }
     }
 
-    /// The tokenizer, or an error when the model directory has none.
+    /// The tokenizer, or an error when the model directory has none (or one the engine cannot
+    /// use: that error, naming the file and key).
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
-        self.tokenizer.as_ref().ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
-            "{}: the model has no tokenizer file", self.path.display())))
+        self.tokenizer.as_ref().ok_or_else(|| match &self.tokenizer_error {
+            Some(e) => Error::new(e.kind(), e.message().to_string()),
+            None => Error::new(ErrorKind::Tokenizer, format!("{}: the model has no tokenizer file", self.path.display())),
+        })
     }
 
     /// Token ids that end generation.
@@ -197,6 +224,24 @@ impl Model {
         let mut ids: Vec<u32> = tok.bos().into_iter().collect();
         ids.extend(tok.encode(text));
         Ok(ids)
+    }
+
+    /// Bytes the engine holds for this model: weights (trunk and resident or cached experts),
+    /// KV cache and scratch. Equals the plan's resident bytes plus the expert cache the budget
+    /// left ([`Model::budget`]).
+    pub fn memory_used(&self) -> u64 {
+        let (kv, scratch) = State::plan_bytes(&self.cfg, self.state.ctx, self.state.chunk, self.pool.threads());
+        self.weights.bytes + self.experts.resident_bytes() + kv + scratch
+    }
+
+    /// The memory plan the model was opened with.
+    pub fn plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// The budget the model runs under: explicit or chosen, with any warning for the host.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
     }
 
     /// Expert-cache statistics, for a model whose experts stream from disk.
@@ -421,15 +466,35 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
     linear(k, pool, &m.down, &st.gate, n, &mut st.out);
 }
 
-/// The cache a container gets: the options' size, or every expert when they fit in a quarter
-/// of physical RAM, else that quarter (never below the double-buffered minimum).
-fn cache_options(m: &Manifest, opts: &Options) -> CacheOptions {
-    let bytes = if opts.cache_bytes > 0 {
-        opts.cache_bytes
-    } else {
-        m.expert_bytes().min(crate::sys::physical_ram_bytes() / 4).max(min_cache_bytes(m))
+/// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
+/// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
+/// leaves but may not exceed it.
+fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
+    // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
+    // stop a run whose ceiling the user already chose.
+    let usable = match opts.budget {
+        Some(_) => crate::cache::ram::usable_ram_bytes().unwrap_or(u64::MAX),
+        None => crate::cache::ram::usable_ram_bytes()?,
     };
-    CacheOptions { bytes, io_threads: opts.io_threads, verify: opts.verify, policy: None }
+    let mut budget = crate::cache::plan::resolve_budget(plan, usable, opts.budget)?;
+    if opts.cache_bytes > 0 && plan.has_experts() {
+        if opts.budget.is_some() && opts.cache_bytes > budget.expert_cache_bytes {
+            return Err(Error::new(ErrorKind::RamBudget, format!(
+                "an expert cache of {} bytes does not fit the budget of {} bytes, which leaves {} bytes for it; see `waste plan`",
+                opts.cache_bytes, budget.bytes, budget.expert_cache_bytes)));
+        }
+        if opts.cache_bytes < plan.min_expert_cache_bytes {
+            return Err(Error::new(ErrorKind::RamBudget, format!(
+                "an expert cache of {} bytes is below the minimum of {} bytes (2 × top-k records); see `waste plan`",
+                opts.cache_bytes, plan.min_expert_cache_bytes)));
+        }
+        let slots = (opts.cache_bytes / plan.expert_slot_bytes).min(plan.expert_records);
+        budget.expert_cache_bytes = slots * plan.expert_slot_bytes;
+        if opts.budget.is_none() {
+            budget.bytes = plan.resident_bytes() + budget.expert_cache_bytes;
+        }
+    }
+    Ok(budget)
 }
 
 /// Parameters of a container's routed experts (their matrices' elements).

@@ -3,33 +3,45 @@
 
 use crate::format::config::{RopeConfig, RopeScaling};
 
-/// Inverse frequencies, one per rotated pair, rounded to f32 as the reference computes them.
+/// Inverse frequencies, one per rotated pair, bit for bit as the reference computes them.
+///
+/// The reference works on f32 tensors one operation at a time (spec §0.5), and at long positions
+/// a one-ulp difference in a frequency moves the angle t·inv by ~1e-5 rad, enough to show in the
+/// logits. So: base^(2j/d) rounded to f32, then its f32 reciprocal (two roundings, not one), and
+/// the scaling in f32 with the reference's operation order.
 pub fn inv_freq(rope: &RopeConfig) -> Vec<f32> {
-    let d = rope.dim as f64;
+    let base = rope.theta as f32 as f64;
     (0..rope.dim / 2)
         .map(|j| {
-            // The reference raises base to (2j/d) in f32: round the exponent like it does.
-            let exponent = ((2 * j) as f32 / rope.dim as f32) as f64;
-            let inv = (1.0 / rope.theta.powf(exponent)) as f32 as f64;
-            let scaled = match rope.scaling {
+            let exponent = (2 * j) as f32 / rope.dim as f32;
+            let inv = 1.0 / (base.powf(exponent as f64) as f32);
+            match rope.scaling {
                 RopeScaling::None => inv,
-                RopeScaling::Linear { factor } => inv / factor,
-                RopeScaling::Llama3 { factor, low_freq_factor: lo, high_freq_factor: hi, original_max: l } => {
-                    let wavelen = 2.0 * std::f64::consts::PI / inv;
-                    if wavelen > l / lo {
-                        inv / factor
-                    } else if wavelen < l / hi {
-                        inv
-                    } else {
-                        let smooth = (l / wavelen - lo) / (hi - lo);
-                        (1.0 - smooth) * inv / factor + smooth * inv
-                    }
+                RopeScaling::Linear { factor } => inv / factor as f32,
+                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => {
+                    llama3(inv, factor, low_freq_factor, high_freq_factor, original_max)
                 }
-            };
-            let _ = d;
-            scaled as f32
+            }
         })
         .collect()
+}
+
+/// Llama 3 band scaling of one frequency (spec §0.5). The scalar parameters are combined in f64
+/// and rounded once (as the reference's Python floats are); each tensor operation rounds to f32,
+/// and `c / x` is evaluated as `(1 / x) · c`, as torch does for a scalar numerator.
+fn llama3(inv: f32, factor: f64, lo: f64, hi: f64, original_max: f64) -> f32 {
+    let low_freq_wavelen = (original_max / lo) as f32;
+    let high_freq_wavelen = (original_max / hi) as f32;
+    let wavelen = (1.0 / inv) * std::f64::consts::TAU as f32;
+    let factor32 = factor as f32;
+    if wavelen > low_freq_wavelen {
+        inv / factor32
+    } else if wavelen < high_freq_wavelen {
+        inv
+    } else {
+        let smooth = ((1.0 / wavelen) * original_max as f32 - lo as f32) / (hi - lo) as f32;
+        (1.0 - smooth) * inv / factor32 + smooth * inv
+    }
 }
 
 /// Fills `cos` and `sin` (each `inv_freq.len()` long) for position `pos`. The angle is the f32
@@ -51,5 +63,35 @@ pub fn rotate_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (x[j], x[j + half]);
         x[j] = a * cos[j] - b * sin[j];
         x[j + half] = b * cos[j] + a * sin[j];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bits(rope: &RopeConfig) -> Vec<u32> {
+        inv_freq(rope).iter().map(|f| f.to_bits()).collect()
+    }
+
+    fn llama3(original_max: f64, dim: usize) -> RopeConfig {
+        RopeConfig { theta: 5e5, dim, scaling: RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max } }
+    }
+
+    /// Bit patterns of transformers 5.24.0's `LlamaRotaryEmbedding.inv_freq` (torch 2.15, CPU)
+    /// for the same parameters.
+    #[test]
+    fn frequencies_are_the_reference_bits() {
+        let plain = RopeConfig { theta: 1e4, dim: 16, scaling: RopeScaling::None };
+        assert_eq!(bits(&plain), [0x3f800000, 0x3ea1e89b, 0x3dcccccd, 0x3d0186e3, 0x3c23d70a, 0x3b4f3e38, 0x3a83126f, 0x39a5cb60]);
+        // Every pair of this one is in a scaled band; the first ones in the smoothed band.
+        assert_eq!(bits(&llama3(16.0, 16)), [0x3f13786e, 0x3cc693b0, 0x3b9a08c8, 0x3a6ef74f, 0x39395d21, 0x380fc8f8, 0x36df10c4, 0x35ad07a7]);
+        // Llama 3.1's own scaling: pairs 29..=35 are smoothed.
+        let real = bits(&llama3(8192.0, 128));
+        let expect = [(0, 0x3f800000), (20, 0x3c87a9c3), (28, 0x3b527720), (29, 0x3b0dfd06), (30, 0x3ab3d11d), (31, 0x3a60979e),
+            (32, 0x3a0995d2), (33, 0x39a3f108), (34, 0x393b2dd2), (35, 0x38c86886), (36, 0x38a3418d), (63, 0x34a4c2ff)];
+        for (j, b) in expect {
+            assert_eq!(real[j], b, "pair {j}: {} vs {}", f32::from_bits(real[j]), f32::from_bits(b));
+        }
     }
 }

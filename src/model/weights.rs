@@ -98,9 +98,13 @@ impl Weights {
     }
 }
 
-/// Reads tensors by name from a checkpoint, checking shapes and counting bytes.
+/// Reads tensors by name from a checkpoint, checking shapes and counting bytes. A counting
+/// loader checks and counts the same tensors without reading or allocating them: the memory
+/// plan walks the model through it, so plan and open can never list different tensors.
 pub struct Loader<'a> {
     ckpt: &'a Checkpoint,
+    /// Only check and count (no reads, empty buffers).
+    counting: bool,
     pub bytes: u64,
     pub params: u64,
     pub dtypes: Vec<DType>,
@@ -108,7 +112,17 @@ pub struct Loader<'a> {
 
 impl<'a> Loader<'a> {
     pub fn new(ckpt: &'a Checkpoint) -> Loader<'a> {
-        Loader { ckpt, bytes: 0, params: 0, dtypes: Vec::new() }
+        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new() }
+    }
+
+    /// A loader that checks and counts without reading (for the memory plan).
+    pub fn counting(ckpt: &'a Checkpoint) -> Loader<'a> {
+        Loader { counting: true, ..Loader::new(ckpt) }
+    }
+
+    /// True for a counting loader.
+    pub fn is_counting(&self) -> bool {
+        self.counting
     }
 
     fn find(&self, name: &str) -> Result<(&'a crate::format::safetensors::SafeTensors, &'a crate::format::safetensors::TensorInfo)> {
@@ -138,8 +152,17 @@ impl<'a> Loader<'a> {
                 "{}: tensor `{name}` has dtype {}, which the engine does not compute with (F32, BF16, F16, Q8B32, Q4B32)",
                 file.path.display(), t.dtype)));
         }
-        let mut buf = AlignedBuf::zeroed(t.len as usize, 64)?;
-        file.read_into(t, buf.as_mut_slice())?;
+        let buf = if self.counting {
+            AlignedBuf::zeroed(0, 64)?
+        } else {
+            let mut buf = AlignedBuf::zeroed(t.len as usize, 64)?;
+            file.read_into(t, buf.as_mut_slice())?;
+            // The header rules were checked when the file was opened; the block scales are
+            // checked here, where the bytes are read anyway (seed 000: a non-finite scale is
+            // refused).
+            crate::format::quant::check_scales(&file.path, t, 0, buf.as_slice())?;
+            buf
+        };
         self.bytes += t.len;
         self.params += t.elements();
         if !self.dtypes.contains(&t.dtype) {
@@ -153,7 +176,8 @@ impl<'a> Loader<'a> {
         Ok(self.find(name)?.1.dtype)
     }
 
-    /// Reads matrix `name` of `[rows, cols]` and `dtype` into `out` (a slice of a record).
+    /// Reads matrix `name` of `[rows, cols]` and `dtype` into `out` (a slice of a record; unused
+    /// by a counting loader).
     pub fn read_matrix_into(&mut self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
         let (file, t) = self.find(name)?;
         if t.shape != [rows as u64, cols as u64] || t.dtype != dtype {
@@ -161,7 +185,9 @@ impl<'a> Loader<'a> {
                 "{}: tensor `{name}` is {} {:?}, expected {dtype} [{rows}, {cols}] like the layer's other experts",
                 file.path.display(), t.dtype, t.shape)));
         }
-        file.read_into(t, out)?;
+        if !self.counting {
+            file.read_into(t, out)?;
+        }
         self.params += t.elements();
         Ok(())
     }
@@ -177,12 +203,16 @@ impl<'a> Loader<'a> {
             return Err(Error::new(ErrorKind::Tensor, format!(
                 "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", file.path.display(), t.dtype)));
         }
+        self.bytes += (len * 4) as u64;
+        if self.counting {
+            self.params += len as u64;
+            return Ok(Vec::new());
+        }
         let mut raw = vec![0u8; t.len as usize];
         file.read_into(t, &mut raw)?;
         let m = MatRef { dtype: t.dtype, rows: 1, cols: len, data: &raw };
         let mut out = vec![0.0f32; len];
         scalar::row_to_f32(&m, 0, &mut out);
-        self.bytes += (len * 4) as u64;
         self.params += len as u64;
         Ok(out)
     }

@@ -3,22 +3,26 @@
 //! File layout: `u32 max_token_length`, then per token `f32 score, u32 len, len bytes`, all
 //! little-endian. Pieces `<0xXX>` stand for single bytes; ids 0, 1, 2 are `<unk>`, BOS, EOS.
 //!
-//! Encoding (as llama2.c and SentencePiece's BPE do it): a dummy-prefix space, one piece per
-//! character (or its bytes when the character is not in the vocabulary), then repeatedly merge
-//! the adjacent pair whose concatenation is a piece with the highest score.
+//! Encoding (as llama2.c's `encode` does it): a dummy-prefix space token, one token per
+//! character (or its byte tokens when the character is not in the vocabulary), then repeatedly
+//! merge the adjacent pair whose concatenation is a piece with the highest score, the leftmost
+//! among equal scores. Byte tokens never merge (their text is `<0xXX>`, which concatenates to
+//! no piece). The merging is the shared heap-ordered core of [`super::bpe`], ranks being the
+//! scores' order.
 
+use super::bpe::{self, PairRule, Scratch, Sym, TokenTable};
 use crate::error::{Error, ErrorKind, Result};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// A SentencePiece-style vocabulary.
 pub struct SentencePiece {
     /// What each id decodes to (control tokens decode to nothing).
     bytes: Vec<Vec<u8>>,
-    scores: Vec<f32>,
-    control: Vec<bool>,
     /// Piece text → id, for the ordinary pieces.
-    lookup: HashMap<Vec<u8>, u32>,
+    table: TokenTable,
+    /// Merge rank of each id: 0 for the highest score; equal scores share a rank.
+    rank: Vec<u32>,
+    control: Vec<bool>,
     /// Byte value → id of its `<0xXX>` piece.
     byte_ids: [Option<u32>; 256],
 }
@@ -37,7 +41,8 @@ impl SentencePiece {
         let max_len = u32::from_le_bytes(word(0).ok_or_else(|| bad(0, "truncated header"))?);
         let mut at = 4usize;
         let (mut bytes, mut scores, mut control) = (Vec::new(), Vec::new(), Vec::new());
-        let mut lookup = HashMap::new();
+        let mut table = TokenTable::new(0);
+        let mut ordinary = Vec::new();
         let mut byte_ids = [None; 256];
         while at < data.len() {
             let id = bytes.len() as u32;
@@ -52,22 +57,27 @@ impl SentencePiece {
             }
             at += 8 + len;
             let is_control = id <= EOS;
+            let mut is_ordinary = false;
             if let Some(b) = parse_byte_piece(piece) {
                 byte_ids[b as usize].get_or_insert(id);
                 bytes.push(vec![b]);
             } else if is_control {
                 bytes.push(Vec::new());
             } else {
-                lookup.entry(piece.to_vec()).or_insert(id);
+                table.set(id, piece);
+                is_ordinary = true;
                 bytes.push(piece.to_vec());
             }
+            ordinary.push(is_ordinary);
             scores.push(score);
             control.push(is_control);
         }
         if bytes.len() <= EOS as usize {
             return Err(bad(at, "fewer than 3 tokens"));
         }
-        Ok(SentencePiece { bytes, scores, control, lookup, byte_ids })
+        // Duplicate pieces: llama2.c's sorted lookup finds one of them; the lowest id here.
+        table.index(|id| ordinary[id as usize], |_, _| {});
+        Ok(SentencePiece { bytes, table, rank: score_ranks(&scores), control, byte_ids })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -95,43 +105,50 @@ impl SentencePiece {
         if text.is_empty() {
             return Vec::new();
         }
-        let mut ids: Vec<u32> = Vec::with_capacity(text.len() + 1);
-        if let Some(&space) = self.lookup.get(&b" "[..]) {
-            ids.push(space);
-        }
-        let mut buf = [0u8; 4];
-        for c in text.chars() {
-            let s = c.encode_utf8(&mut buf).as_bytes();
-            match self.lookup.get(s) {
-                Some(&id) => ids.push(id),
-                None => ids.extend(s.iter().map(|&b| self.byte_ids[b as usize].unwrap_or(UNK))),
+        let piece = format!(" {text}");
+        let b = piece.as_bytes();
+        let mut init: Vec<Sym> = Vec::with_capacity(b.len());
+        for (i, c) in piece.char_indices() {
+            let end = i + c.len_utf8();
+            match self.table.find(&b[i..end]) {
+                Some(id) => init.push(Sym { start: i, end, id, mergeable: true }),
+                // The dummy prefix is skipped when the vocabulary has no space piece.
+                None if i == 0 => {}
+                None => init.extend((i..end).map(|k| Sym {
+                    start: k,
+                    end: k + 1,
+                    id: self.byte_ids[b[k] as usize].unwrap_or(UNK),
+                    mergeable: false,
+                })),
             }
         }
-        self.merge(&mut ids);
-        ids
+        let mut out = Vec::with_capacity(init.len());
+        bpe::merge(b, &init, self, &mut Scratch::default(), &mut out);
+        out
     }
+}
 
-    /// Repeatedly merges the best-scoring adjacent pair (ties: the leftmost).
-    fn merge(&self, ids: &mut Vec<u32>) {
-        let mut joined = Vec::new();
-        loop {
-            let mut best: Option<(f32, usize, u32)> = None;
-            for i in 0..ids.len().saturating_sub(1) {
-                joined.clear();
-                joined.extend_from_slice(&self.bytes[ids[i] as usize]);
-                joined.extend_from_slice(&self.bytes[ids[i + 1] as usize]);
-                if let Some(&id) = self.lookup.get(&joined) {
-                    let score = self.scores[id as usize];
-                    if best.is_none_or(|(s, _, _)| score > s) {
-                        best = Some((score, i, id));
-                    }
-                }
-            }
-            let Some((_, i, id)) = best else { break };
-            ids[i] = id;
-            ids.remove(i + 1);
-        }
+impl PairRule for SentencePiece {
+    fn pair(&self, piece: &[u8], left: &Sym, right: &Sym) -> Option<(u32, u32)> {
+        let id = self.table.find(&piece[left.start..right.end])?;
+        Some((self.rank[id as usize], id))
     }
+}
+
+/// Dense ranks of scores, highest first; equal scores get equal ranks so that the leftmost
+/// pair wins among them, as in llama2.c's strict `>` scan.
+pub fn score_ranks(scores: &[f32]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    let mut rank = vec![0u32; scores.len()];
+    let mut r = 0u32;
+    for (k, &i) in order.iter().enumerate() {
+        if k > 0 && scores[i] != scores[order[k - 1]] {
+            r += 1;
+        }
+        rank[i] = r;
+    }
+    rank
 }
 
 /// `<0xAB>` → 0xAB.

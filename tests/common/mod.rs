@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: fixture paths, reference files, comparisons.
 #![allow(dead_code)]
 
+pub mod cgroup;
+
 use std::path::{Path, PathBuf};
 use waste::format::json::{self, Json};
 

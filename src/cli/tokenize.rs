@@ -1,0 +1,131 @@
+//! `waste tokenize`, `waste detokenize` and `waste bench tokenize`: the tokenizer alone,
+//! without loading a model's weights.
+
+use super::args::{flag, val, Args, Command, Opt};
+use super::commands::{Failure, Outcome};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Instant;
+use waste::format::json::Json;
+use waste::Tokenizer;
+
+const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+
+pub const TOKENIZE: Command = Command {
+    name: "tokenize",
+    usage: "tokenize (MODEL | --tokenizer PATH) [--content] [--json] [TEXT | -]",
+    about: "Print the token ids of TEXT (or of stdin, read verbatim). Special-token strings become \
+their control ids (markup mode) unless --content is given.",
+    opts: &[&[
+        val("tokenizer", "PATH", "a tokenizer file instead of a model directory"),
+        flag("content", "treat special-token strings as plain text"),
+        flag("json", "print {\"ids\": [...]}"),
+    ], HELP_OPT],
+    positionals: &["MODEL", "TEXT"],
+};
+
+pub const DETOKENIZE: Command = Command {
+    name: "detokenize",
+    usage: "detokenize (MODEL | --tokenizer PATH) IDS...",
+    about: "Print the text of token ids (separated by spaces or commas). Control tokens print nothing.",
+    opts: &[&[val("tokenizer", "PATH", "a tokenizer file instead of a model directory")], HELP_OPT],
+    positionals: &["IDS..."],
+};
+
+pub const BENCH_TOKENIZE: Command = Command {
+    name: "bench tokenize",
+    usage: "bench tokenize --tokenizer PATH FILE [--json]",
+    about: "Measure the tokenizer's content-encoding throughput on FILE, one thread (printed, never asserted).",
+    opts: &[&[val("tokenizer", "PATH", "the tokenizer file"), flag("json", "print JSON")], HELP_OPT],
+    positionals: &["FILE"],
+};
+
+/// The tokenizer named by `--tokenizer PATH` or by the first positional (a model directory
+/// or a tokenizer file); returns it and the remaining positionals.
+fn open(a: &Args) -> Result<(Tokenizer, &[String]), Failure> {
+    if let Some(p) = a.value("tokenizer") {
+        return Ok((Tokenizer::from_file(Path::new(p))?, &a.positionals[..]));
+    }
+    let m = a.positionals.first().ok_or_else(|| Failure::Usage("missing MODEL (or --tokenizer PATH)".into()))?;
+    let p = Path::new(m);
+    let tok = if p.is_dir() { Tokenizer::from_model_dir(p)? } else { Tokenizer::from_file(p)? };
+    Ok((tok, &a.positionals[1..]))
+}
+
+pub fn tokenize(a: &Args) -> Outcome {
+    let (tok, rest) = open(a)?;
+    let text = match rest {
+        [] if waste::sys::stdin_is_tty() => return Err(Failure::Usage("missing TEXT (or pipe it on stdin)".into())),
+        [] => read_stdin()?,
+        [t] if t == "-" => read_stdin()?,
+        [t] => t.clone(),
+        [_, extra, ..] => return Err(Failure::Usage(format!("unexpected argument `{extra}`"))),
+    };
+    let ids = if a.flag("content") { tok.encode(&text) } else { tok.encode_markup(&text) };
+    let mut out = std::io::stdout().lock();
+    let line = if a.flag("json") {
+        Json::object([("ids", Json::Array(ids.iter().map(|&i| Json::uint(i as u64)).collect()))]).to_string_compact()
+    } else {
+        ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+    };
+    let _ = writeln!(out, "{line}");
+    Ok(())
+}
+
+pub fn detokenize(a: &Args) -> Outcome {
+    let (tok, rest) = open(a)?;
+    let mut ids = Vec::new();
+    for arg in rest {
+        for s in arg.split([',', ' ']).filter(|s| !s.is_empty()) {
+            ids.push(s.parse::<u32>().map_err(|_| Failure::Usage(format!("`{s}` is not a token id")))?);
+        }
+    }
+    if ids.is_empty() {
+        return Err(Failure::Usage("missing IDS".into()));
+    }
+    let text = tok.decode(&ids)?;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+    Ok(())
+}
+
+/// `waste bench tokenize --tokenizer PATH FILE`: content-mode encoding throughput of FILE
+/// (best of five passes after a warm-up), printed, never asserted.
+pub fn bench(a: &Args) -> Outcome {
+    let path = a.value("tokenizer").ok_or_else(|| Failure::Usage("bench tokenize: missing --tokenizer PATH".into()))?;
+    let file = a.positionals.first().ok_or_else(|| Failure::Usage("bench tokenize: missing FILE".into()))?;
+    let t0 = Instant::now();
+    let tok = Tokenizer::from_file(Path::new(path))?;
+    let load = t0.elapsed().as_secs_f64();
+    let bytes = std::fs::read(file).map_err(|e| Failure::Run(waste::Error::io(Path::new(file), "read", e)))?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut ids = tok.encode(&text);
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = Instant::now();
+        ids = tok.encode(&text);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let mb = text.len() as f64 / 1e6;
+    if a.flag("json") {
+        println!("{}", Json::object([
+            ("bytes", Json::uint(text.len() as u64)),
+            ("tokens", Json::uint(ids.len() as u64)),
+            ("seconds", Json::float(best)),
+            ("mb_per_s", Json::float(mb / best)),
+            ("load_seconds", Json::float(load)),
+        ]).to_string_pretty());
+    } else {
+        println!("tokenizer  {path} (loaded in {load:.3} s)");
+        println!("text       {file}: {} bytes, {} tokens", text.len(), ids.len());
+        println!("encode     {:.3} s  {:.2} MB/s (best of 5, one thread)", best, mb / best);
+    }
+    Ok(())
+}
+
+fn read_stdin() -> Result<String, Failure> {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).map_err(|e| Failure::Run(waste::Error::io(Path::new("<stdin>"), "read", e)))?;
+    Ok(s)
+}

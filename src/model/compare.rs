@@ -1,0 +1,194 @@
+//! Float-versus-quantized comparison behind `waste compare` (seed 000, "Producing and checking
+//! a checkpoint"): two independent greedy decodes of one prompt, and the logit differences of
+//! the two models measured on the *float* token sequence, so that every step compares the two
+//! models on the same input.
+//!
+//! Definitions (the seed names the lines; these are our precise readings of them):
+//! - `tokens_float` / `tokens_quant`: `n` greedy tokens from each model on its own (argmax,
+//!   lowest id on ties; end-of-sequence tokens do not stop the decode, so both lists always
+//!   have `n` entries and compare position by position).
+//! - `logits`: the `n` next-token distributions the float decode chose from — after the
+//!   prompt, then after each float token but the last — compared element-wise with the
+//!   quantized model's logits for the same inputs: `steps = n`, `values = n × vocab`.
+//! - `prefill`: the same difference for the first of those distributions alone (after the
+//!   prompt, before any generated token).
+
+use crate::error::{Error, Result};
+use crate::Model;
+
+/// The outcome of a comparison.
+#[derive(Clone, Debug)]
+pub struct CompareReport {
+    pub prompt: Vec<u32>,
+    pub tokens_float: Vec<u32>,
+    pub tokens_quant: Vec<u32>,
+    /// Decode steps compared and logits per step × steps.
+    pub steps: usize,
+    pub values: usize,
+    /// Largest and mean |float − quant| over every compared logit.
+    pub max_diff: f64,
+    pub mean_diff: f64,
+    /// The same over the distribution after the prompt alone.
+    pub prefill_max: f64,
+    pub prefill_mean: f64,
+}
+
+impl CompareReport {
+    /// True when the two greedy decodes chose the same tokens.
+    pub fn matches(&self) -> bool {
+        self.tokens_float == self.tokens_quant
+    }
+
+    /// The first step at which the decodes differ.
+    pub fn first_difference(&self) -> Option<usize> {
+        self.tokens_float.iter().zip(&self.tokens_quant).position(|(a, b)| a != b)
+    }
+
+    /// The seed's `COMPARE` lines, ending with `COMPARE OK` when the tokens match and
+    /// `COMPARE FAIL step=…` when they do not.
+    pub fn lines(&self) -> Vec<String> {
+        let ids = |v: &[u32]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ");
+        let mut out = vec![
+            format!("COMPARE tokens_float {}", ids(&self.tokens_float)),
+            format!("COMPARE tokens_quant {}", ids(&self.tokens_quant)),
+            format!("COMPARE logits steps={} values={} max={:.6} mean={:.9}", self.steps, self.values, self.max_diff, self.mean_diff),
+            format!("COMPARE prefill max={:.6} mean={:.9}", self.prefill_max, self.prefill_mean),
+            format!("COMPARE result match={} tokens={} max_diff={:.6} mean_diff={:.9}",
+                self.matches(), self.tokens_float.len(), self.max_diff, self.mean_diff),
+        ];
+        match self.first_difference() {
+            None => out.push("COMPARE OK".to_string()),
+            Some(i) => out.push(format!("COMPARE FAIL step={i} float={} quant={}", self.tokens_float[i], self.tokens_quant[i])),
+        }
+        out
+    }
+}
+
+/// Running max and sum of |a − b|.
+#[derive(Default)]
+struct Diff {
+    max: f64,
+    sum: f64,
+    count: usize,
+}
+
+impl Diff {
+    fn add(&mut self, a: &[f32], b: &[f32]) {
+        for (x, y) in a.iter().zip(b) {
+            let d = (*x as f64 - *y as f64).abs();
+            // A NaN difference must not hide: it makes the maximum NaN.
+            self.max = if d.is_nan() || self.max.is_nan() { f64::NAN } else { self.max.max(d) };
+            self.sum += d;
+        }
+        self.count += a.len();
+    }
+
+    fn mean(&self) -> f64 {
+        self.sum / self.count.max(1) as f64
+    }
+}
+
+/// The id of the largest logit (lowest id on ties; NaN never wins).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
+}
+
+/// Decodes `n` tokens greedily after `prompt` with both models and measures their logits on
+/// the float token sequence. Both sessions are reset first and left holding the decodes.
+pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -> Result<CompareReport> {
+    if prompt.is_empty() {
+        return Err(Error::arg("compare: the prompt has no tokens"));
+    }
+    if n == 0 {
+        return Err(Error::arg("compare: -n must be at least 1"));
+    }
+    let (vf, vq) = (float.config().vocab, quant.config().vocab);
+    if vf != vq {
+        return Err(Error::arg(format!("compare: the float model has a vocabulary of {vf}, the quantized one {vq}")));
+    }
+    float.reset();
+    quant.reset();
+    let mut steps = Diff::default();
+    let mut prefill = Diff::default();
+    let mut tokens_float = Vec::with_capacity(n);
+    for step in 0..n {
+        let input: &[u32] = if step == 0 { prompt } else { &tokens_float[step - 1..step] };
+        let input = input.to_vec();
+        let lf = float.eval(&input)?;
+        let lq = quant.eval(&input)?;
+        steps.add(lf, lq);
+        if step == 0 {
+            prefill.add(lf, lq);
+        }
+        tokens_float.push(argmax(lf));
+    }
+    quant.reset();
+    let mut tokens_quant = Vec::with_capacity(n);
+    let mut next = argmax(quant.eval(prompt)?);
+    tokens_quant.push(next);
+    while tokens_quant.len() < n {
+        next = argmax(quant.eval(&[next])?);
+        tokens_quant.push(next);
+    }
+    Ok(CompareReport {
+        prompt: prompt.to_vec(),
+        tokens_float,
+        tokens_quant,
+        steps: n,
+        values: steps.count,
+        max_diff: steps.max,
+        mean_diff: steps.mean(),
+        prefill_max: prefill.max,
+        prefill_mean: prefill.mean(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_takes_the_lowest_id_on_ties_and_skips_nan() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 0.5, 0.25]), 1);
+    }
+
+    #[test]
+    fn lines_in_the_seed_shape() {
+        let r = CompareReport {
+            prompt: vec![1],
+            tokens_float: vec![5, 6],
+            tokens_quant: vec![5, 7],
+            steps: 2,
+            values: 8,
+            max_diff: 0.5,
+            mean_diff: 0.125,
+            prefill_max: 0.25,
+            prefill_mean: 0.0625,
+        };
+        let l = r.lines();
+        assert_eq!(l[0], "COMPARE tokens_float 5 6");
+        assert_eq!(l[1], "COMPARE tokens_quant 5 7");
+        assert_eq!(l[2], "COMPARE logits steps=2 values=8 max=0.500000 mean=0.125000000");
+        assert_eq!(l[3], "COMPARE prefill max=0.250000 mean=0.062500000");
+        assert_eq!(l[4], "COMPARE result match=false tokens=2 max_diff=0.500000 mean_diff=0.125000000");
+        assert_eq!(l[5], "COMPARE FAIL step=1 float=6 quant=7");
+        assert!(!r.matches());
+    }
+
+    #[test]
+    fn nan_differences_show_in_the_maximum() {
+        let mut d = Diff::default();
+        d.add(&[1.0, f32::NAN], &[1.5, 0.0]);
+        d.add(&[0.0], &[2.0]);
+        assert!(d.max.is_nan());
+    }
+}

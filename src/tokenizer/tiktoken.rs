@@ -1,0 +1,334 @@
+//! tiktoken vocabularies: rank files (`base64(token) rank` per line) for r50k/GPT-2, p50k,
+//! cl100k, o200k and Whisper, and the Kimi/Moonlight `tiktoken.model` with the specials of its
+//! `tokenizer_config.json`.
+//!
+//! A token's rank is its id. Ranks need not be contiguous (p50k leaves 50256 to
+//! `<|endoftext|>`), and ids between the last rank and the specials may be unused. Encoding is
+//! tiktoken's: split with the encoding's pattern, take a piece that is a whole token as is,
+//! otherwise merge its bytes by the rank of the concatenation (see [`super::bpe`]).
+
+use super::bpe::{self, PairRule, Scratch, Sym, TokenTable};
+use super::pretokenize::SplitPattern;
+use super::specials::SpecialMatcher;
+use super::unicode::CharClasses;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::json::Json;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A tiktoken encoding.
+pub struct Tiktoken {
+    table: TokenTable,
+    byte_ids: [u32; 256],
+    pub pattern: SplitPattern,
+    pub specials: SpecialMatcher,
+    /// True for ids that are specials or unused.
+    control: Vec<bool>,
+    pub bos: Option<u32>,
+    pub eos: Vec<u32>,
+}
+
+/// What the published encodings add to their rank file: pattern and specials.
+struct Known {
+    stem: &'static str,
+    ranks: usize,
+    pattern: SplitPattern,
+    specials: &'static [(&'static str, u32)],
+}
+
+const ENDOFTEXT: &str = "<|endoftext|>";
+const KNOWN: &[Known] = &[
+    Known { stem: "r50k_base", ranks: 50256, pattern: SplitPattern::Gpt2, specials: &[(ENDOFTEXT, 50256)] },
+    Known { stem: "gpt2", ranks: 50256, pattern: SplitPattern::Gpt2, specials: &[(ENDOFTEXT, 50256)] },
+    Known { stem: "p50k_base", ranks: 50280, pattern: SplitPattern::Gpt2, specials: &[(ENDOFTEXT, 50256)] },
+    Known { stem: "multilingual", ranks: 50257, pattern: SplitPattern::Gpt2, specials: &[(ENDOFTEXT, 50257)] },
+    Known {
+        stem: "cl100k_base",
+        ranks: 100256,
+        pattern: SplitPattern::Cl100k { digits: 3, hf_space: false },
+        specials: &[(ENDOFTEXT, 100257), ("<|fim_prefix|>", 100258), ("<|fim_middle|>", 100259),
+            ("<|fim_suffix|>", 100260), ("<|endofprompt|>", 100276)],
+    },
+    Known {
+        stem: "o200k_base",
+        ranks: 199998,
+        pattern: SplitPattern::O200k { kimi: false },
+        specials: &[(ENDOFTEXT, 199999), ("<|endofprompt|>", 200018)],
+    },
+];
+
+/// Kimi numbers its specials from the end of the ranks: this many, named by
+/// `tokenizer_config.json` or `<|reserved_token_{id}|>` (tokenization_kimi.py).
+const KIMI_RESERVED: usize = 256;
+
+fn bad(path: &Path, line: usize, msg: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Tokenizer, format!("{}: line {line}: {msg}", path.display()))
+}
+
+/// Decodes standard base64 (padding optional; a lone `=` is the empty token Whisper's
+/// multilingual file ends with).
+fn base64(s: &[u8]) -> Option<Vec<u8>> {
+    let s = match s.iter().position(|&c| c == b'=') {
+        Some(p) if s[p..].iter().all(|&c| c == b'=') && s.len() - p <= 2 => &s[..p],
+        Some(_) => return None,
+        None => s,
+    };
+    if s.len() % 4 == 1 {
+        return None;
+    }
+    let val = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.chunks(4) {
+        let mut acc = 0u32;
+        for &c in chunk {
+            acc = (acc << 6) | val(c)?;
+        }
+        acc <<= 6 * (4 - chunk.len()) as u32;
+        let bytes = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
+        out.extend_from_slice(&bytes[..chunk.len() - 1]);
+    }
+    Some(out)
+}
+
+/// Parses a rank file into `(bytes, rank)` in file order, rejecting malformed lines and
+/// duplicate ranks or tokens.
+pub fn parse_ranks(path: &Path, data: &[u8]) -> Result<Vec<(Vec<u8>, u32)>> {
+    let mut out = Vec::new();
+    let mut by_rank: HashMap<u32, usize> = HashMap::new();
+    let mut by_bytes: HashMap<Vec<u8>, usize> = HashMap::new();
+    for (n, line) in data.split(|&b| b == b'\n').enumerate() {
+        let line_no = n + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
+        let (Some(tok), Some(rank), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad(path, line_no, "expected `base64-token rank`"));
+        };
+        let bytes = base64(tok).ok_or_else(|| bad(path, line_no, format!("invalid base64 `{}`", String::from_utf8_lossy(tok))))?;
+        let rank: u32 = std::str::from_utf8(rank).ok().filter(|r| r.bytes().all(|c| c.is_ascii_digit()))
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| bad(path, line_no, format!("rank `{}` is not a number", String::from_utf8_lossy(rank))))?;
+        if rank as usize >= data.len().min(1 << 30) {
+            return Err(bad(path, line_no, format!("rank {rank} is beyond the file size, implausibly large")));
+        }
+        if let Some(prev) = by_rank.insert(rank, line_no) {
+            return Err(bad(path, line_no, format!("duplicate rank {rank} (first on line {prev})")));
+        }
+        if let Some(prev) = by_bytes.insert(bytes.clone(), line_no) {
+            return Err(bad(path, line_no, format!("duplicate token (first on line {prev})")));
+        }
+        out.push((bytes, rank));
+    }
+    if out.is_empty() {
+        return Err(Error::new(ErrorKind::Tokenizer, format!("{}: no tokens in the rank file", path.display())));
+    }
+    Ok(out)
+}
+
+impl Tiktoken {
+    /// Builds an encoding from ranks, a pattern and specials.
+    pub fn new(path: &Path, ranks: Vec<(Vec<u8>, u32)>, pattern: SplitPattern, specials: Vec<(String, u32)>) -> Result<Tiktoken> {
+        let max_rank = ranks.iter().map(|r| r.1).max().unwrap_or(0);
+        let n = specials.iter().map(|s| s.1).chain([max_rank]).max().unwrap_or(0) as usize + 1;
+        let mut table = TokenTable::new(n);
+        let mut control = vec![true; n];
+        for (bytes, rank) in &ranks {
+            table.set(*rank, bytes);
+            control[*rank as usize] = false;
+        }
+        for (s, id) in &specials {
+            if !control[*id as usize] {
+                return Err(Error::new(ErrorKind::Tokenizer, format!(
+                    "{}: special token {s:?} has id {id}, which is also a rank of the vocabulary", path.display())));
+            }
+        }
+        table.index(|id| !control[id as usize], |_, _| {});
+        let mut byte_ids = [0u32; 256];
+        for (b, slot) in byte_ids.iter_mut().enumerate() {
+            *slot = table.find(&[b as u8]).ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
+                "{}: the vocabulary has no token for the byte 0x{b:02x}", path.display())))?;
+        }
+        let eos = specials.iter().filter(|(s, _)| s == ENDOFTEXT || s == "[EOS]").map(|s| s.1).collect();
+        Ok(Tiktoken { table, byte_ids, pattern, specials: SpecialMatcher::new(specials), control, bos: None, eos })
+    }
+
+    /// Loads a published encoding's rank file, recognised by file name (or, failing that, by
+    /// its number of ranks).
+    pub fn from_rank_file(path: &Path, data: &[u8]) -> Result<Tiktoken> {
+        let ranks = parse_ranks(path, data)?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        let known = KNOWN.iter().find(|k| k.stem == stem).or_else(|| KNOWN.iter().find(|k| k.ranks == ranks.len()))
+            .ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
+                "{}: unknown tiktoken encoding ({} ranks); known: r50k_base, p50k_base, cl100k_base, o200k_base, multilingual",
+                path.display(), ranks.len())))?;
+        let specials = known.specials.iter().map(|&(s, id)| (s.to_string(), id)).collect();
+        Tiktoken::new(path, ranks, known.pattern, specials)
+    }
+
+    /// Loads Kimi's `tiktoken.model`, naming its specials from `config` (the parsed
+    /// `tokenizer_config.json`, if present).
+    pub fn from_kimi(path: &Path, data: &[u8], config: Option<(&Path, &Json)>) -> Result<Tiktoken> {
+        let ranks = parse_ranks(path, data)?;
+        let base = ranks.len();
+        let mut names: HashMap<u32, String> = HashMap::new();
+        let mut last = base + KIMI_RESERVED;
+        if let Some((cpath, cfg)) = config {
+            if let Some(decoder) = cfg.get("added_tokens_decoder") {
+                let entries = decoder.as_object().ok_or_else(|| config_err(cpath, "added_tokens_decoder", "not an object"))?;
+                for (key, v) in entries {
+                    let id: u32 = key.parse().map_err(|_| config_err(cpath, &format!("added_tokens_decoder.{key}"), "not a token id"))?;
+                    let content = v.get("content").and_then(Json::as_str)
+                        .ok_or_else(|| config_err(cpath, &format!("added_tokens_decoder.{key}.content"), "missing or not a string"))?;
+                    if (id as usize) < base || id as usize >= base + data.len().min(1 << 30) {
+                        return Err(config_err(cpath, &format!("added_tokens_decoder.{key}"), format!("id {id} is not after the {base} ranks")));
+                    }
+                    last = last.max(id as usize + 1);
+                    names.insert(id, content.to_string());
+                }
+            }
+        }
+        let specials: Vec<(String, u32)> = (base..last).map(|i| {
+            let id = i as u32;
+            (names.remove(&id).unwrap_or_else(|| format!("<|reserved_token_{id}|>")), id)
+        }).collect();
+        let mut t = Tiktoken::new(path, ranks, SplitPattern::O200k { kimi: true }, specials)?;
+        if let Some((cpath, cfg)) = config {
+            let token = |key: &str| -> Result<Option<u32>> {
+                let Some(v) = cfg.get(key) else { return Ok(None) };
+                let s = v.as_str().or_else(|| v.get("content").and_then(Json::as_str));
+                match s {
+                    None if v.is_null() => Ok(None),
+                    None => Err(config_err(cpath, key, "not a string")),
+                    Some(s) => t.specials.id_of(s).map(Some).ok_or_else(|| config_err(cpath, key, format!("{s:?} is not a special token"))),
+                }
+            };
+            let eos = token("eos_token")?;
+            let bos = token("bos_token")?;
+            if let Some(e) = eos {
+                t.eos = vec![e];
+            }
+            if cfg.get("add_bos_token").and_then(Json::as_bool) == Some(true) {
+                t.bos = bos;
+            }
+        } else if let Some(e) = t.specials.id_of("[EOS]") {
+            t.eos = vec![e];
+        }
+        Ok(t)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.control.len()
+    }
+
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The bytes of `id` (empty for specials and unused ids); `None` when out of range.
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        if (id as usize) >= self.control.len() {
+            return None;
+        }
+        Some(self.table.bytes(id).unwrap_or(&[]))
+    }
+
+    /// Encodes ordinary text (no specials recognised), appending to `out`.
+    pub fn encode_ordinary(&self, text: &str, cc: &CharClasses, out: &mut Vec<u32>) {
+        self.encode_pieces(text, cc, true, out);
+    }
+
+    /// Encodes ordinary text piece by piece. With `cache`, a piece that needed merging is
+    /// merged once per call and its ids reused when it recurs (a pure function of the piece,
+    /// so the ids are the same; `tests::cache_is_invisible` checks).
+    fn encode_pieces(&self, text: &str, cc: &CharClasses, cache: bool, out: &mut Vec<u32>) {
+        let mut scratch = Scratch::default();
+        let mut init = Vec::new();
+        let mut memo: HashMap<&[u8], (u32, u32), bpe::IdBuildHasher> = HashMap::default();
+        let mut memo_ids: Vec<u32> = Vec::new();
+        let mut found = bpe::FindMemo::new(text.len() >= 1 << 14);
+        let b = text.as_bytes();
+        self.pattern.for_each_match(text, cc, |s, e| {
+            let piece = &b[s..e];
+            if let Some(id) = found.find(&self.table, piece) {
+                out.push(id);
+                return;
+            }
+            if cache {
+                if let Some(&(at, n)) = memo.get(piece) {
+                    out.extend_from_slice(&memo_ids[at as usize..(at + n) as usize]);
+                    return;
+                }
+            }
+            init.clear();
+            init.extend(piece.iter().enumerate().map(|(i, &x)| Sym { start: i, end: i + 1, id: self.byte_ids[x as usize], mergeable: true }));
+            let before = out.len();
+            bpe::merge(piece, &init, self, &mut scratch, out);
+            if cache {
+                memo.insert(piece, (memo_ids.len() as u32, (out.len() - before) as u32));
+                memo_ids.extend_from_slice(&out[before..]);
+            }
+        });
+    }
+}
+
+impl PairRule for Tiktoken {
+    #[inline]
+    fn pair(&self, piece: &[u8], left: &Sym, right: &Sym) -> Option<(u32, u32)> {
+        let id = self.table.find(&piece[left.start..right.end])?;
+        Some((id, id))
+    }
+}
+
+fn config_err(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Tokenizer, format!("{}: key `{key}`: {msg}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_is_invisible() {
+        let ranks = (0..=255u8).map(|b| (vec![b], b as u32)).chain([(b"ab".to_vec(), 256), (b"abc".to_vec(), 257), (b" ab".to_vec(), 258)]).collect();
+        let t = Tiktoken::new(Path::new("t"), ranks, SplitPattern::Gpt2, vec![]).unwrap();
+        let cc = CharClasses::new();
+        let text = "abcab abab xabc abcab abab 漢字 漢字 abcabcabcabcabcabcabcabcabcabcabc abcabcabcabcabcabcabcabcabcabcabc";
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        t.encode_pieces(text, &cc, true, &mut a);
+        t.encode_pieces(text, &cc, false, &mut b);
+        assert_eq!(a, b);
+        assert!(a.contains(&257) && a.contains(&258));
+    }
+
+    #[test]
+    fn base64_decodes_and_rejects() {
+        assert_eq!(base64(b"aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(base64(b"IQ==").unwrap(), b"!");
+        assert_eq!(base64(b"=").unwrap(), b"");
+        assert!(base64(b"a$==").is_none());
+        assert!(base64(b"abcde").is_none());
+        assert!(base64(b"a=b=").is_none());
+    }
+
+    #[test]
+    fn rank_file_errors_name_the_line() {
+        let p = Path::new("x.tiktoken");
+        let e = parse_ranks(p, b"IQ== 0\nIg== 0\n").unwrap_err();
+        assert!(e.message().contains("x.tiktoken: line 2: duplicate rank 0"), "{e}");
+        let e = parse_ranks(p, b"IQ== 0\nIg== zero\n").unwrap_err();
+        assert!(e.message().contains("line 2") && e.message().contains("not a number"), "{e}");
+        let e = parse_ranks(p, b"I@== 0\n").unwrap_err();
+        assert!(e.message().contains("line 1") && e.message().contains("base64"), "{e}");
+    }
+}

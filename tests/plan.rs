@@ -1,0 +1,460 @@
+//! The memory plan against the engine: for every dense model, `plan_memory` (headers only)
+//! must equal the bytes `Model::open` holds; `waste plan` through the built binary (table,
+//! JSON keys, budgets, the floor error); and usable RAM inside a real cgroup.
+
+mod common;
+use common::cgroup::*;
+use common::*;
+use std::path::{Path, PathBuf};
+use waste::format::dtype::DType;
+use waste::format::json::{self, Json};
+use waste::{ErrorKind, Model, Options};
+
+/// The fixture models in the repository: dense, and Hugging Face MoE checkpoints (which load
+/// whole, experts resident).
+fn fixture_models() -> Vec<PathBuf> {
+    let mut v = vec![root().join("models/stories260K")];
+    for o in ["llama_f32", "llama_bf16", "qwen3_f32", "qwen3_bf16", "mixtral_f32", "olmoe_f32", "qwen3_moe_f32"] {
+        v.push(fixture(&format!("oracles/{o}/model")));
+    }
+    v
+}
+
+/// Writes `dir/config.json` and a `model.safetensors` holding `tensors` as zeros. The data is
+/// a hole (`set_len`), so even a billion-parameter shape costs no disk and no time.
+fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec<u64>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let mut offset = 0u64;
+    let mut members = Vec::new();
+    for (name, dtype, shape) in tensors {
+        let len = dtype.tensor_bytes(shape).unwrap();
+        members.push((name.clone(), Json::object([
+            ("dtype", Json::str(dtype.name())),
+            ("shape", Json::Array(shape.iter().map(|&d| Json::uint(d)).collect())),
+            ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)])),
+        ])));
+        offset += len;
+    }
+    let mut header = Json::Object(members).to_string_compact().into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + offset).unwrap();
+}
+
+/// The tensors of `config` as the random-model writer lays them out, plus o_proj and MLP
+/// biases when the config asks for them, matrices in `dtype` and vectors in `vec_dtype`.
+fn dense_tensors(config: &str, dtype: DType, vec_dtype: DType, extra_head: bool) -> Vec<(String, DType, Vec<u64>)> {
+    let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
+    let mut shapes = waste::format::random::tensor_shapes(&cfg);
+    let (h, i) = (cfg.hidden as u64, cfg.intermediate as u64);
+    for l in 0..cfg.layers {
+        if cfg.o_bias {
+            shapes.push((format!("model.layers.{l}.self_attn.o_proj.bias"), vec![h]));
+        }
+        if cfg.mlp_bias {
+            for (n, len) in [("gate_proj", i), ("up_proj", i), ("down_proj", h)] {
+                shapes.push((format!("model.layers.{l}.mlp.{n}.bias"), vec![len]));
+            }
+        }
+    }
+    if extra_head {
+        shapes.push(("lm_head.weight".into(), vec![cfg.vocab as u64, h]));
+    }
+    shapes.into_iter().map(|(n, s)| {
+        let d = if s.len() == 1 { vec_dtype } else { dtype };
+        (n, d, s)
+    }).collect()
+}
+
+const QWEN2_TINY: &str = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":32,"intermediate_size":48,
+ "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":40,
+ "max_position_embeddings":96,"tie_word_embeddings":false}"#;
+const LLAMA_BIASED: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":24,"intermediate_size":40,
+ "num_hidden_layers":3,"num_attention_heads":3,"num_key_value_heads":1,"vocab_size":50,
+ "max_position_embeddings":64,"attention_bias":true,"mlp_bias":true,"tie_word_embeddings":true}"#;
+
+/// Synthetic dense checkpoints covering what the fixtures do not: q/k/v biases (Qwen2),
+/// o_proj and MLP biases, a tied config whose file still has lm_head (the file wins), F16
+/// matrices with BF16 vectors (vectors are held widened to f32).
+fn synthetic_models(tag: &str) -> Vec<PathBuf> {
+    let base = temp_dir(tag);
+    let cases = [
+        ("qwen2", QWEN2_TINY, DType::BF16, DType::F32, false),
+        ("llama_biased", LLAMA_BIASED, DType::F16, DType::BF16, false),
+        ("llama_tied_with_head", LLAMA_BIASED, DType::F32, DType::F16, true),
+    ];
+    cases.iter().map(|(name, cfg, d, vd, head)| {
+        let dir = base.join(name);
+        write_checkpoint(&dir, cfg, &dense_tensors(cfg, *d, *vd, *head));
+        dir
+    }).collect()
+}
+
+#[test]
+fn plan_equals_what_open_holds_for_every_fixture_model() {
+    let mut models = fixture_models();
+    models.extend(synthetic_models("plan-open"));
+    let option_sets = [
+        Options::default(),
+        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
+        Options { ctx: 33, threads: 1, prefill_chunk: 1, ..Options::default() },
+    ];
+    for dir in &models {
+        for opts in &option_sets {
+            let plan = waste::plan_memory_opts(dir, opts).unwrap();
+            let info = Model::open(dir, opts).unwrap().info();
+            let what = format!("{} with {opts:?}", dir.display());
+            assert_eq!(plan.trunk_bytes, info.weight_bytes, "trunk: {what}");
+            assert_eq!(plan.state_bytes, info.kv_bytes, "state: {what}");
+            assert_eq!(plan.scratch_bytes, info.scratch_bytes, "scratch: {what}");
+            assert_eq!((plan.ctx, plan.threads), (info.context, info.threads), "{what}");
+            assert_eq!(plan.min_expert_cache_bytes, 0, "{what}");
+            assert_eq!(plan.working_set_bytes, 0, "{what}");
+            assert_eq!(plan.floor_bytes(), info.weight_bytes + info.kv_bytes + info.scratch_bytes, "{what}");
+            assert_eq!(plan.recommended_bytes(), plan.floor_bytes(), "{what}");
+        }
+    }
+    // The short form takes a context and the default threads and chunk.
+    let p = waste::plan_memory(&models[0], 100).unwrap();
+    assert_eq!(p.ctx, 100);
+    assert_eq!(p, waste::plan_memory_opts(&models[0], &Options { ctx: 100, ..Options::default() }).unwrap());
+}
+
+#[test]
+fn plan_of_a_large_shape_matches_its_tensor_list() {
+    // llama-1b's shape (1.2 B parameters, 2.5 GB of BF16) as a sparse file: planning it reads
+    // headers only. Trunk = every matrix at 2 bytes per weight + every vector at 4.
+    let dir = temp_dir("plan-1b").join("m");
+    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let tensors = dense_tensors(&config, DType::BF16, DType::F32, false);
+    write_checkpoint(&dir, &config, &tensors);
+    let expect: u64 = tensors.iter().map(|(_, _, s)| if s.len() == 1 { s[0] * 4 } else { s[0] * s[1] * 2 }).sum();
+    assert!(expect > 2_000_000_000, "{expect}");
+    let plan = waste::plan_memory(&dir, 2048).unwrap();
+    assert_eq!(plan.trunk_bytes, expect);
+    let cfg = waste::format::config::ModelConfig::load(&dir).unwrap();
+    let (kv, scratch) = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
+    assert_eq!((plan.state_bytes, plan.scratch_bytes), (kv, scratch));
+    assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+#[test]
+fn plan_refuses_what_open_refuses() {
+    let base = temp_dir("plan-bad");
+    // A missing tensor: the plan names it, as the loader would.
+    let dir = base.join("missing");
+    let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
+    t.retain(|(n, _, _)| n != "model.layers.1.self_attn.k_proj.bias");
+    write_checkpoint(&dir, QWEN2_TINY, &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tensor);
+    assert!(e.message().contains("model.layers.1.self_attn.k_proj.bias"), "{e}");
+    assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
+    // A wrong shape.
+    let dir = base.join("shape");
+    let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
+    t[0].2 = vec![41, 32];
+    write_checkpoint(&dir, QWEN2_TINY, &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert!(e.message().contains("model.embed_tokens.weight") && e.message().contains("[41, 32]"), "{e}");
+    // Untied without lm_head.
+    let dir = base.join("nohead");
+    let cfg = QWEN2_TINY.to_string();
+    let mut t = dense_tensors(&cfg, DType::BF16, DType::F32, false);
+    t.retain(|(n, _, _)| n != "lm_head.weight");
+    write_checkpoint(&dir, &cfg, &t);
+    assert!(waste::plan_memory(&dir, 0).unwrap_err().message().contains("lm_head.weight"));
+    // A routed expert whose dtype differs from its layer's others (resident experts share
+    // one record layout per layer).
+    let src = fixture("oracles/olmoe_f32/model");
+    let st = waste::format::safetensors::SafeTensors::open(&src.join("model.safetensors")).unwrap();
+    let odd = "model.layers.1.mlp.experts.3.up_proj.weight";
+    let t: Vec<_> = st.tensors.iter()
+        .map(|t| (t.name.clone(), if t.name == odd { DType::BF16 } else { t.dtype }, t.shape.clone())).collect();
+    let dir = base.join("odd-expert");
+    write_checkpoint(&dir, &std::fs::read_to_string(src.join("config.json")).unwrap(), &t);
+    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Tensor);
+    assert!(e.message().contains(odd), "{e}");
+    assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
+    // Not a model directory; out-of-range options.
+    assert_eq!(waste::plan_memory(base.join("nothing"), 0).unwrap_err().kind(), ErrorKind::Io);
+    let opts = Options { ctx: waste::MAX_CONTEXT + 1, ..Options::default() };
+    assert_eq!(waste::plan_memory_opts(root().join("models/stories260K"), &opts).unwrap_err().kind(), ErrorKind::Arg);
+}
+
+/// Runs `waste plan ... --json` and returns the document.
+fn plan_json(args: &[&str]) -> Json {
+    let mut a = vec!["plan"];
+    a.extend_from_slice(args);
+    a.push("--json");
+    let (status, out, err) = waste(&a);
+    assert_eq!(status, 0, "waste {a:?}: {err}");
+    json::parse(out.as_bytes()).unwrap()
+}
+
+fn num(doc: &Json, key: &str) -> u64 {
+    doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
+}
+
+const PLAN_KEYS: [&str; 9] = ["trunk_bytes", "state_bytes", "scratch_bytes", "min_expert_cache_bytes", "floor_bytes",
+    "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
+
+#[test]
+fn cli_plan_json_keys_and_values() {
+    let model = root().join("models/stories260K");
+    let m = model.to_str().unwrap();
+    let doc = plan_json(&[m, "--ctx", "64", "--threads", "2", "--chunk", "4"]);
+    let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, PLAN_KEYS);
+    // The same numbers as the library, and as `waste info` with the same options.
+    let plan = waste::plan_memory_opts(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
+    assert_eq!(num(&doc, "trunk_bytes"), plan.trunk_bytes);
+    assert_eq!(num(&doc, "floor_bytes"), plan.floor_bytes());
+    let (status, out, err) = waste(&["info", m, "--ctx", "64", "--threads", "2", "--chunk", "4", "--json"]);
+    assert_eq!(status, 0, "{err}");
+    let info = json::parse(out.as_bytes()).unwrap();
+    assert_eq!(num(&doc, "trunk_bytes"), num(&info, "weight_bytes"));
+    assert_eq!(num(&doc, "state_bytes"), num(&info, "kv_bytes"));
+    assert_eq!(num(&doc, "scratch_bytes"), num(&info, "scratch_bytes"));
+    assert_eq!(num(&doc, "floor_bytes"), num(&info, "resident_bytes"));
+    assert_eq!(num(&doc, "recommended_bytes"), num(&doc, "floor_bytes"));
+    // The child runs in this process's cgroup: it sees the same RAM.
+    let ram = waste::cache::ram::read_ram().unwrap();
+    assert_eq!(num(&doc, "physical_ram_bytes"), ram.physical_bytes);
+    assert_eq!(num(&doc, "usable_ram_bytes"), ram.usable_bytes);
+    assert!(ram.usable_bytes <= ram.physical_bytes && ram.usable_bytes > 0);
+
+    // With a budget: two more keys, a dense model keeps no expert cache.
+    let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
+    let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys[..9], PLAN_KEYS);
+    assert_eq!(keys[9..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
+    assert_eq!(num(&doc, "expert_cache_bytes"), 0);
+    // Exact bytes and fractional sizes parse too.
+    let floor = num(&doc, "floor_bytes");
+    let doc = plan_json(&[m, "--ctx", "64", "--budget", &floor.to_string()]);
+    assert_eq!(num(&doc, "budget_bytes"), floor);
+    assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", "1.5G"]), "budget_bytes"), 3 << 29);
+}
+
+#[test]
+fn cli_budget_under_the_floor_fails_naming_the_floor() {
+    let m = root().join("models/stories260K");
+    let m = m.to_str().unwrap();
+    let floor = num(&plan_json(&[m, "--ctx", "128"]), "floor_bytes");
+    for budget in ["1K".to_string(), (floor - 1).to_string()] {
+        let (status, out, err) = waste(&["plan", m, "--ctx", "128", "--budget", &budget]);
+        assert_eq!(status, 1, "--budget {budget}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(err.contains(&format!("{floor} bytes")), "{err}");
+        assert!(err.contains("plan"), "{err}");
+        assert!(err.contains("floor"), "{err}");
+    }
+    // Sizes that do not parse are usage errors.
+    for bad in ["4GiB", "lots", "-1G", ""] {
+        let (status, _, err) = waste(&["plan", m, "--budget", bad]);
+        assert_eq!(status, 2, "--budget {bad:?}: {err}");
+        assert!(err.contains("--budget"), "{err}");
+    }
+}
+
+#[test]
+fn cli_plan_table() {
+    let m = root().join("models/stories260K");
+    let m = m.to_str().unwrap();
+    let doc = plan_json(&[m, "--ctx", "32"]);
+    let (status, out, err) = waste(&["plan", m, "--ctx", "32", "--budget", "8M"]);
+    assert_eq!(status, 0, "{err}");
+    let line = |label: &str| out.lines().find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no `{label}` line in:\n{out}")).to_string();
+    for (label, key) in [("resident trunk", "trunk_bytes"), ("state + KV cache", "state_bytes"), ("scratch", "scratch_bytes"),
+        ("minimum expert cache", "min_expert_cache_bytes"), ("FLOOR", "floor_bytes"), ("recommended", "recommended_bytes"),
+        ("physical RAM", "physical_ram_bytes"), ("usable RAM", "usable_ram_bytes")] {
+        assert!(line(label).ends_with(&format!(" {} bytes", num(&doc, key))), "{label}: {}", line(label));
+    }
+    assert!(out.contains("---"), "{out}");
+    assert!(line("budget").starts_with("  budget 8.00 MiB -> expert cache 0 B"), "{}", line("budget"));
+    // Without a budget the table shows the choice the engine would make.
+    let (status, out, _) = waste(&["plan", m, "--ctx", "32"]);
+    assert_eq!(status, 0);
+    assert!(out.contains("no --budget: the floor"), "{out}");
+    let (status, help, _) = waste(&["plan", "--help"]);
+    assert_eq!(status, 0);
+    assert!(help.contains("--budget SIZE") && help.contains("binary units") && help.contains("1K = 1024"), "{help}");
+    let (_, overview, _) = waste(&["--help"]);
+    assert!(overview.contains("plan"), "{overview}");
+}
+
+/// Runs `waste plan MODEL --json` as a process that first moves itself into `cg`.
+fn plan_in_cgroup(cg: &Path, procs: &str, model: &Path) -> Json {
+    let out = std::process::Command::new("sh")
+        .args(["-c", r#"echo $$ > "$1" && exec "$2" plan "$3" --json"#, "sh"])
+        .arg(cg.join(procs))
+        .arg(env!("CARGO_BIN_EXE_waste"))
+        .arg(model)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "waste plan in {}: {stderr}", cg.display());
+    json::parse(stdout.as_bytes()).unwrap()
+}
+
+#[test]
+fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
+    const NAME: &str = "real_cgroup_limit_is_the_usable_ram_waste_plan_sees";
+    const GIB: u64 = 1 << 30;
+    let outside = waste::cache::ram::read_ram().unwrap();
+    if outside.usable_bytes <= GIB {
+        return skip(NAME, &format!("this process already has only {} bytes of usable RAM", outside.usable_bytes));
+    }
+    let own = match own_memory_cgroup() {
+        Ok(c) => c,
+        Err(reason) => return skip(NAME, &reason),
+    };
+    let child = own.dir.join(format!("waste-test-{}", std::process::id()));
+    let mut cleanup = Cleanup(Vec::new());
+    if let Err(e) = std::fs::create_dir(&child) {
+        return skip(NAME, &format!("cannot create a cgroup at {}: {e} (needs root and a writable cgroup filesystem)", child.display()));
+    }
+    cleanup.0.push(child.clone());
+    if let Err(e) = std::fs::write(child.join(own.limit), GIB.to_string()) {
+        return skip(NAME, &format!("cannot set {}/{}: {e} (memory controller not enabled there?)", child.display(), own.limit));
+    }
+    let model = root().join("models/stories260K");
+    let doc = plan_in_cgroup(&child, own.procs, &model);
+    assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
+    assert_eq!(num(&doc, "physical_ram_bytes"), outside.physical_bytes);
+
+    // A model bigger than the cgroup (2.5 GB of sparse BF16) plans inside it: headers only.
+    let big = temp_dir("plan-cgroup-1b").join("m");
+    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    write_checkpoint(&big, &config, &dense_tensors(&config, DType::BF16, DType::F32, false));
+    let doc = plan_in_cgroup(&child, own.procs, &big);
+    assert!(num(&doc, "trunk_bytes") > 2 * GIB, "{}", doc.to_string_pretty());
+    assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
+    let _ = std::fs::remove_dir_all(big.parent().unwrap());
+
+    // A child cgroup without a limit of its own does not cancel its parent's.
+    let inner = child.join("inner");
+    if own.procs == "cgroup.procs" {
+        let _ = std::fs::write(child.join("cgroup.subtree_control"), "+memory");
+    }
+    std::fs::create_dir(&inner).unwrap();
+    cleanup.0.push(inner.clone());
+    if !inner.join(own.soft).exists() {
+        return skip(NAME, &format!("nested part: {} has no {}", inner.display(), own.soft));
+    }
+    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), GIB);
+    // A soft limit (v1) or memory.high (v2) below the hard one is the usable RAM.
+    std::fs::write(inner.join(own.soft), (768u64 << 20).to_string()).unwrap();
+    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), 768 << 20);
+    println!("real cgroup: {} (limit {} bytes) and {} (soft {} bytes) seen by waste plan", child.display(), GIB, inner.display(), 768u64 << 20);
+}
+
+/// A container made from a Hugging Face MoE fixture: its safetensors as the trunk file (the
+/// expert tensors in it are simply not part of the trunk) and sparse banks of `expert_dtype`
+/// records. Returns (container, the fixture it came from).
+fn make_container(tag: &str, fixture_name: &str, expert_dtype: DType) -> (PathBuf, PathBuf) {
+    use waste::format::container::{Bank, Manifest, RecordLayout};
+    let src = fixture(&format!("oracles/{fixture_name}/model"));
+    let dir = temp_dir(tag).join("model.waste");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(src.join("model.safetensors"), dir.join("trunk.safetensors")).unwrap();
+    let config_json = read_json(&src.join("config.json"));
+    let config = waste::format::config::ModelConfig::from_json(&src.join("config.json"), &config_json).unwrap();
+    let moe = config.moe.clone().unwrap();
+    let mut banks = Vec::new();
+    for layer in (0..config.layers).filter(|&l| config.is_moe_layer(l)) {
+        let layout = RecordLayout::new(expert_dtype, config.hidden, moe.expert_intermediate).unwrap();
+        let file = format!("experts-{layer}.bin");
+        std::fs::File::create(dir.join(&file)).unwrap().set_len((moe.experts * layout.record_bytes) as u64).unwrap();
+        banks.push(Bank { layer, file, experts: moe.experts, layout });
+    }
+    Manifest { dir: dir.clone(), config, config_json, trunk_files: vec!["trunk.safetensors".into()], tokenizer_files: vec![],
+        trunk_encoding: "f32".into(), expert_encoding: expert_dtype.name().to_lowercase(), banks }.write().unwrap();
+    (dir, src)
+}
+
+#[test]
+fn container_plan_streams_experts_through_the_cache() {
+    use waste::format::container::RecordLayout;
+    for (name, dtype) in [("olmoe_f32", DType::Q4B32), ("qwen3_moe_f32", DType::BF16), ("mixtral_f32", DType::F32)] {
+        let (dir, src) = make_container(&format!("plan-container-{name}"), name, dtype);
+        let opts = Options { ctx: 64, threads: 2, prefill_chunk: 8, ..Options::default() };
+        let c = waste::plan_memory_opts(&dir, &opts).unwrap();
+        let hf = waste::plan_memory_opts(&src, &opts).unwrap();
+        let cfg = waste::format::config::ModelConfig::load(&src).unwrap();
+        let moe = cfg.moe.as_ref().unwrap();
+        let moe_layers = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).count() as u64;
+        // The Hugging Face checkpoint holds every expert as an f32 record; the container none.
+        let f32_record = RecordLayout::new(DType::F32, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
+        assert_eq!(c.trunk_bytes, hf.trunk_bytes - moe_layers * moe.experts as u64 * f32_record, "{name}");
+        assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes), "{name}");
+        let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
+        let k = moe.top_k as u64;
+        assert_eq!(c.min_expert_cache_bytes, k * record * 2, "{name}");
+        assert_eq!(c.working_set_bytes, k * record * moe_layers, "{name}");
+        assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + k * record * 2);
+        assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
+        assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
+        // A budget's expert cache is the whole slots above trunk, state and scratch, at most
+        // every record.
+        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * record + 100)).unwrap();
+        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 3 * record);
+        let all = moe_layers * moe.experts as u64 * record;
+        assert_eq!(waste::resolve_budget(&c, 1 << 40, Some(1 << 40)).unwrap().expert_cache_bytes, all);
+        // Without a budget, on a large machine: floor + 3 working sets.
+        let b = waste::resolve_budget(&c, 1 << 40, None).unwrap();
+        assert_eq!((b.bytes, b.source), (c.recommended_bytes(), waste::BudgetSource::WorkingSets(3)));
+    }
+}
+
+#[test]
+fn cli_plan_of_a_container() {
+    let (dir, _) = make_container("plan-cli-container", "olmoe_f32", DType::Q8B32);
+    let d = dir.to_str().unwrap();
+    let doc = plan_json(&[d, "--ctx", "64"]);
+    let (floor, ws, min) = (num(&doc, "floor_bytes"), num(&doc, "working_set_bytes"), num(&doc, "min_expert_cache_bytes"));
+    assert!(min > 0 && ws > 0);
+    assert_eq!(num(&doc, "recommended_bytes"), floor + 3 * ws);
+    let doc = plan_json(&[d, "--ctx", "64", "--budget", &(floor + ws).to_string()]);
+    assert_eq!(num(&doc, "expert_cache_bytes"), min + ws);
+    let (status, out, err) = waste(&["plan", d, "--ctx", "64"]);
+    assert_eq!(status, 0, "{err}");
+    assert!(out.contains("no --budget: floor + 3 working sets"), "{out}");
+    let (status, _, err) = waste(&["plan", d, "--ctx", "64", "--budget", &(floor - 1).to_string()]);
+    assert_eq!(status, 1);
+    assert!(err.contains(&format!("floor of {floor} bytes")) && err.contains("waste plan"), "{err}");
+}
+
+#[test]
+fn plan_equals_what_open_holds_for_converted_containers() {
+    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    for (name, trunk, experts) in [("olmoe_f32", Encoding::BF16, Encoding::F16), ("qwen3_moe_f32", Encoding::F32, Encoding::BF16), ("mixtral_f32", Encoding::F16, Encoding::F32)] {
+        let out = temp_dir(&format!("plan-convert-{name}")).join("model.waste");
+        let src = fixture(&format!("oracles/{name}/model"));
+        convert(&ConvertOptions { trunk, experts, ..ConvertOptions::new(&src, &out) }, &mut |_| {}).unwrap();
+        let base = Options { ctx: 48, threads: 2, prefill_chunk: 4, io_threads: 0, ..Options::default() };
+        let plan = waste::plan_memory_opts(&out, &base).unwrap();
+        assert!(plan.has_experts(), "{name}");
+        // The floor, floor + 1 working set, and a budget above every expert.
+        for budget in [plan.floor_bytes(), plan.floor_bytes() + plan.working_set_bytes + 1000, 1 << 40] {
+            let cache = plan.expert_cache_bytes(budget).unwrap();
+            let model = Model::open(&out, &Options { cache_bytes: cache, ..base.clone() }).unwrap();
+            let info = model.info();
+            let what = format!("{name} at a budget of {budget}");
+            assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk + expert cache: {what}");
+            assert_eq!((info.kv_bytes, info.scratch_bytes), (plan.state_bytes, plan.scratch_bytes), "{what}");
+            assert!(plan.resident_bytes() + cache <= budget, "{what}");
+        }
+    }
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Reference fixtures for model variants the shared oracles do not cover.
+
+Each variant is a tiny random Hugging Face model (transformers 5.24.0, CPU, float32), built from
+a config, with every parameter overwritten from a fixed seed (spec architectures.md §1.4: norm
+weights 1 + 0.2·N(0,1), everything else 0.15·N(0,1)), saved with save_pretrained, then RELOADED
+from disk so the reference numbers come from exactly the bytes the engine will read. The reload
+runs in float32 with eager attention.
+
+Output, per variant (the layout of the shared oracle fixtures):
+
+  <out>/<name>/model/{config.json, generation_config.json, model.safetensors}
+  <out>/<name>/input_ids.json     {"prompt_ids": [...], "greedy_new_ids": [...]}
+  <out>/<name>/logits.f32         raw little-endian f32, [T, vocab], every prompt position
+  <out>/<name>/hidden_states.npy  f32 [layers + 1, T, hidden]: embeddings, each layer's output,
+                                  with the final norm applied to the last entry (HF's convention)
+  <out>/<name>/meta.json          versions, config, tensor names/shapes/dtypes, file sha256
+
+Environment (outside the repository):
+  python3 -m venv /tmp/oracle-venv
+  /tmp/oracle-venv/bin/pip install torch "transformers==5.24.0" safetensors numpy
+Usage:
+  /tmp/oracle-venv/bin/python tools/oracles/make_extra_oracles.py --out tests/fixtures/oracles [--only NAME ...]
+"""
+import argparse
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import transformers
+from safetensors import safe_open
+from transformers import AutoConfig, AutoModelForCausalLM
+
+SEED = 20240605
+VOCAB = 512
+NEW_TOKENS = 8
+
+# Shared shape: hidden 64, 4 layers, 4 query heads over 2 KV heads (GQA), head_dim 16.
+TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+            bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+# Llama 3.x frequency scaling with a tiny original context (16) so that a short prompt already
+# spans all three bands of spec §0.5: unscaled, smoothed and divided by `factor`.
+LLAMA3_ROPE = dict(rope_type="llama3", rope_theta=5e5, factor=8.0, low_freq_factor=1.0,
+                   high_freq_factor=4.0, original_max_position_embeddings=16)
+
+VARIANTS = {
+    # Llama 3 scaling, tied embeddings (no lm_head.weight in the file), GQA 4:2.
+    "llama3_f32": dict(prompt_len=24, config=dict(
+        TINY, model_type="llama", rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(LLAMA3_ROPE))),
+    # Qwen2: q/k/v biases (hard-coded by the class), tied, rope_theta 1e6.
+    "qwen2_f32": dict(prompt_len=24, config=dict(
+        TINY, model_type="qwen2", rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6), use_sliding_window=False)),
+    # Qwen2-MoE: 4 experts top-2, shared expert with its sigmoid gate, layer 1 dense,
+    # norm_topk_prob left at the class default (false), q/k/v bias.
+    "qwen2_moe_f32": dict(prompt_len=24, config=dict(
+        TINY, model_type="qwen2_moe", rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6), num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        decoder_sparse_step=1, mlp_only_layers=[1], qkv_bias=True, use_sliding_window=False)),
+    # The llama3_f32 model (same config and seed, so byte-identical weights) on a 300-token
+    # prompt: RoPE angles at positions where the f32 rounding of t·inv_freq shows (spec §0.5).
+    "llama_longctx_f32": dict(prompt_len=300, config=dict(
+        TINY, model_type="llama", rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_parameters=dict(LLAMA3_ROPE))),
+}
+
+
+def randomise(model, seed):
+    """Overwrites every floating parameter from one generator, in named_parameters order."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not torch.is_floating_point(p):
+                continue
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * noise)
+            else:
+                p.copy_(0.15 * noise)
+
+
+def prompt_ids(n):
+    """A fixed, non-repeating-looking id sequence starting with BOS."""
+    ids = [(11 * i * i + 5 * i + 17) % VOCAB for i in range(n)]
+    ids[0] = 1
+    return ids
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tensors_of(model_dir):
+    """Tensor name → shape and stored dtype, read back from the safetensors headers."""
+    out = {}
+    for fn in sorted(os.listdir(model_dir)):
+        if not fn.endswith(".safetensors"):
+            continue
+        with safe_open(os.path.join(model_dir, fn), "pt") as f:
+            for key in f.keys():
+                s = f.get_slice(key)
+                out[key] = dict(shape=list(s.get_shape()), dtype=s.get_dtype(), file=fn)
+    return out
+
+
+def build(name, spec, out_root):
+    started = time.time()
+    kwargs = dict(spec["config"])
+    model_type = kwargs.pop("model_type")
+    config = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    randomise(model, SEED)
+
+    vdir = os.path.join(out_root, name)
+    mdir = os.path.join(vdir, "model")
+    os.makedirs(mdir, exist_ok=True)
+    model.save_pretrained(mdir)
+    del model
+
+    # Reload: the reference is computed from what is on disk, nothing else.
+    model, info = AutoModelForCausalLM.from_pretrained(
+        mdir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    assert not problems, f"{name}: the saved checkpoint does not reload cleanly: {problems}"
+    model.eval()
+
+    # Smallest gap between the k-th and (k+1)-th router probability over every MoE layer and
+    # prompt token, captured from the routers' own inputs: a gap near f32 noise would make the
+    # expert choice fragile (spec §2.5).
+    top_k = getattr(model.config, "num_experts_per_tok", None)
+    gaps, hooks = [], []
+
+    def watch_router(module, inputs, _output):
+        if len(gaps) < len(hooks):
+            probs = torch.softmax(inputs[0].reshape(-1, module.weight.shape[1]) @ module.weight.T, dim=-1)
+            top = probs.topk(top_k + 1, dim=-1).values
+            gaps.append(float((top[:, top_k - 1] - top[:, top_k]).min()))
+
+    if top_k:
+        for layer in model.model.layers:
+            gate = getattr(layer.mlp, "gate", None)
+            if gate is not None and hasattr(gate, "weight") and gate.weight.shape[0] > top_k:
+                hooks.append(gate.register_forward_hook(watch_router))
+
+    ids = prompt_ids(spec["prompt_len"])
+    x = torch.tensor([ids], dtype=torch.long)
+    with torch.no_grad():
+        out = model(x, output_hidden_states=True, use_cache=False)
+        for h in hooks:
+            h.remove()
+        logits = out.logits[0].float().numpy()
+        hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
+        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
+                             pad_token_id=0, eos_token_id=None)
+        new_ids = gen[0, len(ids):].tolist()
+        # The cached decode must agree with one uncached forward over prompt + continuation.
+        full = model(gen, use_cache=False).logits[0].float().numpy()
+    argmax_full = full[len(ids) - 1:-1].argmax(-1).tolist()
+    assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
+    router_gap = min(gaps) if gaps else None
+
+    logits.astype("<f4").tofile(os.path.join(vdir, "logits.f32"))
+    np.save(os.path.join(vdir, "hidden_states.npy"), hidden.astype("<f4"))
+    with open(os.path.join(vdir, "input_ids.json"), "w") as f:
+        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
+
+    meta = dict(
+        name=name, model_type=model_type, architecture=model.config.architectures[0],
+        transformers=transformers.__version__, torch=torch.__version__, numpy=np.__version__,
+        storage_dtype="float32", compute_dtype="float32", attn_implementation="eager", device="cpu",
+        seed=SEED, randomisation="norm weights 1 + 0.2*N(0,1), every other parameter 0.15*N(0,1)",
+        prompt_len=len(ids), new_tokens=NEW_TOKENS,
+        logits_shape=list(logits.shape), hidden_states_shape=list(hidden.shape),
+        logits_absmax=float(np.abs(logits).max()),
+        greedy_matches_uncached_argmax=True, min_router_topk_gap=router_gap,
+        config=kwargs, n_params=int(sum(p.numel() for p in model.parameters())),
+        files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
+               for fn in sorted(os.listdir(mdir))},
+        outputs={fn: sha256_of(os.path.join(vdir, fn)) for fn in ("logits.f32", "hidden_states.npy", "input_ids.json")},
+        tensors=tensors_of(mdir),
+        seconds=round(time.time() - started, 2),
+    )
+    with open(os.path.join(vdir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"{name:18s} params={meta['n_params']} tensors={len(meta['tensors'])} T={len(ids)} "
+          f"greedy={new_ids} router_gap={router_gap} {meta['seconds']}s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    args = ap.parse_args()
+    assert transformers.__version__ == "5.24.0", f"fixtures are pinned to transformers 5.24.0, found {transformers.__version__}"
+    torch.set_num_threads(1)
+    for name in args.only:
+        build(name, VARIANTS[name], args.out)
+
+
+if __name__ == "__main__":
+    main()
