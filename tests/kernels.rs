@@ -293,3 +293,15 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     let (status, _, err) = common::waste(&["bench", "matmul", "--cols", "100"]);
     assert_eq!(status, 2, "cols 100 is not a multiple of 32: {err}");
 }
+
+/// `Options::force_scalar` reaches the model: it computes with the scalar reference and says
+/// so, and the default model uses the best kernels this CPU has.
+#[test]
+fn a_model_reports_the_kernels_it_uses() {
+    use waste::{Model, Options};
+    let dir = common::fixture("oracles/llama_f32/model");
+    let scalar = Model::open(&dir, &Options { threads: 1, force_scalar: true, ..Options::default() }).unwrap();
+    assert_eq!(scalar.info().isa, "scalar");
+    let best = Model::open(&dir, &Options { threads: 1, ..Options::default() }).unwrap();
+    assert_eq!(best.info().isa, Kernels::select(false).isa().name());
+}

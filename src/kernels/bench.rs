@@ -98,7 +98,7 @@ pub struct MatmulReport {
 
 /// Runs the benchmark: read bandwidth, dispatch latency, then every dtype at every thread count.
 pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
-    if opts.cols == 0 || opts.cols % 32 != 0 {
+    if opts.cols == 0 || !opts.cols.is_multiple_of(32) {
         return Err(Error::arg(format!("bench matmul: cols {} is not a positive multiple of 32", opts.cols)));
     }
     if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 {

@@ -207,7 +207,7 @@ fn wait_until(done: impl Fn() -> bool, sleeping: &AtomicBool) {
     let mut spins = 0u32;
     while !done() {
         spins = spins.wrapping_add(1);
-        if spins % 64 != 0 {
+        if !spins.is_multiple_of(64) {
             std::hint::spin_loop();
             continue;
         }
