@@ -136,7 +136,11 @@ macro_rules! block_tile {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..blocks {
                 for i in 0..R {
-                    prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
+                    // About one prefetch per 64 bytes of row: on the first block starting in
+                    // each 64-byte span.
+                    if (b * $bytes) % 64 < $bytes {
+                        prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
+                    }
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let (s, q) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {

@@ -147,7 +147,8 @@ macro_rules! block_tile {
                     *v = unsafe { $xload(xp.add((t0 + t) * cols + b * 32)) };
                 }
                 for i in 0..R {
-                    // One prefetch per 64-byte line of the row: on the block that starts in it.
+                    // About one prefetch per 64 bytes of row: on the first block starting in
+                    // each 64-byte span.
                     if (b * $bytes) % 64 < $bytes {
                         prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
                     }
