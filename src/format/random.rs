@@ -142,14 +142,14 @@ impl Noise {
         self.0
     }
 
-    /// Random Q4B32/Q8B32 blocks: a scale near `std / levels` and uniform levels, so weights
-    /// have roughly the standard deviation of a trained matrix.
-    fn blocks(&mut self, dtype: DType, out: &mut [u8]) {
+    /// Random Q4B32/Q8B32 blocks: a scale near `1.7 std / levels` and uniform levels, so the
+    /// weights have roughly standard deviation `std`.
+    fn blocks(&mut self, dtype: DType, std: f32, out: &mut [u8]) {
         let bb = dtype.block_bytes().unwrap_or(34);
         let levels = if dtype == DType::Q4B32 { 7.0 } else { 127.0 };
         for b in out.chunks_exact_mut(bb) {
             let r = self.next();
-            let scale = 0.02 * 1.7 / levels * (0.75 + 0.5 * (r >> 40) as f32 / (1u64 << 24) as f32);
+            let scale = std * 1.7 / levels * (0.75 + 0.5 * (r >> 40) as f32 / (1u64 << 24) as f32);
             b[..2].copy_from_slice(&half::f16::from_f32(scale).to_bits().to_le_bytes());
             for c in b[2..].chunks_mut(8) {
                 let v = self.next().to_le_bytes();
@@ -159,10 +159,27 @@ impl Noise {
     }
 }
 
+/// The standard deviation of random weights named `name` in a model of `layers` layers.
+fn weight_std(name: &str, layers: usize) -> f32 {
+    if name == "model.embed_tokens.weight" {
+        1.0
+    } else if name.ends_with("o_proj.weight") || name.ends_with("down") {
+        0.02 / ((2 * layers) as f32).sqrt()
+    } else {
+        0.02
+    }
+}
+
 /// Writes a random **container** of `config`'s shape directly, without a float source: the
 /// trunk as Q4B32 (embeddings, head and routers Q8B32, 1-D tensors F32) and the experts as
 /// `experts` records (Q4B32 or Q8B32). Multi-gigabyte shapes take disk-speed time, not RAM.
 /// Returns the bytes written.
+///
+/// The scales follow a trained model's balance rather than one standard deviation for all:
+/// embeddings of unit scale and the residual branches' output matrices (o_proj, the experts'
+/// down) scaled by 1/√(2·layers). With uniform scales the sublayers' outputs swamp the token's
+/// embedding, every token's hidden state converges to the same direction, and every token
+/// routes to the same experts — which would make any expert cache look perfect.
 pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> Result<u64> {
     use super::container::{Bank, Manifest, RecordLayout};
     if !experts.is_quantized() {
@@ -209,7 +226,7 @@ pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> 
                 let n = left.min(4096);
                 let chunk = &mut buf[..n * row];
                 if s.dtype.is_quantized() {
-                    noise.blocks(s.dtype, chunk);
+                    noise.blocks(s.dtype, weight_std(&s.name, cfg.layers), chunk);
                 } else {
                     chunk.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(1.0f32 + ((noise.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2).to_le_bytes()));
                 }
@@ -231,8 +248,8 @@ pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> 
         let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?);
         for e in 0..moe.experts {
             rec.fill(0);
-            for m in &layout.matrices {
-                noise.blocks(experts, &mut rec[m.offset..m.offset + m.bytes]);
+            for (m, name) in layout.matrices.iter().zip(super::container::MATRIX_NAMES) {
+                noise.blocks(experts, weight_std(name, cfg.layers), &mut rec[m.offset..m.offset + m.bytes]);
             }
             layout.write_header(&mut rec, l, e);
             std::io::Write::write_all(&mut f, &rec).map_err(|err| Error::io(&tmp, "write", err))?;

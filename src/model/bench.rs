@@ -16,29 +16,32 @@ pub struct BenchReport {
     pub decode_cache: Option<crate::CacheStats>,
 }
 
-/// Prefills `prompt_tokens` deterministic pseudo-random ids, then decodes `n` tokens greedily.
+/// Prefills `prompt_tokens` deterministic pseudo-random ids, then decodes `n` tokens one at a
+/// time. Each decode step picks the argmax (the sampling cost) but feeds the next id of the
+/// same pseudo-random sequence: a random model's greedy choice repeats one token, which would
+/// route every step to the same experts and make any cache look perfect, while real text
+/// routes each token differently.
 pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchReport> {
     let vocab = model.config().vocab as u64;
     let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let prompt: Vec<u32> = (0..prompt_tokens)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (3 + x % (vocab - 3).max(1)) as u32
-        })
-        .collect();
+    let mut next_id = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (3 + x % (vocab - 3).max(1)) as u32
+    };
+    let prompt: Vec<u32> = (0..prompt_tokens).map(|_| next_id()).collect();
     model.reset();
     let t = Instant::now();
-    let logits = model.eval(&prompt)?;
-    let mut next = argmax(logits);
+    let mut chosen = argmax(model.eval(&prompt)?);
     let prefill_secs = t.elapsed().as_secs_f64();
     let before = model.cache_stats().cloned();
     let t = Instant::now();
     for _ in 0..n {
-        let logits = model.eval(&[next])?;
-        next = argmax(logits);
+        let logits = model.eval(&[next_id()])?;
+        chosen ^= argmax(logits);
     }
+    std::hint::black_box(chosen);
     let decode_secs = t.elapsed().as_secs_f64();
     let decode_cache = match (before, model.cache_stats()) {
         (Some(b), Some(a)) => Some(crate::CacheStats {
