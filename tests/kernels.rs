@@ -233,6 +233,29 @@ fn threads_do_not_change_the_bits() {
     }
 }
 
+/// Products grouped into one parallel region equal the same products made one by one.
+#[test]
+fn grouped_products_equal_single_ones() {
+    let mut rng = Rng(99);
+    let k = Kernels::select(false);
+    let pool = Pool::new(2).unwrap();
+    let (cols, n) = (256, 3);
+    let mats: Vec<(DType, usize, Vec<u8>)> = [(DType::BF16, 301), (DType::Q4B32, 64), (DType::Q8B32, 129)]
+        .iter().map(|&(d, rows)| (d, rows, random_matrix(d, rows, cols, &mut rng))).collect();
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+    let views: Vec<MatRef> = mats.iter().map(|(d, r, data)| MatRef { dtype: *d, rows: *r, cols, data }).collect();
+    let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+    {
+        let mut items: Vec<(MatRef, &mut [f32])> = views.iter().copied().zip(outs.iter_mut().map(|o| &mut o[..])).collect();
+        k.matmul_group(&pool, &x, n, &mut items);
+    }
+    for (w, got) in views.iter().zip(&outs) {
+        let mut want = vec![0.0; n * w.rows];
+        k.matmul(&pool, *w, &x, n, &mut want);
+        assert!(bits_equal(got, &want), "{}", w.dtype);
+    }
+}
+
 /// The attention dot product and the bandwidth probe's sum agree with their scalar twins
 /// (same reasoning and bound as the row kernels).
 #[test]

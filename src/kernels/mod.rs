@@ -123,6 +123,9 @@ impl MatRef<'_> {
     }
 }
 
+/// Most products [`Kernels::matmul_group`] takes at once.
+pub const GROUP_MAX: usize = 4;
+
 /// Which instruction set the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
@@ -310,6 +313,36 @@ impl Kernels {
             let out = out;
             // SAFETY: each participant writes only its own rows r of every vector t.
             unsafe { f(&w, r.start, r.end, x, n, out.0, w.rows) };
+        });
+    }
+
+    /// Several products (at most [`GROUP_MAX`]) of the same input in one parallel region (q, k and v; gate and up):
+    /// each participant takes its share of every matrix's rows, so the pool hands off once
+    /// instead of once per matrix. Each output equals its own [`Kernels::matmul`] bit for bit.
+    pub fn matmul_group(&self, pool: &Pool, x: &[f32], n: usize, items: &mut [(MatRef, &mut [f32])]) {
+        let threads = pool.threads();
+        let small = items.iter().map(|(w, _)| w.rows * w.cols * n).sum::<usize>() < PARALLEL_MIN_MACS;
+        if threads == 1 || small || items.len() == 1 {
+            for (w, y) in items.iter_mut() {
+                self.matmul(pool, *w, x, n, y);
+            }
+            return;
+        }
+        // A fixed array: decode allocates nothing per step.
+        assert!(items.len() <= GROUP_MAX, "matmul_group: at most {GROUP_MAX} products");
+        let mut jobs: [Option<(MatRef, RowsFn, OutPtr)>; GROUP_MAX] = [None; GROUP_MAX];
+        for (job, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
+            assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul_group: buffers too short");
+            assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul_group: weight data too short");
+            *job = Some((*w, self.rows[slot(w.dtype).expect("matmul_group: not a compute dtype")], OutPtr(y.as_mut_ptr())));
+        }
+        pool.run(&|part| {
+            for &(w, f, out) in jobs.iter().flatten() {
+                let r = pool::chunk(w.rows, threads, part);
+                // SAFETY: each participant writes only its own rows r of each output; the
+                // buffers were checked above and outlive the region.
+                unsafe { f(&w, r.start, r.end, x, n, out.0, w.rows) };
+            }
         });
     }
 

@@ -383,6 +383,11 @@ fn add_rows(x: &mut [f32], y: &[f32], len: usize) {
 /// y = x·Wᵀ + b for the `n` rows of `x`.
 fn linear(k: &Kernels, pool: &Pool, lin: &Linear, x: &[f32], n: usize, y: &mut [f32]) {
     k.matmul(pool, lin.w.view(), x, n, y);
+    add_bias(lin, n, y);
+}
+
+/// Adds `lin`'s bias (if any) to each of the `n` rows of `y`.
+fn add_bias(lin: &Linear, n: usize, y: &mut [f32]) {
     if let Some(b) = &lin.b {
         for row in y[..n * lin.w.rows].chunks_exact_mut(lin.w.rows) {
             add_rows(row, b, b.len());
@@ -394,9 +399,10 @@ fn linear(k: &Kernels, pool: &Pool, lin: &Linear, x: &[f32], n: usize, y: &mut [
 /// cache write, attention, o_proj. Reads `st.h`, writes `st.out`.
 fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, a: &weights::Attention, l: usize, n: usize) {
     let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
-    linear(k, pool, &a.q, &st.h, n, &mut st.q);
-    linear(k, pool, &a.k, &st.h, n, &mut st.k);
-    linear(k, pool, &a.v, &st.h, n, &mut st.v);
+    k.matmul_group(pool, &st.h, n, &mut [(a.q.w.view(), &mut st.q[..]), (a.k.w.view(), &mut st.k[..]), (a.v.w.view(), &mut st.v[..])]);
+    add_bias(&a.q, n, &mut st.q);
+    add_bias(&a.k, n, &mut st.k);
+    add_bias(&a.v, n, &mut st.v);
     let eps = cfg.rms_eps;
     match (cfg.qk_norm, &a.q_norm, &a.k_norm) {
         (QkNorm::PerHead, Some(qn), Some(kn)) => {
@@ -460,8 +466,9 @@ fn norm_in_place(x: &mut [f32], width: usize, w: &[f32], eps: f32) {
 /// The SwiGLU FFN (spec §0.4). Reads `st.h`, writes `st.out`.
 fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usize) {
     let inter = m.gate.w.rows;
-    linear(k, pool, &m.gate, &st.h, n, &mut st.gate);
-    linear(k, pool, &m.up, &st.h, n, &mut st.up);
+    k.matmul_group(pool, &st.h, n, &mut [(m.gate.w.view(), &mut st.gate[..]), (m.up.w.view(), &mut st.up[..])]);
+    add_bias(&m.gate, n, &mut st.gate);
+    add_bias(&m.up, n, &mut st.up);
     kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
     linear(k, pool, &m.down, &st.gate, n, &mut st.out);
 }

@@ -85,8 +85,7 @@ pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w:
             }
         }
         let [gate, up, down] = record_matrices(layout, rec);
-        k.matmul(pool, gate, &st.xs, m, &mut st.gate);
-        k.matmul(pool, up, &st.xs, m, &mut st.up);
+        k.matmul_group(pool, &st.xs, m, &mut [(gate, &mut st.gate[..]), (up, &mut st.up[..])]);
         kernels::swiglu(&mut st.gate[..m * inter], &st.up[..m * inter]);
         k.matmul(pool, down, &st.gate, m, &mut st.ys);
         for i in 0..m {
@@ -123,8 +122,7 @@ pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w:
 /// Qwen2-MoE: out += σ(h·w_sg) · SwiGLU_shared(h) (spec §2.2).
 fn shared_expert(k: &Kernels, pool: &Pool, st: &mut State, mlp: &Mlp, gate: &Matrix, n: usize, h: usize) {
     let inter = mlp.gate.w.rows;
-    k.matmul(pool, mlp.gate.w.view(), &st.h, n, &mut st.gate);
-    k.matmul(pool, mlp.up.w.view(), &st.h, n, &mut st.up);
+    k.matmul_group(pool, &st.h, n, &mut [(mlp.gate.w.view(), &mut st.gate[..]), (mlp.up.w.view(), &mut st.up[..])]);
     kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
     k.matmul(pool, mlp.down.w.view(), &st.gate, n, &mut st.ys);
     let mut g = [0.0f32; 1];
