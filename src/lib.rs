@@ -108,6 +108,13 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
+    /// Opt-in int8 activations for Q8B32 and Q4B32 weights: each product's inputs are
+    /// quantized to blocks of 32 signed bytes with an f32 scale and multiplied as integers
+    /// (AVX-512 VNNI or AVX2 where present, the scalar twins otherwise). Faster where the f32
+    /// path is compute-bound, at a small accuracy cost (an activation error of at most 1/254
+    /// of each block's largest |x|; `docs/BENCHMARKS.md` has the measurements). Off by default:
+    /// the f32 activations are the reference.
+    pub int8_activations: bool,
     /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
     /// scratch and expert cache together. `None` lets the engine choose from the model's plan
     /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
@@ -124,7 +131,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, budget: None, cache_bytes: 0,
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
             io_threads: 4, verify: false }
     }
 }

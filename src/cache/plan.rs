@@ -171,7 +171,10 @@ impl MemoryPlan {
         let threads = opts.resolved_threads().max(1);
         let ctx = opts.resolved_ctx(m.cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
-        let (kv, scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
+        let (kv, mut scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
+        if opts.int8_activations {
+            scratch += State::int8_scratch_bytes(&m.cfg, chunk);
+        }
         let (min_cache, working_set, io, slot, records) = match &m.experts {
             None => (0, 0, 0, 0, 0),
             Some(e) => {

@@ -11,7 +11,7 @@ const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, re
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--threads N] [--cpus LIST] [--isa NAME] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--json]",
     about: "Time the matrix x vector kernels without a model: GB/s of weight bytes streamed for every dtype \
 (F32, BF16, F16, Q8B32, Q4B32) at 1 and N threads, next to the read bandwidth of a SIMD sum over a buffer far \
 larger than the last-level cache, and the pool's dispatch latency. By default each matrix is 1 GiB \
@@ -25,6 +25,7 @@ larger than the last-level cache, and the pool's dispatch latency. By default ea
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
         val("dtype", "LIST", "comma-separated dtypes to measure (default: all five)"),
+        flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &[],
@@ -55,6 +56,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
         o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
             "option `--isa`: `{name}` is not one of scalar, avx2, avx512, neon")))?);
     }
+    o.int8_activations = a.flag("int8-act");
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
             .split(',')
@@ -78,6 +80,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         ])).collect());
         let doc = Json::object([
             ("isa", Json::str(r.isa.name())),
+            ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
             ("read_bytes", Json::uint(r.read_bytes as u64)),
@@ -95,7 +98,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
-    println!("bench matmul: {} kernels, {cpus}, median of {} passes, GB = 1e9 bytes", r.isa.name(), r.passes);
+    let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
+    println!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes, GB = 1e9 bytes", r.isa.name(), r.passes);
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {
         head.push_str(&format!("{:>18}", t));

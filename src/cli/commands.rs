@@ -75,6 +75,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    o.int8_activations = a.flag("int8-act");
     if let Some(v) = a.value("budget") {
         o.budget = Some(super::args::parse_size(v).filter(|&b| b > 0)
             .ok_or_else(|| Failure::Usage(format!("option `--budget`: `{v}` is not a size (bytes, or K/M/G/T)")))?);
@@ -299,6 +300,7 @@ fn info(a: &Args) -> Outcome {
             ("context", Json::uint(i.context as u64)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
+            ("int8_activations", i.int8_activations.map_or(Json::Null, Json::str)),
         ];
         if let Some((e, k)) = i.experts {
             m.push(("experts", Json::uint(e as u64)));
@@ -323,11 +325,16 @@ fn info(a: &Args) -> Outcome {
     println!("kv cache      {} bytes ({} tokens)", i.kv_bytes, i.context);
     println!("scratch       {} bytes", i.scratch_bytes);
     println!("resident      {} bytes", i.weight_bytes + i.kv_bytes + i.scratch_bytes);
-    println!("kernels       {} x {} threads", i.isa, i.threads);
+    println!("kernels       {} x {} threads{}", i.isa, i.threads, int8_note(&i));
     if let Some(t) = &i.tokenizer {
         println!("tokenizer     {}", t.display());
     }
     Ok(())
+}
+
+/// ", int8 activations (KERNELS)" when the opt-in path is on.
+fn int8_note(i: &waste::ModelInfo) -> String {
+    i.int8_activations.map_or(String::new(), |k| format!(", int8 activations ({k})"))
 }
 
 fn bench(a: &Args) -> Outcome {
@@ -349,6 +356,7 @@ fn bench(a: &Args) -> Outcome {
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
+            ("int8_activations", i.int8_activations.map_or(Json::Null, Json::str)),
             ("memory_used_bytes", Json::uint(model.memory_used())),
             ("budget_bytes", Json::uint(model.budget().bytes)),
             ("peak_rss_bytes", peak_rss().map_or(Json::Null, Json::uint)),
@@ -358,7 +366,7 @@ fn bench(a: &Args) -> Outcome {
         ]).to_string_pretty());
     } else {
         println!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
-        println!("kernels  {} x {} threads", i.isa, i.threads);
+        println!("kernels  {} x {} threads{}", i.isa, i.threads, int8_note(&i));
         println!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
         println!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
         if let Some(rss) = peak_rss() {

@@ -20,6 +20,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
+    flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),
     val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T (binary units); default: chosen from usable RAM"),
     val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),

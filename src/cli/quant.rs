@@ -30,7 +30,8 @@ pub const COMPARE: Command = Command {
     name: "compare",
     usage: "compare FLOAT_DIR QUANT_DIR [--prompt TEXT | --ids 1,2,3] [-n 8]",
     about: "Decode a prompt greedily with a floating point and a quantized checkpoint and print the COMPARE \
-lines (both token lists, logit differences on the float token sequence). Exits non-zero when the tokens differ.",
+lines (both token lists, logit differences on the float token sequence). Exits non-zero when the tokens differ. \
+With --int8-act only QUANT_DIR runs with int8 activations, so `compare Q Q --int8-act` measures that path alone.",
     opts: &[&[
         val("prompt", "TEXT", "the prompt (default: \"The capital of France is\")"),
         val("ids", "LIST", "comma-separated prompt token ids instead of text"),
@@ -62,7 +63,8 @@ pub fn compare(a: &Args) -> Result<(), Failure> {
     };
     let n = a.num("n", 1usize, waste::MAX_CONTEXT)?.unwrap_or(8);
     let opts = model_options(a)?;
-    let mut float = Model::open(float_dir, &opts)?;
+    // The float side is the reference: always f32 activations.
+    let mut float = Model::open(float_dir, &waste::Options { int8_activations: false, ..opts.clone() })?;
     let prompt = match (a.value("prompt"), a.value("ids")) {
         (Some(_), Some(_)) => return Err(Failure::Usage("give --prompt or --ids, not both".into())),
         (None, Some(list)) => parse_ids(list)?,

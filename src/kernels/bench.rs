@@ -34,6 +34,9 @@ pub struct MatmulBench {
     pub cpus: Option<CpuList>,
     /// Kernels to use; `None` is the best this CPU has.
     pub isa: Option<Isa>,
+    /// Q8B32 and Q4B32 through the opt-in int8-activation path (the quantization of the
+    /// input vector is part of each timed product, as in decode).
+    pub int8_activations: bool,
     /// Timed passes per measurement (the median is reported), after one untimed warm-up.
     pub passes: usize,
     /// The dtypes to measure.
@@ -51,6 +54,7 @@ impl Default for MatmulBench {
             threads: crate::sys::available_cpus(),
             cpus: None,
             isa: None,
+            int8_activations: false,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
@@ -83,6 +87,8 @@ pub struct DtypeRates {
 #[derive(Clone, Debug)]
 pub struct MatmulReport {
     pub isa: Isa,
+    /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
+    pub int8: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
     pub threads: Vec<usize>,
     pub cpus: Option<CpuList>,
@@ -104,11 +110,14 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 {
         return Err(Error::arg("bench matmul: threads, passes and bytes must be positive"));
     }
-    let kernels = match opts.isa {
+    let mut kernels = match opts.isa {
         None => Kernels::select(false),
         Some(isa) => Kernels::with_isa(isa).ok_or_else(|| Error::unsupported(format!(
             "bench matmul: this CPU cannot run the {} kernels", isa.name())))?,
     };
+    if opts.int8_activations {
+        kernels = kernels.with_int8_activations(opts.cols);
+    }
     let mut threads = vec![1, opts.threads];
     threads.dedup();
     let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
@@ -119,7 +128,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes,
+    Ok(MatmulReport { isa: kernels.isa(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, dtypes })
 }
 

@@ -4,8 +4,10 @@
 //! the scalar reference by `Options::force_scalar`; [`Kernels::isa`] says which.
 //!
 //! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32) and are widened to f32
-//! inside the dot product, a quantized block at a time; activations are f32 throughout. Every
-//! SIMD kernel has a scalar twin in [`scalar`], and `tests/kernels.rs` compares them.
+//! inside the dot product, a quantized block at a time; activations are f32 — unless the
+//! opt-in int8 path is on ([`Kernels::with_int8_activations`], [`int8`]), which quantizes the
+//! inputs of Q8B32 and Q4B32 products to int8 blocks. Every SIMD kernel has a scalar twin in
+//! [`scalar`] or [`int8`], and `tests/kernels.rs` compares them.
 //!
 //! The result for a (row, vector) pair depends only on the instruction set and the column
 //! count — never on how many vectors a call carries, which rows it covers, or how many threads
@@ -15,6 +17,7 @@
 pub mod attention;
 pub mod bench;
 pub mod cpus;
+pub mod int8;
 pub mod pool;
 pub mod scalar;
 
@@ -98,11 +101,15 @@ macro_rules! row_driver {
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod int8_x86;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 
 use crate::format::dtype::DType;
 pub use cpus::CpuList;
+pub use int8::Int8Isa;
+use int8::{Acts, Int8Path, Int8RowsFn};
 pub use pool::Pool;
 pub use scalar::RowsFn;
 
@@ -191,18 +198,47 @@ type DotFn = unsafe fn(&[f32], &[f32]) -> f32;
 /// Sum of an f32 slice.
 type SumFn = unsafe fn(&[f32]) -> f32;
 
-/// The kernel table, chosen once.
-#[derive(Clone, Copy)]
+/// The kernel table, chosen once, and the int8 path's activation buffer when it is on.
+#[derive(Clone)]
 pub struct Kernels {
     isa: Isa,
     rows: [RowsFn; 5],
     dot: DotFn,
     sum: SumFn,
+    int8: Option<Int8Path>,
 }
 
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Kernels({})", self.isa.name())
+        match &self.int8 {
+            None => write!(f, "Kernels({})", self.isa.name()),
+            Some(p) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.name()),
+        }
+    }
+}
+
+/// How one product's rows are computed: an f32-activation kernel and the f32 inputs, or an
+/// int8-path kernel and the quantized inputs.
+#[derive(Clone, Copy)]
+enum Job<'a> {
+    F32(RowsFn, &'a [f32]),
+    Int8(Int8RowsFn, Acts<'a>),
+}
+
+impl Job<'_> {
+    /// Rows `r0..r1` against the `n` vectors into `y[t * ys + r]`.
+    ///
+    /// # Safety
+    /// As [`RowsFn`] / [`Int8RowsFn`] (the inputs are the job's own).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn run(&self, w: &MatRef, r0: usize, r1: usize, n: usize, y: *mut f32, ys: usize) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            match self {
+                Job::F32(f, x) => f(w, r0, r1, x, n, y, ys),
+                Job::Int8(f, a) => f(w, r0, r1, a, n, y, ys),
+            }
+        }
     }
 }
 
@@ -246,6 +282,7 @@ impl Kernels {
             rows: [scalar::rows_f32, scalar::rows_bf16, scalar::rows_f16, scalar::rows_q8b32, scalar::rows_q4b32],
             dot: scalar::dot_unsafe,
             sum: scalar::sum_unsafe,
+            int8: None,
         }
     }
 
@@ -263,6 +300,7 @@ impl Kernels {
                 rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32],
                 dot: avx2::dot,
                 sum: avx2::sum,
+                int8: None,
             }),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Some(Kernels {
@@ -270,6 +308,7 @@ impl Kernels {
                 rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32],
                 dot: avx512::dot,
                 sum: avx512::sum,
+                int8: None,
             }),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => Some(Kernels {
@@ -277,6 +316,7 @@ impl Kernels {
                 rows: [neon::rows_f32, neon::rows_bf16, neon::rows_f16, neon::rows_q8b32, neon::rows_q4b32],
                 dot: neon::dot,
                 sum: neon::sum,
+                int8: None,
             }),
             #[allow(unreachable_patterns)]
             _ => None,
@@ -288,6 +328,52 @@ impl Kernels {
         self.isa
     }
 
+    /// These kernels with the opt-in int8-activation path on: products with Q8B32 and Q4B32
+    /// weights quantize their inputs to int8 blocks ([`int8`]) and multiply them with the int8
+    /// kernels that go with this instruction set ([`Int8Isa::for_isa`]); other dtypes keep f32
+    /// activations. The activation buffer is sized for `values` inputs (vectors × columns of
+    /// the widest product: a model passes prefill chunk × widest input), so products up to that
+    /// size allocate nothing.
+    pub fn with_int8_activations(self, values: usize) -> Kernels {
+        let isa = Int8Isa::for_isa(self.isa);
+        Kernels { int8: Some(Int8Path::new(isa, values)), ..self }
+    }
+
+    /// The int8 path's kernels, when it is on.
+    pub fn int8_isa(&self) -> Option<Int8Isa> {
+        self.int8.as_ref().map(|p| p.isa)
+    }
+
+    /// The job for `w`'s rows: the int8 kernel with `acts` when the path covers the dtype,
+    /// else the f32 kernel with `x`.
+    fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<Acts<'a>>, what: &str) -> Job<'a> {
+        match (self.int8.as_ref().and_then(|p| p.kernel(w.dtype)), acts) {
+            (Some(f), Some(a)) => {
+                assert_eq!(a.cols, w.cols, "{what}: products of one group must share the input width");
+                Job::Int8(f, a)
+            }
+            _ => Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x),
+        }
+    }
+
+    /// True when the int8 path is on and covers `dtype`.
+    fn int8_covers(&self, dtype: DType) -> bool {
+        self.int8.as_ref().is_some_and(|p| p.kernel(dtype).is_some())
+    }
+
+    /// Quantizes `n` vectors of `cols` inputs into the locked buffer `s`.
+    fn quantize<'a>(&self, s: &'a mut int8::ActScratch, x: &[f32], n: usize, cols: usize) -> Acts<'a> {
+        let f = self.int8.as_ref().map_or(int8::quantize_scalar as int8::QuantizeFn, |p| p.quantize);
+        // SAFETY: the quantizer was chosen for an instruction set this CPU has.
+        unsafe { s.quantize(f, x, n, cols) }
+    }
+
+    /// Locks the int8 path's activation buffer (a poisoned lock only means a panic elsewhere
+    /// interrupted a quantization, which the next one overwrites).
+    fn scratch(&self) -> Option<std::sync::MutexGuard<'_, int8::ActScratch>> {
+        self.int8.as_ref().map(|p| p.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
     /// y[t][r] = Σ_c w[r][c] · x[t][c] for the `n` vectors of `x` (n × w.cols) into `y`
     /// (n × w.rows), rows split across the pool. Results do not depend on the thread count.
     ///
@@ -296,13 +382,24 @@ impl Kernels {
     pub fn matmul(&self, pool: &Pool, w: MatRef, x: &[f32], n: usize, y: &mut [f32]) {
         assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul: buffers too short");
         assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul: weight data too short");
-        let f = self.rows[slot(w.dtype).expect("matmul: not a compute dtype")];
+        // Activations are quantized here, on the calling thread, before the parallel region:
+        // every participant reads the same int8 inputs.
+        let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
+        let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
+        let job = self.job(&w, x, acts, "matmul");
+        self.product(pool, &w, job, n, y);
+    }
+
+    /// One product, its buffers checked: inline when small or single-threaded, else rows split
+    /// across the pool.
+    fn product(&self, pool: &Pool, w: &MatRef, job: Job, n: usize, y: &mut [f32]) {
         let out = OutPtr(y.as_mut_ptr());
         let threads = pool.threads().min(w.rows.max(1));
         if threads == 1 || w.rows * w.cols * n < PARALLEL_MIN_MACS {
-            // SAFETY: y holds n × rows elements, x and w are long enough (asserted); we are the
-            // only writer, and `f` was chosen for an instruction set this CPU has.
-            unsafe { f(&w, 0, w.rows, x, n, out.0, w.rows) };
+            // SAFETY: y holds n × rows elements, x and w are long enough (checked by the
+            // caller); we are the only writer, and the kernel was chosen for an instruction set
+            // this CPU has.
+            unsafe { job.run(w, 0, w.rows, n, out.0, w.rows) };
             return;
         }
         pool.run(&|part| {
@@ -312,7 +409,7 @@ impl Kernels {
             let r = pool::chunk(w.rows, threads, part);
             let out = out;
             // SAFETY: each participant writes only its own rows r of every vector t.
-            unsafe { f(&w, r.start, r.end, x, n, out.0, w.rows) };
+            unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
         });
     }
 
@@ -320,28 +417,35 @@ impl Kernels {
     /// each participant takes its share of every matrix's rows, so the pool hands off once
     /// instead of once per matrix. Each output equals its own [`Kernels::matmul`] bit for bit.
     pub fn matmul_group(&self, pool: &Pool, x: &[f32], n: usize, items: &mut [(MatRef, &mut [f32])]) {
+        for (w, y) in items.iter() {
+            assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul_group: buffers too short");
+            assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul_group: weight data too short");
+        }
+        // The shared input is quantized once for every int8-path product of the group.
+        let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
+        let mut scratch = int8_cols.and_then(|_| self.scratch());
+        let acts = scratch.as_mut().zip(int8_cols).map(|(s, cols)| self.quantize(s, x, n, cols));
         let threads = pool.threads();
         let small = items.iter().map(|(w, _)| w.rows * w.cols * n).sum::<usize>() < PARALLEL_MIN_MACS;
         if threads == 1 || small || items.len() == 1 {
             for (w, y) in items.iter_mut() {
-                self.matmul(pool, *w, x, n, y);
+                let job = self.job(w, x, acts, "matmul_group");
+                self.product(pool, w, job, n, y);
             }
             return;
         }
         // A fixed array: decode allocates nothing per step.
         assert!(items.len() <= GROUP_MAX, "matmul_group: at most {GROUP_MAX} products");
-        let mut jobs: [Option<(MatRef, RowsFn, OutPtr)>; GROUP_MAX] = [None; GROUP_MAX];
-        for (job, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
-            assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul_group: buffers too short");
-            assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul_group: weight data too short");
-            *job = Some((*w, self.rows[slot(w.dtype).expect("matmul_group: not a compute dtype")], OutPtr(y.as_mut_ptr())));
+        let mut jobs: [Option<(MatRef, Job, OutPtr)>; GROUP_MAX] = [None; GROUP_MAX];
+        for (slot, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
+            *slot = Some((*w, self.job(w, x, acts, "matmul_group"), OutPtr(y.as_mut_ptr())));
         }
         pool.run(&|part| {
-            for &(w, f, out) in jobs.iter().flatten() {
+            for (w, job, out) in jobs.iter().flatten() {
                 let r = pool::chunk(w.rows, threads, part);
                 // SAFETY: each participant writes only its own rows r of each output; the
                 // buffers were checked above and outlive the region.
-                unsafe { f(&w, r.start, r.end, x, n, out.0, w.rows) };
+                unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
             }
         });
     }
@@ -355,9 +459,11 @@ impl Kernels {
         assert!(x.len() >= n * w.cols, "rows: x too short");
         assert!(n == 0 || y.len() >= (n - 1) * y_stride + r1, "rows: y too short");
         assert!(w.data.len() >= w.rows * w.row_bytes(), "rows: weight data too short");
-        let f = self.rows[slot(w.dtype).expect("rows: not a compute dtype")];
+        let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
+        let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
+        let job = self.job(&w, x, acts, "rows");
         // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
-        unsafe { f(&w, r0, r1, x, n, y.as_mut_ptr(), y_stride) };
+        unsafe { job.run(&w, r0, r1, n, y.as_mut_ptr(), y_stride) };
     }
 
     /// Σ a[i]·b[i] over the common length, in an order fixed by the length and the ISA.

@@ -81,6 +81,8 @@ pub struct ModelInfo {
     pub threads: usize,
     /// Kernel instruction set in use.
     pub isa: &'static str,
+    /// The int8-activation path's kernels (`Options::int8_activations`), when it is on.
+    pub int8_activations: Option<&'static str>,
     /// The tokenizer file, if the model has one.
     pub tokenizer: Option<PathBuf>,
 }
@@ -147,6 +149,10 @@ impl Model {
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
         let state = State::new(&cfg, ctx, chunk, threads)?;
+        let mut kernels = Kernels::select(opts.force_scalar);
+        if opts.int8_activations {
+            kernels = kernels.with_int8_activations(State::int8_values(&cfg, chunk));
+        }
         let mut eos = cfg.eos_tokens.clone();
         eos.extend(generation_eos(path)?);
         if let Some(t) = &tokenizer {
@@ -157,7 +163,7 @@ impl Model {
         Ok(Model {
             path: path.to_path_buf(),
             inv_freq: rope::inv_freq(&cfg.rope),
-            kernels: Kernels::select(opts.force_scalar),
+            kernels,
             pool: Pool::with_cpus(threads, opts.cpus.as_ref())?,
             cfg,
             weights,
@@ -179,7 +185,7 @@ impl Model {
     /// Static facts about the model.
     pub fn info(&self) -> ModelInfo {
         let c = &self.cfg;
-        let (kv, scratch) = State::plan_bytes(c, self.state.ctx, self.state.chunk, self.pool.threads());
+        let (kv, scratch) = self.state_bytes();
         ModelInfo {
             path: self.path.clone(),
             architecture: c.class.clone(),
@@ -199,6 +205,7 @@ impl Model {
             context: self.state.ctx,
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
+            int8_activations: self.kernels.int8_isa().map(|i| i.name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
         }
     }
@@ -230,8 +237,15 @@ impl Model {
     /// KV cache and scratch. Equals the plan's resident bytes plus the expert cache the budget
     /// left ([`Model::budget`]).
     pub fn memory_used(&self) -> u64 {
-        let (kv, scratch) = State::plan_bytes(&self.cfg, self.state.ctx, self.state.chunk, self.pool.threads());
+        let (kv, scratch) = self.state_bytes();
         self.weights.bytes + self.experts.resident_bytes() + kv + scratch
+    }
+
+    /// (KV cache, scratch) bytes, the int8 path's activation buffer included.
+    fn state_bytes(&self) -> (u64, u64) {
+        let (kv, scratch) = State::plan_bytes(&self.cfg, self.state.ctx, self.state.chunk, self.pool.threads());
+        let int8 = if self.kernels.int8_isa().is_some() { State::int8_scratch_bytes(&self.cfg, self.state.chunk) } else { 0 };
+        (kv, scratch + int8)
     }
 
     /// The memory plan the model was opened with.

@@ -63,6 +63,17 @@ impl State {
         (kv, scratch)
     }
 
+    /// Bytes of the int8 path's activation buffer (`Options::int8_activations`): one prefill
+    /// chunk of the widest product input (hidden, attention output or FFN width).
+    pub fn int8_scratch_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
+        crate::kernels::int8::scratch_bytes(Self::int8_values(cfg, chunk))
+    }
+
+    /// Activations the int8 path quantizes at most at once.
+    pub fn int8_values(cfg: &ModelConfig, chunk: usize) -> usize {
+        chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg))
+    }
+
     fn ffn_width(cfg: &ModelConfig) -> usize {
         let moe = cfg.moe.as_ref().map_or(0, |m| m.expert_intermediate.max(m.shared_intermediate));
         cfg.intermediate.max(moe)

@@ -1,0 +1,380 @@
+//! The opt-in int8-activation path (`Options::int8_activations`) for Q8B32 and Q4B32 weights:
+//! each input vector of a product is quantized once, before the parallel region, to blocks of
+//! 32 signed bytes with an f32 scale (the layout of llama.cpp's Q8_0 activations), and each
+//! weight block meets its activation block as an exact integer dot product — one `vpdpbusd`
+//! per block with AVX-512 VNNI — instead of 32 widened f32 products. The reference path, f32
+//! activations, stays the default; this one trades an activation rounding error of at most
+//! 1/254 of each block's largest |x| for fewer instructions per weight (issue 4: Q4B32 with
+//! f32 activations is compute-bound on the development machine).
+//!
+//! The arithmetic, which every instruction set follows exactly (so the SIMD kernels equal their
+//! scalar twins here bit for bit):
+//! - activation block: `d = max|x| / 127`, `q = round_half_even(x · (127 / max|x|))`, in
+//!   −127..=127 (`d = 0` and `q = 0` for an all-zero block; `d = NaN` when the block holds a
+//!   non-finite value, so the product comes out NaN as the f32 path's would);
+//! - per weight block `b`: eight *lane* partial sums `p[j]`, each the exact integer sum of four
+//!   products `w[k]·q[k]` over the positions [`Q8_LANES`] / [`Q4_LANES`] list (the positions one
+//!   32-bit lane of `vpdpbusd` covers; the nibble layout of Q4B32 makes them differ);
+//! - `s = f16_to_f32(w_scale) · d` (one f32 multiply), then `acc[b mod 2][j] = fma(p[j], s,
+//!   acc[b mod 2][j])` — two sets of eight accumulators, even and odd blocks, so a 512-bit
+//!   kernel holding two blocks per register could follow the same order;
+//! - the result: `v[j] = acc[0][j] + acc[1][j]`, then the 8-lane tree of `avx2::hsum8`
+//!   (`(v0+v4)+(v2+v6)` + `(v1+v5)+(v3+v7)`).
+//!
+//! Every lane partial is at most 4·128·127 in magnitude, so its conversion to f32 is exact; the
+//! only roundings are the scale product, the fused multiply-adds and the final tree, in an
+//! order fixed by the column count.
+
+use super::scalar::F16_TO_F32;
+use super::MatRef;
+use crate::format::dtype::{DType, BLOCK};
+
+/// Activations quantized for one product: `n` vectors of `cols` values (a multiple of 32), as
+/// `q` (n × cols signed bytes) and one scale per block (`d`, n × cols/32).
+#[derive(Clone, Copy, Debug)]
+pub struct Acts<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub cols: usize,
+}
+
+/// Row-dot kernel of the int8 path: rows `r0..r1` of `w` (Q8B32 or Q4B32) against the `n`
+/// quantized vectors of `x`, writing `y[t * y_stride + r]`.
+///
+/// # Safety
+/// As [`super::RowsFn`], with `x.cols == w.cols`, `x.q.len() >= n * w.cols` and
+/// `x.d.len() >= n * w.cols / 32`.
+pub type Int8RowsFn = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, y: *mut f32, y_stride: usize);
+
+/// The positions (within a block of 32) whose products Q8B32 lane `j` sums: four consecutive
+/// bytes, as `vpdpbusd` groups a register of weights stored in position order.
+pub const Q8_LANES: [[usize; 4]; 8] = {
+    let mut t = [[0; 4]; 8];
+    let mut j = 0;
+    while j < 8 {
+        let mut i = 0;
+        while i < 4 {
+            t[j][i] = 4 * j + i;
+            i += 1;
+        }
+        j += 1;
+    }
+    t
+};
+
+/// The positions Q4B32 lane `j` sums. The kernels put a block's 16 low nibbles (even
+/// positions, seed 000 "The payload") in the register's low half and the 16 high nibbles (odd
+/// positions) in the high half, so lane `j < 4` covers even positions `8j, 8j+2, 8j+4, 8j+6`
+/// and lane `j ≥ 4` the odd positions one above those of lane `j − 4`.
+pub const Q4_LANES: [[usize; 4]; 8] = {
+    let mut t = [[0; 4]; 8];
+    let mut j = 0;
+    while j < 8 {
+        let mut i = 0;
+        while i < 4 {
+            t[j][i] = 8 * (j % 4) + 2 * i + j / 4;
+            i += 1;
+        }
+        j += 1;
+    }
+    t
+};
+
+/// Rounds to the nearest integer, ties to even, for |v| < 2²²: adding 1.5·2²³ leaves no
+/// fraction bits, so the addition itself rounds (the default rounding mode is to nearest even).
+#[inline]
+fn round_half_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
+/// Quantizes whole blocks: `x` into `q` (as long) and one scale per 32 values into `d`.
+///
+/// # Safety
+/// `q.len() >= x.len()`, `d.len() >= x.len() / 32`, and the CPU has the function's
+/// instruction set.
+pub type QuantizeFn = unsafe fn(x: &[f32], q: &mut [i8], d: &mut [f32]);
+
+/// The scalar [`QuantizeFn`], block by block with [`quantize_block`].
+///
+/// # Safety
+/// None beyond the signature.
+pub unsafe fn quantize_scalar(x: &[f32], q: &mut [i8], d: &mut [f32]) {
+    for ((xb, qb), d) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).zip(d) {
+        *d = quantize_block(xb, qb);
+    }
+}
+
+/// Quantizes whole blocks of `x` with the quantizer of `isa` (which this CPU must support,
+/// else the scalar one runs): for tests that compare the two.
+pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i8], d: &mut [f32]) {
+    let blocks = (x.len() / BLOCK).min(q.len() / BLOCK).min(d.len());
+    let f = if isa.supported() { isa.quantizer() } else { quantize_scalar as QuantizeFn };
+    // SAFETY: the slices are cut to whole blocks that all three hold; the ISA was checked.
+    unsafe { f(&x[..blocks * BLOCK], &mut q[..blocks * BLOCK], &mut d[..blocks]) }
+}
+
+/// Quantizes one block of 32 activations into `q`, returning its scale `d` (see the module
+/// comment for the rule).
+pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut finite = true;
+    for &v in x {
+        amax = amax.max(v.abs());
+        finite &= v.is_finite();
+    }
+    if !finite || amax == 0.0 {
+        q.fill(0);
+        return if finite { 0.0 } else { f32::NAN };
+    }
+    let inv = 127.0 / amax;
+    for (o, &v) in q.iter_mut().zip(x) {
+        // |v · inv| ≤ 127·(1 + 2⁻²³): it rounds into −127..=127 (the cast saturates anyway).
+        *o = round_half_even(v * inv) as i8;
+    }
+    amax / 127.0
+}
+
+/// The quantized-activation buffer of a [`super::Kernels`] with the int8 path on: sized at
+/// model open for the widest product of a prefill chunk, so a decode step allocates nothing
+/// (a larger product, outside a model, grows it once).
+#[derive(Debug, Default)]
+pub struct ActScratch {
+    q: Vec<i8>,
+    d: Vec<f32>,
+}
+
+impl ActScratch {
+    /// Room for `values` activations.
+    pub fn with_capacity(values: usize) -> ActScratch {
+        let values = values.div_ceil(BLOCK) * BLOCK;
+        ActScratch { q: vec![0; values], d: vec![0.0; values / BLOCK] }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + 4 * self.d.len()
+    }
+
+    /// Quantizes the `n` vectors of `x` (each `cols` long, a multiple of 32) with `f`.
+    ///
+    /// # Safety
+    /// The CPU has `f`'s instruction set.
+    pub unsafe fn quantize(&mut self, f: QuantizeFn, x: &[f32], n: usize, cols: usize) -> Acts<'_> {
+        let values = n * cols / BLOCK * BLOCK;
+        if self.q.len() < values {
+            *self = ActScratch::with_capacity(values);
+        }
+        let blocks = values / BLOCK;
+        // SAFETY: q and d hold `values` and `blocks` entries; the caller vouches for the ISA.
+        unsafe { f(&x[..values], &mut self.q[..values], &mut self.d[..blocks]) };
+        Acts { q: &self.q[..values], d: &self.d[..blocks], cols }
+    }
+}
+
+/// Bytes an [`ActScratch`] for `values` activations holds (for the memory plan).
+pub fn scratch_bytes(values: usize) -> u64 {
+    let values = values.div_ceil(BLOCK) * BLOCK;
+    (values + 4 * (values / BLOCK)) as u64
+}
+
+/// Which kernels the int8 path runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Isa {
+    /// The scalar twins below.
+    Scalar,
+    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
+    Avx2,
+    /// AVX-512 VNNI `vpdpbusd` (with VL, BW and VBMI), on 256-bit registers.
+    Avx512Vnni,
+}
+
+impl Int8Isa {
+    pub fn name(self) -> &'static str {
+        match self {
+            Int8Isa::Scalar => "scalar",
+            Int8Isa::Avx2 => "avx2",
+            Int8Isa::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// The int8 kernels that go with the f32 kernels of `isa`: VNNI where the AVX-512 kernels
+    /// run and the CPU has VNNI and VBMI, else AVX2 on x86; the scalar twins on AArch64 (no
+    /// NEON int8 kernels are written) and under `force_scalar`.
+    pub fn for_isa(isa: super::Isa) -> Int8Isa {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            super::Isa::Avx512 if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi") => Int8Isa::Avx512Vnni,
+            #[cfg(target_arch = "x86_64")]
+            super::Isa::Avx512 | super::Isa::Avx2 => Int8Isa::Avx2,
+            _ => Int8Isa::Scalar,
+        }
+    }
+
+    /// True when this CPU can run these kernels.
+    pub fn supported(self) -> bool {
+        match self {
+            Int8Isa::Scalar => true,
+            Int8Isa::Avx2 => super::Isa::Avx2.supported(),
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx512Vnni => {
+                super::Isa::Avx512.supported() && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi")
+            }
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The activation quantizer (AVX2 for both x86 paths: it runs once per input vector, a
+    /// small cost next to the product, and 256-bit is what Zen 4 executes natively).
+    pub(super) fn quantizer(self) -> QuantizeFn {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx2 | Int8Isa::Avx512Vnni => super::int8_x86::quantize_avx2,
+            #[allow(unreachable_patterns)]
+            _ => quantize_scalar,
+        }
+    }
+
+    /// The (Q8B32, Q4B32) kernels.
+    pub(super) fn kernels(self) -> (Int8RowsFn, Int8RowsFn) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx512Vnni => (super::int8_x86::rows_q8_vnni, super::int8_x86::rows_q4_vnni),
+            #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx2 => (super::int8_x86::rows_q8_avx2, super::int8_x86::rows_q4_avx2),
+            #[allow(unreachable_patterns)]
+            _ => (rows_q8, rows_q4),
+        }
+    }
+}
+
+/// The kernels and scratch of the int8 path inside a [`super::Kernels`].
+#[derive(Debug)]
+pub(super) struct Int8Path {
+    pub isa: Int8Isa,
+    pub quantize: QuantizeFn,
+    pub q8: Int8RowsFn,
+    pub q4: Int8RowsFn,
+    pub scratch: std::sync::Mutex<ActScratch>,
+}
+
+impl Clone for Int8Path {
+    /// A copy with its own scratch of the same size (a scratch is never shared).
+    fn clone(&self) -> Int8Path {
+        let values = self.scratch.lock().map_or(0, |s| s.q.len());
+        Int8Path { isa: self.isa, quantize: self.quantize, q8: self.q8, q4: self.q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+    }
+}
+
+impl Int8Path {
+    pub fn new(isa: Int8Isa, values: usize) -> Int8Path {
+        let (q8, q4) = isa.kernels();
+        Int8Path { isa, quantize: isa.quantizer(), q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+    }
+
+    /// The kernel for a weight dtype, when the int8 path covers it.
+    pub fn kernel(&self, dtype: DType) -> Option<Int8RowsFn> {
+        match dtype {
+            DType::Q8B32 => Some(self.q8),
+            DType::Q4B32 => Some(self.q4),
+            _ => None,
+        }
+    }
+}
+
+/// Sums two sets of eight lane accumulators in the order of the SIMD kernels: even + odd
+/// blocks per lane, then `avx2::hsum8`'s tree.
+#[inline]
+pub fn sum_lanes(acc: &[[f32; 8]; 2]) -> f32 {
+    let v: [f32; 8] = std::array::from_fn(|j| acc[0][j] + acc[1][j]);
+    let h: [f32; 4] = std::array::from_fn(|j| v[j] + v[j + 4]);
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// One row against one quantized vector, in the module's order; `weight(block, k)` is the
+/// signed value at position `k` of the row's block.
+#[inline]
+fn row_dot(blocks: usize, scale_bits: impl Fn(usize) -> u16, weight: impl Fn(usize, usize) -> i32, lanes: &[[usize; 4]; 8],
+           q: &[i8], d: &[f32]) -> f32 {
+    let mut acc = [[0.0f32; 8]; 2];
+    for b in 0..blocks {
+        let s = F16_TO_F32[scale_bits(b) as usize] * d[b];
+        let qb = &q[b * BLOCK..(b + 1) * BLOCK];
+        for (j, group) in lanes.iter().enumerate() {
+            let p: i32 = group.iter().map(|&k| weight(b, k) * qb[k] as i32).sum();
+            acc[b % 2][j] = (p as f32).mul_add(s, acc[b % 2][j]);
+        }
+    }
+    sum_lanes(&acc)
+}
+
+macro_rules! scalar_rows {
+    ($name:ident, $bytes:expr, $lanes:expr, $weight:expr) => {
+        /// Scalar twin of the int8-path kernels (see [`Int8RowsFn`]).
+        ///
+        /// # Safety
+        /// As [`Int8RowsFn`].
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, y: *mut f32, y_stride: usize) {
+            let rb = w.row_bytes();
+            let blocks = rb / $bytes;
+            let per = blocks * BLOCK;
+            for r in r0..r1 {
+                let row = &w.data[r * rb..(r + 1) * rb];
+                for t in 0..n {
+                    let v = row_dot(blocks, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
+                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), &$lanes,
+                        &x.q[t * per..(t + 1) * per], &x.d[t * blocks..(t + 1) * blocks]);
+                    // SAFETY: the caller guarantees this element is ours to write.
+                    unsafe { *y.add(t * y_stride + r) = v };
+                }
+            }
+        }
+    };
+}
+
+scalar_rows!(rows_q8, 34, Q8_LANES, |blk: &[u8], k: usize| (blk[2 + k] as i8) as i32);
+scalar_rows!(rows_q4, 18, Q4_LANES, |blk: &[u8], k: usize| super::scalar::q4_at(blk, k) as i32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_cover_every_position_once() {
+        for lanes in [Q8_LANES, Q4_LANES] {
+            let mut seen = [0; 32];
+            lanes.iter().flatten().for_each(|&k| seen[k] += 1);
+            assert_eq!(seen, [1; 32]);
+        }
+        assert_eq!(Q4_LANES[0], [0, 2, 4, 6]);
+        assert_eq!(Q4_LANES[4], [1, 3, 5, 7]);
+        assert_eq!(Q4_LANES[7], [25, 27, 29, 31]);
+    }
+
+    #[test]
+    fn block_quantization_rounds_to_the_nearest_level() {
+        let mut x: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) / 8.0).collect();
+        let mut q = [0i8; 32];
+        let d = quantize_block(&x, &mut q);
+        assert_eq!(d, 15.5 / 8.0 / 127.0);
+        assert_eq!((q[0], q[31]), (-127, 127));
+        for (v, &k) in x.iter().zip(&q) {
+            assert!((v - d * k as f32).abs() <= d / 2.0 * 1.0001, "{v} -> {k}");
+        }
+        // Ties go to even: 0.5 and 1.5 steps of d.
+        x.fill(0.0);
+        x[0] = 127.0;
+        x[1] = 0.5;
+        x[2] = 1.5;
+        x[3] = -2.5;
+        let d = quantize_block(&x, &mut q);
+        assert_eq!((d, q[1], q[2], q[3]), (1.0, 0, 2, -2));
+        assert_eq!(quantize_block(&[0.0; 32], &mut q), 0.0);
+        assert_eq!(q, [0; 32]);
+        x[5] = f32::INFINITY;
+        assert!(quantize_block(&x, &mut q).is_nan());
+        x[5] = f32::NAN;
+        assert!(quantize_block(&x, &mut q).is_nan());
+    }
+}

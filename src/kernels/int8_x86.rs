@@ -1,0 +1,347 @@
+//! x86 kernels of the int8-activation path ([`super::int8`], which states the arithmetic and
+//! holds the scalar twins they equal bit for bit): AVX-512 VNNI (`vpdpbusd`) and AVX2
+//! (`vpmaddubsw` + `vpmaddwd`), both on 256-bit registers, one block of 32 weights per register.
+//!
+//! 256-bit registers even where AVX-512 runs: Zen 4 executes a 512-bit instruction as two
+//! 256-bit halves, so two blocks per 512-bit register would cost the same execution slots and
+//! need extra shuffles to gather two 18- or 34-byte blocks and their scales into one register.
+//!
+//! Both instructions multiply an *unsigned* byte by a signed one. The weights are made
+//! unsigned by an offset — Q4B32 nibble `q` becomes `q + 8` (flip bit 3), Q8B32 byte `w`
+//! becomes `w + 128` (flip bit 7) — and the offset's contribution, `8·Σx` or `128·Σx` over the
+//! lane's four positions, is subtracted in the same integer lane (with VNNI it is the
+//! accumulator's starting value), so each lane holds exactly Σ w·q. `vpmaddubsw` saturates its
+//! 16-bit pair sums, which `(w + 128)·x` pairs could exceed, so AVX2 handles Q8B32 with the
+//! sign trick instead: |w| × (x with w's sign), pairs at most 2·128·127 < 2¹⁵.
+//!
+//! Per (row, block, vector) the weights are decoded once per row and block and serve every
+//! vector of the tile; the activations' block (permuted for Q4B32 and its offset correction)
+//! is prepared once per block and vector and serves every row.
+
+use super::avx2::{hsum8, prefetch_l2};
+use super::int8::Acts;
+use super::scalar::F16_TO_F32;
+use super::MatRef;
+use std::arch::x86_64::*;
+
+/// The binary16 scale at the start of a block, widened through [`F16_TO_F32`], broadcast.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scale(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees two readable bytes.
+    let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
+    _mm256_set1_ps(F16_TO_F32[bits as usize])
+}
+
+/// Q4B32's 16 payload bytes as 32 unsigned bytes `q + 8`: low nibbles (even positions) in the
+/// low half, high nibbles (odd positions) in the high half. The payload is broadcast to both
+/// halves and the high half shifted right by 4 (a 32-bit shift: the bits it drags in from the
+/// next byte are masked off).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn q4_nibbles(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees the 18-byte block at p.
+    let b = _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(p.add(2) as *const __m128i) });
+    _mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4))
+}
+
+/// Lane partials → f32, scaled by `w_scale · x_scale`, into the accumulator.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn accumulate(p: __m256i, dw: __m256, dx: __m256, acc: __m256) -> __m256 {
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dw, dx), acc)
+}
+
+/// A tile of `R` rows × `T` vectors. `$xprep(q_ptr)` prepares one activation block (the bytes
+/// in the weights' lane order, and the offset correction), `$decode(block_ptr)` one weight
+/// block (two registers, the second unused by some kernels), `$dot(w, x)` the eight exact lane
+/// partials. Even blocks go to accumulator 0 and odd ones to accumulator 1 (`H`).
+macro_rules! int8_tile {
+    ($feat:literal, $name:ident, $bytes:expr, $xprep:ident, $decode:ident, $dot:ident) => {
+        #[target_feature(enable = $feat)]
+        #[inline]
+        unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &Acts, t0: usize, out: &mut [[f32; T]; R]) {
+            #[target_feature(enable = $feat)]
+            #[inline]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn block<const R: usize, const T: usize, const H: usize>(w: &MatRef, rb: usize, r: usize, b: usize, x: &Acts,
+                                                                        t0: usize, acc: &mut [[[__m256; 2]; T]; R]) {
+                let per = x.cols / 32;
+                let wp = w.data.as_ptr();
+                let mut xs = [((_mm256_setzero_si256(), _mm256_setzero_si256()), _mm256_setzero_ps()); T];
+                for (t, v) in xs.iter_mut().enumerate() {
+                    let at = (t0 + t) * per + b;
+                    // SAFETY: vector t0 + t has `per` blocks (the driver's contract).
+                    *v = unsafe { ($xprep(x.q.as_ptr().add(at * 32)), _mm256_set1_ps(*x.d.as_ptr().add(at))) };
+                }
+                for (i, acc_i) in acc.iter_mut().enumerate() {
+                    // About one prefetch per 64 bytes of the next tile's rows.
+                    if (b * $bytes) % 64 < $bytes {
+                        prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
+                    }
+                    // SAFETY: block b of row r + i lies inside the matrix (the driver's contract).
+                    let blk = unsafe { wp.add((r + i) * rb + b * $bytes) };
+                    let (wv, dw) = unsafe { ($decode(blk), scale(blk)) };
+                    for (a, (xv, dx)) in acc_i.iter_mut().zip(&xs) {
+                        a[H] = accumulate($dot(wv, *xv), dw, *dx, a[H]);
+                    }
+                }
+            }
+            let rb = w.row_bytes();
+            let blocks = rb / $bytes;
+            let mut acc = [[[_mm256_setzero_ps(); 2]; T]; R];
+            let mut b = 0;
+            // SAFETY (all calls): b < blocks, and the driver's contract covers rows and vectors.
+            while b + 2 <= blocks {
+                unsafe { block::<R, T, 0>(w, rb, r, b, x, t0, &mut acc) };
+                unsafe { block::<R, T, 1>(w, rb, r, b + 1, x, t0, &mut acc) };
+                b += 2;
+            }
+            if b < blocks {
+                unsafe { block::<R, T, 0>(w, rb, r, b, x, t0, &mut acc) };
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                for (v, pair) in o.iter_mut().zip(a) {
+                    *v = hsum8(_mm256_add_ps(pair[0], pair[1]));
+                }
+            }
+        }
+    };
+}
+
+/// Generates an [`super::int8::Int8RowsFn`] from a tile: `$decode_rows` rows at a time (then
+/// 4, then 1) for one vector, `$rows` × `$tokens` tiles (then single vectors, then single
+/// rows) otherwise. Every (row, vector) pair runs the same operations in every tile shape, so
+/// results do not depend on `n`, the row range or the thread count.
+macro_rules! int8_driver {
+    ($feat:literal, $name:ident, $tile:ident, $decode_rows:literal, $rows:literal, $tokens:literal) => {
+        /// SIMD int8-path kernel (see [`super::int8::Int8RowsFn`]).
+        ///
+        /// # Safety
+        /// As `Int8RowsFn`, and the CPU must have the instruction sets named in the attribute.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, y: *mut f32, ys: usize) {
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn run<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &Acts, t0: usize, y: *mut f32, ys: usize) {
+                let mut o = [[0f32; T]; R];
+                // SAFETY: the driver's caller guarantees rows r..r+R and vectors t0..t0+T exist.
+                unsafe { $tile::<R, T>(w, r, x, t0, &mut o) };
+                for (i, row) in o.iter().enumerate() {
+                    for (j, v) in row.iter().enumerate() {
+                        // SAFETY: element (t0 + j, r + i) is the caller's to write.
+                        unsafe { *y.add((t0 + j) * ys + r + i) = *v };
+                    }
+                }
+            }
+            #[target_feature(enable = $feat)]
+            #[inline]
+            unsafe fn tokens<const R: usize>(w: &MatRef, r: usize, x: &Acts, n: usize, y: *mut f32, ys: usize) {
+                let mut t = 0;
+                // SAFETY (all calls): t + T <= n.
+                while t + $tokens <= n {
+                    unsafe { run::<R, $tokens>(w, r, x, t, y, ys) };
+                    t += $tokens;
+                }
+                while t < n {
+                    unsafe { run::<R, 1>(w, r, x, t, y, ys) };
+                    t += 1;
+                }
+            }
+            let mut r = r0;
+            // SAFETY (all calls): r + R <= r1 <= w.rows, and the caller's contract covers y.
+            if n == 1 {
+                while $decode_rows > 4 && r + $decode_rows <= r1 {
+                    unsafe { run::<$decode_rows, 1>(w, r, x, 0, y, ys) };
+                    r += $decode_rows;
+                }
+                while r + 4 <= r1 {
+                    unsafe { run::<4, 1>(w, r, x, 0, y, ys) };
+                    r += 4;
+                }
+                while r < r1 {
+                    unsafe { run::<1, 1>(w, r, x, 0, y, ys) };
+                    r += 1;
+                }
+            } else {
+                while r + $rows <= r1 {
+                    unsafe { tokens::<$rows>(w, r, x, n, y, ys) };
+                    r += $rows;
+                }
+                while r < r1 {
+                    unsafe { tokens::<1>(w, r, x, n, y, ys) };
+                    r += 1;
+                }
+            }
+        }
+    };
+}
+
+// ---- AVX-512 VNNI ----
+
+/// Q8B32 activations: the bytes in position order, and −128·Σx per lane (the offset's share).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn x_q8_vnni(p: *const i8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    let x = unsafe { _mm256_loadu_si256(p as *const __m256i) };
+    let zero = _mm256_setzero_si256();
+    let offset = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(-128), x);
+    (x, _mm256_sub_epi32(zero, offset))
+}
+
+/// Q4B32 activations: the bytes reordered to the nibble layout (even positions, then odd),
+/// and −8·Σx per lane.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn x_q4_vnni(p: *const i8) -> (__m256i, __m256i) {
+    let order = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    // SAFETY: the caller guarantees 32 readable bytes.
+    let x = _mm256_permutexvar_epi8(order, unsafe { _mm256_loadu_si256(p as *const __m256i) });
+    let zero = _mm256_setzero_si256();
+    let offset = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(8), x);
+    (x, _mm256_sub_epi32(zero, offset))
+}
+
+/// Q8B32 weights + 128, as unsigned bytes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn w_q8_vnni(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees the 34-byte block at p.
+    let w = unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) };
+    (_mm256_xor_si256(w, _mm256_set1_epi8(-128)), w)
+}
+
+/// Q4B32 weights + 8, as unsigned bytes: `(nibbles & 0x0F) ^ 0x08` in one ternary-logic op.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+unsafe fn w_q4_vnni(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees the 18-byte block at p.
+    let n = unsafe { q4_nibbles(p) };
+    // imm 0x6A: (A & B) ^ C for A = nibbles, B = 0x0F, C = 0x08.
+    let u = _mm256_ternarylogic_epi32::<0x6A>(n, _mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x08));
+    (u, u)
+}
+
+/// Σ (w + offset)·x per lane, starting from −offset·Σx: exactly Σ w·x.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+#[inline]
+fn dot_vnni(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
+    _mm256_dpbusd_epi32(x.1, w.0, x.0)
+}
+
+int8_tile!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", tile_q8_vnni, 34, x_q8_vnni, w_q8_vnni, dot_vnni);
+int8_tile!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", tile_q4_vnni, 18, x_q4_vnni, w_q4_vnni, dot_vnni);
+int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", rows_q8_vnni, tile_q8_vnni, 8, 2, 4);
+int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", rows_q4_vnni, tile_q4_vnni, 8, 2, 4);
+
+// ---- AVX2 ----
+
+/// Sums adjacent pairs of 16-bit lanes into 32-bit lanes (exact).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn pairs_to_i32(v: __m256i) -> __m256i {
+    _mm256_madd_epi16(v, _mm256_set1_epi16(1))
+}
+
+/// Q8B32 activations in position order (the sign trick needs no correction).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn x_q8_avx2(p: *const i8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees 32 readable bytes.
+    (unsafe { _mm256_loadu_si256(p as *const __m256i) }, _mm256_setzero_si256())
+}
+
+/// Q4B32 activations reordered to the nibble layout — within each 128-bit half even bytes
+/// then odd bytes, then the four 64-bit quarters as (0, 2, 1, 3) — and 8·Σx per lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn x_q4_avx2(p: *const i8) -> (__m256i, __m256i) {
+    let split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    // SAFETY: the caller guarantees 32 readable bytes.
+    let x = _mm256_shuffle_epi8(unsafe { _mm256_loadu_si256(p as *const __m256i) }, split);
+    let x = _mm256_permute4x64_epi64::<0b11_01_10_00>(x);
+    (x, pairs_to_i32(_mm256_maddubs_epi16(_mm256_set1_epi8(8), x)))
+}
+
+/// Q8B32 weights: (|w| as unsigned bytes, w for the signs).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn w_q8_avx2(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees the 34-byte block at p.
+    let w = unsafe { _mm256_loadu_si256(p.add(2) as *const __m256i) };
+    // |−128| is 0x80, which read as unsigned is 128: exact for every byte.
+    (_mm256_abs_epi8(w), w)
+}
+
+/// Q4B32 weights + 8, as unsigned bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn w_q4_avx2(p: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: the caller guarantees the 18-byte block at p.
+    let n = unsafe { q4_nibbles(p) };
+    let u = _mm256_xor_si256(_mm256_and_si256(n, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(0x08));
+    (u, u)
+}
+
+/// Σ |w|·(x with w's sign) per lane: exactly Σ w·x (pair sums at most 2·128·127).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q8_avx2(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
+    pairs_to_i32(_mm256_maddubs_epi16(w.0, _mm256_sign_epi8(x.0, w.1)))
+}
+
+/// Σ (q + 8)·x − 8·Σx per lane (pair sums at most 2·15·127).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_avx2(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
+    _mm256_sub_epi32(pairs_to_i32(_mm256_maddubs_epi16(w.0, x.0)), x.1)
+}
+
+int8_tile!("avx2,fma,f16c", tile_q8_avx2, 34, x_q8_avx2, w_q8_avx2, dot_q8_avx2);
+int8_tile!("avx2,fma,f16c", tile_q4_avx2, 18, x_q4_avx2, w_q4_avx2, dot_q4_avx2);
+int8_driver!("avx2,fma,f16c", rows_q8_avx2, tile_q8_avx2, 4, 2, 2);
+int8_driver!("avx2,fma,f16c", rows_q4_avx2, tile_q4_avx2, 4, 2, 2);
+
+/// The AVX2 activation quantizer: [`super::int8::quantize_block`]'s arithmetic on 8 lanes.
+/// The maximum is exact in any order, `127 / max` is the same scalar division, each `x · inv`
+/// the same f32 product, and `vcvtps2dq` rounds it to nearest even as the scalar magic-number
+/// addition does, so the bytes and scales are the scalar ones bit for bit.
+///
+/// # Safety
+/// As [`super::int8::QuantizeFn`]; the CPU must have AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
+    let blocks = (x.len() / 32).min(q.len() / 32).min(d.len());
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let largest = _mm256_set1_ps(f32::MAX);
+    // packs leave each 128-bit half's 4-byte groups interleaved; this restores lane order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for b in 0..blocks {
+        // SAFETY: block b lies inside x and q (blocks is bounded by both).
+        let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * i)) });
+        let a: [__m256; 4] = std::array::from_fn(|i| _mm256_and_ps(v[i], abs));
+        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+        let finite = a.iter().fold(_mm256_castsi256_ps(_mm256_set1_epi32(-1)), |f, ai| {
+            _mm256_and_ps(f, _mm256_cmp_ps::<_CMP_LE_OQ>(*ai, largest))
+        });
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        let out = unsafe { q.as_mut_ptr().add(32 * b) } as *mut __m256i;
+        if _mm256_movemask_ps(finite) != 0xff || amax == 0.0 {
+            // SAFETY: 32 bytes of q belong to block b.
+            unsafe { _mm256_storeu_si256(out, _mm256_setzero_si256()) };
+            d[b] = if amax == 0.0 && _mm256_movemask_ps(finite) == 0xff { 0.0 } else { f32::NAN };
+            continue;
+        }
+        let inv = _mm256_set1_ps(127.0 / amax);
+        let i: [__m256i; 4] = std::array::from_fn(|k| _mm256_cvtps_epi32(_mm256_mul_ps(v[k], inv)));
+        let packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_si256(out, _mm256_permutevar8x32_epi32(packed, order)) };
+        d[b] = amax / 127.0;
+    }
+}

@@ -1,0 +1,310 @@
+//! The opt-in int8-activation path (`Kernels::with_int8_activations`, `Options::int8_activations`):
+//! every SIMD int8 kernel equals its scalar twin bit for bit (the integer dot products are
+//! exact and the f32 operations run in the same order), the path stays within the proven
+//! activation-rounding bound of the exact product, and nothing that only changes *when* work
+//! is done — vectors per call, row range, thread count, grouping, prefill chunking — changes
+//! a bit.
+
+mod common;
+use waste::format::dtype::DType;
+use waste::kernels::{Int8Isa, Isa, Kernels, MatRef, Pool};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 56) as u8
+    }
+}
+
+const WIDTHS: [DType; 2] = [DType::Q8B32, DType::Q4B32];
+
+/// Random blocks: a moderate random scale, every payload byte value (−128 included).
+fn random_matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let payload = if dtype == DType::Q8B32 { 32 } else { 16 };
+    let mut out = Vec::new();
+    for _ in 0..rows * cols / 32 {
+        let scale = half::f16::from_f32(rng.f32().abs() * 0.05 + 1e-4);
+        out.extend_from_slice(&scale.to_bits().to_le_bytes());
+        (0..payload).for_each(|_| out.push(rng.byte()));
+    }
+    out
+}
+
+/// The weight at (r, c) as f64, decoded from the format's definition (seed 000).
+fn weight(dtype: DType, data: &[u8], cols: usize, r: usize, c: usize) -> f64 {
+    let (bytes, b, k) = (if dtype == DType::Q8B32 { 34 } else { 18 }, c / 32, c % 32);
+    let blk = &data[(r * cols / 32 + b) * bytes..][..bytes];
+    let scale = half::f16::from_bits(u16::from_le_bytes([blk[0], blk[1]])).to_f64();
+    let q = if dtype == DType::Q8B32 {
+        blk[2 + k] as i8 as i32
+    } else {
+        (((blk[2 + k / 2] >> (4 * (k % 2))) & 0x0f) as i32 ^ 8) - 8
+    };
+    q as f64 * scale
+}
+
+/// Activations with the cases that matter: ordinary values, a block with one large outlier,
+/// an all-zero block, tiny values, exact ties of the rounding.
+fn activations(len: usize, rng: &mut Rng) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..len).map(|_| rng.f32()).collect();
+    for (b, blk) in x.chunks_mut(32).enumerate() {
+        match b % 5 {
+            1 => blk[(b * 7) % 32] = 40.0,
+            2 => blk.fill(0.0),
+            3 => blk.iter_mut().for_each(|v| *v *= 1e-30),
+            4 => blk.iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 16.0) * 0.5),
+            _ => {}
+        }
+    }
+    x
+}
+
+/// The int8 path on each instruction set this CPU has (scalar first).
+fn int8_kernels() -> Vec<Kernels> {
+    let all: Vec<Kernels> = Isa::ALL.into_iter().filter_map(Kernels::with_isa).map(|k| k.with_int8_activations(0)).collect();
+    if all.len() == 1 {
+        common::skip("kernels_int8", "this CPU has no SIMD int8 kernels: only the scalar twin is checked");
+    }
+    all
+}
+
+fn product(k: &Kernels, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; n * w.rows];
+    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
+    y
+}
+
+fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+#[test]
+fn the_path_is_chosen_per_instruction_set() {
+    assert_eq!(Kernels::select(true).with_int8_activations(64).int8_isa(), Some(Int8Isa::Scalar));
+    assert_eq!(Kernels::select(false).int8_isa(), None);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if let Some(k) = Kernels::with_isa(Isa::Avx2) {
+            assert_eq!(k.with_int8_activations(64).int8_isa(), Some(Int8Isa::Avx2));
+        }
+        if std::arch::is_x86_feature_detected!("avx512vnni") && std::arch::is_x86_feature_detected!("avx512vbmi") {
+            let k = Kernels::select(false).with_int8_activations(64);
+            assert_eq!(k.int8_isa(), Some(Int8Isa::Avx512Vnni));
+        } else {
+            common::skip("the_path_is_chosen_per_instruction_set", "no AVX-512 VNNI + VBMI: the VNNI kernels are not run here");
+        }
+    }
+}
+
+/// The SIMD int8 kernels (AVX-512 VNNI, AVX2) equal the scalar twin bit for bit: each lane's
+/// integer partial is exact, its conversion to f32 is exact (|partial| ≤ 4·128·127), and the
+/// scale product, the fused multiply-adds and the final sum run in the same order.
+#[test]
+fn simd_int8_kernels_equal_the_scalar_twin_bit_for_bit() {
+    let all = int8_kernels();
+    let scalar = &all[0];
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for dtype in WIDTHS {
+        for (rows, cols) in [(1, 32), (3, 64), (7, 96), (37, 160), (9, 1056), (5, 1024), (2, 2048)] {
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            for n in [1, 2, 3, 4, 5, 9] {
+                let x = activations(n * cols, &mut rng);
+                let want = product(scalar, w, &x, n);
+                for k in &all[1..] {
+                    let got = product(k, w, &x, n);
+                    for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), e.to_bits(), "{:?} {dtype} {rows}x{cols} n={n} element {i}: {g} vs scalar {e}",
+                            k.int8_isa());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every int8 kernel against the exact (f64) product of the same weights and the *unquantized*
+/// activations. Quantizing block b rounds each x to a multiple of d_b = max|x|/127 (ties to
+/// even), an error of at most d_b/2 (plus a relative 2⁻²² from the scaled rounding), so the
+/// exact int8-path value differs from the exact product by at most Σ_b (d_b/2)·Σ_k |w_k|. Its
+/// f32 evaluation adds at most (blocks + 5)·2⁻²⁴·Σ|w_k·d_b·q_k| (one rounding for the scale
+/// product, one per fused multiply-add along a lane, three in the final tree) — Higham §3.1.
+/// The f32 path is held to its own bound (cols + blocks + 2)·2⁻²⁴·Σ|w·x|, so the two paths
+/// differ by at most the sum. A wrong lane layout, a lost offset correction or a swapped
+/// nibble is off by whole products, far above these bounds for this data.
+#[test]
+fn the_int8_path_stays_within_the_activation_rounding_bound() {
+    let f32_path = Kernels::select(false);
+    let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+    let mut worst = 0.0f64;
+    for k in int8_kernels() {
+        for dtype in WIDTHS {
+            for (rows, cols) in [(7, 96), (13, 576), (3, 2048)] {
+                let data = random_matrix(dtype, rows, cols, &mut rng);
+                let w = MatRef { dtype, rows, cols, data: &data };
+                let n = 3;
+                let x = activations(n * cols, &mut rng);
+                let (got, f32y) = (product(&k, w, &x, n), product(&f32_path, w, &x, n));
+                let eps = f32::EPSILON as f64 / 2.0;
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    for r in 0..rows {
+                        let (mut exact, mut quant, mut mag8, mut mag) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+                        for (b, xb) in xt.chunks(32).enumerate() {
+                            let d = xb.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64 / 127.0;
+                            for (i, &v) in xb.iter().enumerate() {
+                                let wv = weight(dtype, &data, cols, r, b * 32 + i);
+                                exact += wv * v as f64;
+                                quant += wv.abs() * d * (0.5 + 1e-4);
+                                mag8 += (wv * (v as f64 + d)).abs();
+                                mag += (wv * v as f64).abs();
+                            }
+                        }
+                        let blocks = (cols / 32) as f64;
+                        let bound8 = quant + (blocks + 5.0) * eps * mag8 + 1e-30;
+                        let bound32 = (cols as f64 + blocks + 2.0) * eps * mag;
+                        let (g, f) = (got[t * rows + r] as f64, f32y[t * rows + r] as f64);
+                        assert!((g - exact).abs() <= bound8, "{:?} {dtype} {rows}x{cols} t={t} r={r}: int8 {g}, exact {exact}, bound {bound8:e}",
+                            k.int8_isa());
+                        assert!((g - f).abs() <= bound8 + bound32, "{:?} {dtype}: int8 {g} vs f32 path {f}", k.int8_isa());
+                        worst = worst.max((g - exact).abs() / bound8);
+                    }
+                }
+            }
+        }
+    }
+    // The bound is a worst case: random rounding errors cancel, and the test reports how much.
+    println!("int8 path: largest error / bound = {worst:.3}");
+    assert!(worst > 0.0, "the int8 path equals the exact product: the test data exercise no rounding");
+}
+
+/// Non-finite activations come out NaN, as the f32 path's would, rather than as a finite
+/// number computed from a zeroed block.
+#[test]
+fn a_non_finite_activation_makes_the_product_nan() {
+    let mut rng = Rng(5);
+    for k in int8_kernels() {
+        for dtype in WIDTHS {
+            let data = random_matrix(dtype, 3, 64, &mut rng);
+            let w = MatRef { dtype, rows: 3, cols: 64, data: &data };
+            let mut x = activations(64, &mut rng);
+            x[40] = f32::INFINITY;
+            assert!(product(&k, w, &x, 1).iter().all(|v| v.is_nan()), "{:?} {dtype}", k.int8_isa());
+        }
+    }
+}
+
+/// A (row, vector) result is the same bits whatever else the call computes: the vector alone
+/// or among others, the row alone or in any row range.
+#[test]
+fn int8_results_do_not_depend_on_vector_count_or_row_range() {
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    for k in int8_kernels() {
+        for dtype in WIDTHS {
+            let (rows, cols, n) = (19, 320, 9);
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            let x = activations(n * cols, &mut rng);
+            let whole = product(&k, w, &x, n);
+            for t in 0..n {
+                let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
+                assert!(bits_equal(&one, &whole[t * rows..(t + 1) * rows]), "{:?} {dtype}: vector {t} alone differs", k.int8_isa());
+            }
+            for m in [2, 3, 5] {
+                let part = product(&k, w, &x[..m * cols], m);
+                assert!(bits_equal(&part, &whole[..m * rows]), "{:?} {dtype}: first {m} vectors differ", k.int8_isa());
+            }
+            for split in [1, 2, 3, 5, 8, 9, 17] {
+                let mut y = vec![f32::NAN; n * rows];
+                k.rows(w, 0, split, &x, n, &mut y, rows);
+                k.rows(w, split, rows, &x, n, &mut y, rows);
+                assert!(bits_equal(&y, &whole), "{:?} {dtype}: split at row {split} differs", k.int8_isa());
+            }
+        }
+    }
+}
+
+/// The pooled int8 product is bit-identical at 1..4 threads (the input is quantized once, on
+/// the calling thread, and rows are split), and a group equals its products made one by one.
+#[test]
+fn int8_threads_and_groups_do_not_change_the_bits() {
+    let mut rng = Rng(99);
+    let k = Kernels::select(false).with_int8_activations(7 * 256);
+    let pools: Vec<Pool> = (1..=4).map(|t| Pool::new(t).unwrap()).collect();
+    let cols = 256;
+    let mats: Vec<(DType, usize, Vec<u8>)> = [(DType::Q4B32, 203), (DType::Q8B32, 129), (DType::BF16, 67)]
+        .iter()
+        .map(|&(d, rows)| {
+            let data = if d == DType::BF16 {
+                (0..rows * cols).flat_map(|_| ((rng.f32().to_bits() >> 16) as u16).to_le_bytes()).collect()
+            } else {
+                random_matrix(d, rows, cols, &mut rng)
+            };
+            (d, rows, data)
+        })
+        .collect();
+    let views: Vec<MatRef> = mats.iter().map(|(d, r, data)| MatRef { dtype: *d, rows: *r, cols, data }).collect();
+    for n in [1, 4, 7] {
+        let x = activations(n * cols, &mut rng);
+        for w in &views {
+            let mut base = vec![0.0; n * w.rows];
+            k.matmul(&pools[0], *w, &x, n, &mut base);
+            assert!(bits_equal(&base, &product(&k, *w, &x, n)));
+            for p in &pools[1..] {
+                let mut y = vec![f32::NAN; n * w.rows];
+                k.matmul(p, *w, &x, n, &mut y);
+                assert!(bits_equal(&y, &base), "{} n={n}: {} threads differ", w.dtype, p.threads());
+            }
+        }
+        for p in &pools {
+            let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+            {
+                let mut items: Vec<(MatRef, &mut [f32])> = views.iter().copied().zip(outs.iter_mut().map(|o| &mut o[..])).collect();
+                k.matmul_group(p, &x, n, &mut items);
+            }
+            for (w, got) in views.iter().zip(&outs) {
+                assert!(bits_equal(got, &product(&k, *w, &x, n)), "{} n={n}: grouped on {} threads differs", w.dtype, p.threads());
+            }
+        }
+    }
+}
+
+/// The SIMD activation quantizer writes the scalar one's bytes and scales bit for bit
+/// (ordinary, outlier, zero, tiny, tie and non-finite blocks).
+#[test]
+fn the_simd_quantizer_equals_the_scalar_one() {
+    use waste::kernels::int8::quantize_with;
+    let mut rng = Rng(17);
+    let mut x = activations(32 * 40, &mut rng);
+    x[32 * 37 + 3] = f32::NAN;
+    x[32 * 38 + 30] = f32::NEG_INFINITY;
+    x[32 * 39..].iter_mut().enumerate().for_each(|(i, v)| *v = if i == 0 { 127.0 } else { (i as f32 - 16.0) + 0.5 });
+    let run = |isa| {
+        let (mut q, mut d) = (vec![0x55i8; x.len()], vec![-1.0f32; x.len() / 32]);
+        quantize_with(isa, &x, &mut q, &mut d);
+        (q, d)
+    };
+    let (q0, d0) = run(Int8Isa::Scalar);
+    assert!(d0[37].is_nan() && d0[38].is_nan() && d0[2] == 0.0 && d0[39] == 1.0, "{d0:?}");
+    let mut checked = 0;
+    for isa in [Int8Isa::Avx2, Int8Isa::Avx512Vnni].into_iter().filter(|i| i.supported()) {
+        let (q, d) = run(isa);
+        assert_eq!(q, q0, "{isa:?}");
+        assert!(d.iter().zip(&d0).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "{isa:?}: {d:?}");
+        checked += 1;
+    }
+    if checked == 0 {
+        common::skip("the_simd_quantizer_equals_the_scalar_one", "no SIMD quantizer on this CPU");
+    }
+}
