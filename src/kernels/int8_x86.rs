@@ -4,7 +4,9 @@
 //!
 //! 256-bit registers even where AVX-512 runs: Zen 4 executes a 512-bit instruction as two
 //! 256-bit halves, so two blocks per 512-bit register would cost the same execution slots and
-//! need extra shuffles to gather two 18- or 34-byte blocks and their scales into one register.
+//! need extra shuffles to gather two 18- or 34-byte blocks and their scales into one register
+//! (reasoning, not measured: no 512-bit variant is written; [`super::int8`]'s even/odd
+//! accumulators leave room for one on CPUs with full-width 512-bit units).
 //!
 //! Both instructions multiply an *unsigned* byte by a signed one. The weights are made
 //! unsigned by an offset — Q4B32 nibble `q` becomes `q + 8` (flip bit 3), Q8B32 byte `w`
@@ -319,7 +321,7 @@ pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
     let largest = _mm256_set1_ps(f32::MAX);
     // packs leave each 128-bit half's 4-byte groups interleaved; this restores lane order.
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for b in 0..blocks {
+    for (b, db) in d[..blocks].iter_mut().enumerate() {
         // SAFETY: block b lies inside x and q (blocks is bounded by both).
         let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * i)) });
         let a: [__m256; 4] = std::array::from_fn(|i| _mm256_and_ps(v[i], abs));
@@ -334,7 +336,7 @@ pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
         if _mm256_movemask_ps(finite) != 0xff || amax == 0.0 {
             // SAFETY: 32 bytes of q belong to block b.
             unsafe { _mm256_storeu_si256(out, _mm256_setzero_si256()) };
-            d[b] = if amax == 0.0 && _mm256_movemask_ps(finite) == 0xff { 0.0 } else { f32::NAN };
+            *db = if amax == 0.0 && _mm256_movemask_ps(finite) == 0xff { 0.0 } else { f32::NAN };
             continue;
         }
         let inv = _mm256_set1_ps(127.0 / amax);
@@ -342,6 +344,6 @@ pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
         let packed = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
         // SAFETY: as above.
         unsafe { _mm256_storeu_si256(out, _mm256_permutevar8x32_epi32(packed, order)) };
-        d[b] = amax / 127.0;
+        *db = amax / 127.0;
     }
 }

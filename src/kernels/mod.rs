@@ -7,7 +7,7 @@
 //! inside the dot product, a quantized block at a time; activations are f32 — unless the
 //! opt-in int8 path is on ([`Kernels::with_int8_activations`], [`int8`]), which quantizes the
 //! inputs of Q8B32 and Q4B32 products to int8 blocks. Every SIMD kernel has a scalar twin in
-//! [`scalar`] or [`int8`], and `tests/kernels.rs` compares them.
+//! [`scalar`] or [`int8`], and `tests/kernels.rs` and `tests/kernels_int8.rs` compare them.
 //!
 //! The result for a (row, vector) pair depends only on the instruction set and the column
 //! count — never on how many vectors a call carries, which rows it covers, or how many threads
