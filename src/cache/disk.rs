@@ -2,11 +2,11 @@
 //! (decode tok/s ≤ bandwidth ÷ bytes read per token). Reads a file with the same aligned
 //! `O_DIRECT` reads the cache makes, several in flight.
 
-use super::io::BankFile;
+use super::io::{BankFile, IoPool, Request};
 use crate::error::{Error, Result};
-use crate::sys::AlignedBuf;
+use crate::sys::SlotArena;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What `bench disk` measured.
@@ -26,41 +26,138 @@ impl DiskReport {
     }
 }
 
-/// Reads up to `limit` bytes of `path` as `record`-byte reads (a multiple of 4096) at
-/// record-aligned offsets in a scattered order, on `threads` threads.
+/// Reads up to `limit` bytes as `record`-byte reads (a multiple of 4096) at record-aligned
+/// offsets in a scattered order, on `threads` threads. `path` is one file, or a container
+/// directory, whose banks are then read together at their own record size (`record` ignored),
+/// as the engine reads them.
 pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Result<DiskReport> {
+    if crate::format::container::is_container(path) {
+        return bench_container(path, threads, limit);
+    }
+    let files = vec![BankFile::open(path.to_path_buf())?];
     if record == 0 || record % 4096 != 0 {
         return Err(Error::arg(format!("record size {record} is not a positive multiple of 4096")));
     }
-    let bank = BankFile::open(path.to_path_buf())?;
-    let size = bank.file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
-    let records = (size.min(limit) / record as u64) as usize;
+    // Records are numbered file after file.
+    let mut per_file = Vec::with_capacity(files.len());
+    for f in &files {
+        let size = f.file.metadata().map_err(|e| Error::io(&f.path, "stat", e))?.len();
+        per_file.push((size / record as u64) as usize);
+    }
+    let total: usize = per_file.iter().sum();
+    let records = total.min((limit / record as u64) as usize);
     if records == 0 {
         return Err(Error::arg(format!("{}: smaller than one {record}-byte record", path.display())));
     }
-    // A scattered but deterministic order (a stride coprime with the count), like expert reads.
-    let stride = (1..).map(|k| records / 3 + k).find(|s| gcd(*s, records) == 1).unwrap_or(1);
-    let next = AtomicU64::new(0);
-    let threads = threads.max(1);
-    let start = Instant::now();
-    let results: Vec<Result<()>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(|| -> Result<()> {
-            let mut buf = AlignedBuf::zeroed(record, 4096)?;
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                if i >= records {
-                    return Ok(());
-                }
-                let r = (i * stride) % records;
-                bank.read_record(buf.as_mut_slice(), (r * record) as u64, 0, r)?;
+    let locate = |mut r: usize| -> (usize, usize) {
+        for (i, &n) in per_file.iter().enumerate() {
+            if r < n {
+                return (i, r);
             }
-        })).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new(crate::ErrorKind::Io, "reader thread panicked")))).collect()
-    });
+            r -= n;
+        }
+        (0, 0)
+    };
+    // A deterministic order like decoding's: groups of `GROUP` (a token's top-k) scattered
+    // records of one bank, the banks in turn; within a single file, a stride coprime with the
+    // count. (Host-side readahead and caching favour nearby records, so the order matters.)
+    let stride = (1..).map(|k| total / 3 + k).find(|s| gcd(*s, total) == 1).unwrap_or(1);
+    let nfiles = files.len();
+    // Decoding's order: per group, GROUP distinct pseudo-random records of one bank in
+    // ascending order (the router's choice, sorted as the cache submits misses).
+    let order = |i: usize| -> (usize, usize) {
+        if nfiles == 1 {
+            return locate((i * stride) % total);
+        }
+        let (group, j) = (i / GROUP, i % GROUP);
+        let f = group % nfiles;
+        let n = per_file[f].max(1);
+        let mut picks = [0usize; GROUP];
+        let mut h = (group as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut k = 0;
+        while k < GROUP.min(n) {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            let r = (h % n as u64) as usize;
+            if !picks[..k].contains(&r) {
+                picks[k] = r;
+                k += 1;
+            }
+        }
+        picks[..k].sort_unstable();
+        (f, picks[j % k.max(1)])
+    };
+    // Read as the cache does: a group's reads are submitted together to the I/O threads and
+    // all awaited before the next group, buffers travelling with their requests.
+    let threads = threads.max(1);
+    let direct = files.iter().all(|f| f.direct);
+    let pool = IoPool::new(threads, Arc::new(files.into_iter().map(Some).collect()))?;
+    let mut bufs = Vec::with_capacity(GROUP);
+    bufs.extend(SlotArena::slots(record, GROUP)?);
+    let start = Instant::now();
+    let mut i = 0;
+    while i < records {
+        let group = GROUP.min(records - i);
+        for _ in 0..group {
+            let (f, r) = order(i);
+            let buf = bufs.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "read buffer lost"))?;
+            pool.submit(Request { layer: f, expert: r, slot: 0, offset: (r * record) as u64, len: record, buf })?;
+            i += 1;
+        }
+        let mut first_error = None;
+        for _ in 0..group {
+            let c = pool.wait()?;
+            bufs.push(c.buf);
+            if let Err(e) = c.result {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+    }
     let seconds = start.elapsed().as_secs_f64();
-    results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(DiskReport { bytes: (records * record) as u64, seconds, record_bytes: record, threads, direct: bank.direct })
+    Ok(DiskReport { bytes: (records * record) as u64, seconds, record_bytes: record, threads, direct })
 }
+
+/// A container's banks read through the engine's own expert cache (at its minimum size, so
+/// nearly every lookup misses) with no computation: per MoE layer in turn, the top-k of a
+/// pseudo-random routing, sorted — the decode pattern. This is the read rate a streamed
+/// decode cannot exceed on this machine.
+fn bench_container(path: &Path, threads: usize, limit: u64) -> Result<DiskReport> {
+    use crate::format::container::Manifest;
+    let m = Manifest::open(path)?;
+    let moe = m.config.moe.as_ref().ok_or_else(|| Error::arg(format!("{}: the model has no experts", path.display())))?;
+    let opts = super::CacheOptions { bytes: super::min_cache_bytes(&m), io_threads: threads.max(1), verify: false, policy: None };
+    let mut cache = super::ExpertCache::open(&m, &opts)?;
+    let (k, e) = (moe.top_k, moe.experts);
+    let mut h = 0x9E37_79B9_7F4A_7C15u64;
+    let mut wanted = Vec::with_capacity(k);
+    let start = Instant::now();
+    let mut group = 0usize;
+    while cache.stats().bytes_read < limit {
+        let layer = m.banks[group % m.banks.len()].layer;
+        wanted.clear();
+        while wanted.len() < k {
+            h ^= h << 13;
+            h ^= h >> 7;
+            h ^= h << 17;
+            let x = (h % e as u64) as u32;
+            if !wanted.contains(&x) {
+                wanted.push(x);
+            }
+        }
+        wanted.sort_unstable();
+        cache.with_records(layer, &wanted, &mut |_, _, _| {})?;
+        group += 1;
+    }
+    let s = cache.stats();
+    Ok(DiskReport { bytes: s.bytes_read, seconds: start.elapsed().as_secs_f64(), record_bytes: m.max_record_bytes(), threads, direct: s.direct_io })
+}
+
+/// Records read together from one bank in the container order (a decode step's top-k).
+const GROUP: usize = 8;
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }

@@ -5,7 +5,7 @@
 //! are only ever owned by one thread and no unsafe sharing is needed.
 
 use crate::error::{Error, Result};
-use crate::sys::{self, AlignedBuf};
+use crate::sys::{self, Slot};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -44,7 +44,7 @@ pub struct Request {
     pub slot: usize,
     pub offset: u64,
     pub len: usize,
-    pub buf: AlignedBuf,
+    pub buf: Slot,
 }
 
 /// A finished read: the buffer comes back whatever happened.
@@ -52,7 +52,7 @@ pub struct Completion {
     pub layer: usize,
     pub expert: usize,
     pub slot: usize,
-    pub buf: AlignedBuf,
+    pub buf: Slot,
     pub result: Result<()>,
 }
 

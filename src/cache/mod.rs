@@ -17,7 +17,7 @@ pub mod replay;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
 use crate::model::experts::RecordFn;
-use crate::sys::AlignedBuf;
+use crate::sys::{Slot, SlotArena};
 use io::{BankFile, Completion, IoPool, Request};
 use policy::{CacheIndex, Lookup, Policy};
 use std::sync::Arc;
@@ -67,7 +67,7 @@ pub struct ExpertCache {
     key_base: Vec<usize>,
     index: CacheIndex,
     /// Slot buffers; `None` while a read owns it.
-    bufs: Vec<Option<AlignedBuf>>,
+    bufs: Vec<Option<Slot>>,
     slot_bytes: usize,
     io: Option<IoPool>,
     verify: bool,
@@ -110,10 +110,7 @@ impl ExpertCache {
             key_base[b.layer] = i * moe.experts;
         }
         let banks = Arc::new(files);
-        let mut bufs = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            bufs.push(Some(AlignedBuf::zeroed(slot_bytes, crate::format::container::RECORD_ALIGN)?));
-        }
+        let bufs = SlotArena::slots(slot_bytes, slots)?.into_iter().map(Some).collect();
         let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks))?) } else { None };
         let policy = opts.policy.unwrap_or_else(|| Policy::default_for(moe.top_k * manifest.banks.len()));
         Ok(ExpertCache {

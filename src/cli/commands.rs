@@ -297,6 +297,8 @@ fn info(a: &Args) -> Outcome {
             ("kv_bytes", Json::uint(i.kv_bytes)),
             ("scratch_bytes", Json::uint(i.scratch_bytes)),
             ("resident_bytes", Json::uint(i.weight_bytes + i.kv_bytes + i.scratch_bytes)),
+            ("memory_used_bytes", Json::uint(model.memory_used())),
+            ("budget_bytes", Json::uint(model.budget().bytes)),
             ("context", Json::uint(i.context as u64)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
@@ -325,6 +327,7 @@ fn info(a: &Args) -> Outcome {
     println!("kv cache      {} bytes ({} tokens)", i.kv_bytes, i.context);
     println!("scratch       {} bytes", i.scratch_bytes);
     println!("resident      {} bytes", i.weight_bytes + i.kv_bytes + i.scratch_bytes);
+    println!("budget        {} bytes (memory used {} bytes)", model.budget().bytes, model.memory_used());
     println!("kernels       {} x {} threads{}", i.isa, i.threads, int8_note(&i));
     if let Some(t) = &i.tokenizer {
         println!("tokenizer     {}", t.display());

@@ -145,8 +145,9 @@ pub const BENCH_CACHE: Command = Command {
 
 pub const BENCH_DISK: Command = Command {
     name: "bench disk",
-    usage: "bench disk FILE [--record SIZE] [--threads N] [--limit SIZE]",
-    about: "Measure the disk's O_DIRECT read bandwidth at the expert record size (the bound on streaming).",
+    usage: "bench disk (FILE | CONTAINER) [--record SIZE] [--threads N] [--limit SIZE]",
+    about: "Measure the disk's O_DIRECT read bandwidth at the expert record size (the bound on streaming). \
+Given a container, reads its banks' records in a scattered order, as the engine does.",
     opts: &[&[
         val("record", "SIZE", "bytes per read, a multiple of 4096 (default 4M); K/M/G suffixes"),
         val("threads", "N", "reads in flight (default 4, the engine's I/O threads)"),

@@ -142,18 +142,34 @@ impl Noise {
         self.0
     }
 
-    /// Random Q4B32/Q8B32 blocks: a scale near `1.7 std / levels` and uniform levels, so the
-    /// weights have roughly standard deviation `std`.
+    /// Random Q4B32/Q8B32 blocks: a scale near `1.7 std / levels` and levels uniform over the
+    /// symmetric range (−7..=7, −127..=127), so the weights have mean 0 and roughly standard
+    /// deviation `std`. (Uniform bytes would include −8 / −128 and give every weight a mean of
+    /// −½ scale, a bias that compounds layer after layer into one shared direction.)
     fn blocks(&mut self, dtype: DType, std: f32, out: &mut [u8]) {
         let bb = dtype.block_bytes().unwrap_or(34);
-        let levels = if dtype == DType::Q4B32 { 7.0 } else { 127.0 };
+        let q4 = dtype == DType::Q4B32;
+        let levels = if q4 { 7.0 } else { 127.0 };
         for b in out.chunks_exact_mut(bb) {
             let r = self.next();
             let scale = std * 1.7 / levels * (0.75 + 0.5 * (r >> 40) as f32 / (1u64 << 24) as f32);
             b[..2].copy_from_slice(&half::f16::from_f32(scale).to_bits().to_le_bytes());
-            for c in b[2..].chunks_mut(8) {
-                let v = self.next().to_le_bytes();
-                c.copy_from_slice(&v[..c.len()]);
+            let mut bits = self.next();
+            let mut level = |span: u64| -> i32 {
+                if bits < 1 << 16 {
+                    bits = self.next();
+                }
+                let v = (bits % span) as i32;
+                bits /= span;
+                v
+            };
+            for byte in b[2..].iter_mut() {
+                *byte = if q4 {
+                    let (lo, hi) = (level(15) - 7, level(15) - 7);
+                    ((lo as u8) & 0x0f) | (((hi as u8) & 0x0f) << 4)
+                } else {
+                    (level(255) - 127) as i8 as u8
+                };
             }
         }
     }

@@ -342,6 +342,7 @@ pub fn merge_heap<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, sc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     /// The scanning merge and the heap merge must give identical ids (bit identity of the
     /// two algorithms) on every piece.
@@ -353,7 +354,7 @@ mod tests {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             let len = 2 + (seed >> 60) as usize; // 2..=17
             let s: Vec<u8> = (0..len).map(|k| b"abc"[((seed >> (k * 3 % 60)) % 3) as usize]).collect();
-            let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).unwrap(), mergeable: (seed >> i) & 7 != 0 }).collect();
+            let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).must(), mergeable: (seed >> i) & 7 != 0 }).collect();
             let (mut a, mut b) = (Vec::new(), Vec::new());
             merge_heap(&s, &init, &t, &mut Scratch::default(), &mut a);
             if init.len() <= SMALL {
@@ -382,7 +383,7 @@ mod tests {
     }
 
     fn encode(t: &Concat, s: &[u8]) -> Vec<u32> {
-        let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).unwrap(), mergeable: true }).collect();
+        let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).must(), mergeable: true }).collect();
         let mut out = Vec::new();
         merge(s, &init, t, &mut Scratch::default(), &mut out);
         out

@@ -297,11 +297,12 @@ fn config_err(path: &Path, key: &str, msg: impl std::fmt::Display) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     #[test]
     fn cache_is_invisible() {
         let ranks = (0..=255u8).map(|b| (vec![b], b as u32)).chain([(b"ab".to_vec(), 256), (b"abc".to_vec(), 257), (b" ab".to_vec(), 258)]).collect();
-        let t = Tiktoken::new(Path::new("t"), ranks, SplitPattern::Gpt2, vec![]).unwrap();
+        let t = Tiktoken::new(Path::new("t"), ranks, SplitPattern::Gpt2, vec![]).must();
         let cc = CharClasses::new();
         let text = "abcab abab xabc abcab abab 漢字 漢字 abcabcabcabcabcabcabcabcabcabcabc abcabcabcabcabcabcabcabcabcabcabc";
         let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -313,9 +314,9 @@ mod tests {
 
     #[test]
     fn base64_decodes_and_rejects() {
-        assert_eq!(base64(b"aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(base64(b"IQ==").unwrap(), b"!");
-        assert_eq!(base64(b"=").unwrap(), b"");
+        assert_eq!(base64(b"aGVsbG8=").must(), b"hello");
+        assert_eq!(base64(b"IQ==").must(), b"!");
+        assert_eq!(base64(b"=").must(), b"");
         assert!(base64(b"a$==").is_none());
         assert!(base64(b"abcde").is_none());
         assert!(base64(b"a=b=").is_none());
