@@ -332,6 +332,7 @@ pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        // SAFETY: block b's 32 bytes lie inside q (blocks is bounded by q.len() / 32).
         let out = unsafe { q.as_mut_ptr().add(32 * b) } as *mut __m256i;
         if _mm256_movemask_ps(finite) != 0xff || amax == 0.0 {
             // SAFETY: 32 bytes of q belong to block b.
