@@ -5,51 +5,11 @@
 //! covers, and the thread count.
 
 mod common;
+use common::{random_matrix, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Isa, Kernels, MatRef, Pool};
 
-/// A small xorshift generator: the tests need reproducible data, not good randomness.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-}
-
 const DTYPES: [DType; 5] = [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32];
-
-/// Random bytes of a `rows × cols` matrix of `dtype`, every value finite. Quantized blocks get
-/// a random binary16 scale of moderate size and random payload bytes (every nibble and byte
-/// value occurs).
-fn random_matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let mut out = Vec::new();
-    match dtype {
-        DType::F32 => (0..rows * cols).for_each(|_| out.extend_from_slice(&rng.f32().to_le_bytes())),
-        DType::BF16 => (0..rows * cols).for_each(|_| out.extend_from_slice(&((rng.f32().to_bits() >> 16) as u16).to_le_bytes())),
-        DType::F16 => (0..rows * cols).for_each(|_| out.extend_from_slice(&half::f16::from_f32(rng.f32()).to_bits().to_le_bytes())),
-        DType::Q8B32 | DType::Q4B32 => {
-            let payload = if dtype == DType::Q8B32 { 32 } else { 16 };
-            for _ in 0..rows * cols / 32 {
-                let scale = half::f16::from_f32(rng.f32().abs() * 0.05 + 1e-4);
-                out.extend_from_slice(&scale.to_bits().to_le_bytes());
-                (0..payload).for_each(|_| out.push(rng.byte()));
-            }
-        }
-        _ => unreachable!(),
-    }
-    out
-}
 
 /// The matrix widened to f64, decoded here from the format's definition (seed 000, "The
 /// payload"), independently of the library.

@@ -6,40 +6,11 @@
 //! a bit.
 
 mod common;
+use common::{random_matrix, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Int8Isa, Isa, Kernels, MatRef, Pool};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [-1, 1).
-    fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 56) as u8
-    }
-}
-
 const WIDTHS: [DType; 2] = [DType::Q8B32, DType::Q4B32];
-
-/// Random blocks: a moderate random scale, every payload byte value (−128 included).
-fn random_matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
-    let payload = if dtype == DType::Q8B32 { 32 } else { 16 };
-    let mut out = Vec::new();
-    for _ in 0..rows * cols / 32 {
-        let scale = half::f16::from_f32(rng.f32().abs() * 0.05 + 1e-4);
-        out.extend_from_slice(&scale.to_bits().to_le_bytes());
-        (0..payload).for_each(|_| out.push(rng.byte()));
-    }
-    out
-}
 
 /// The weight at (r, c) as f64, decoded from the format's definition (seed 000).
 fn weight(dtype: DType, data: &[u8], cols: usize, r: usize, c: usize) -> f64 {
