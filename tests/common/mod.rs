@@ -175,6 +175,19 @@ impl Rng {
     pub fn byte(&mut self) -> u8 {
         (self.next() >> 56) as u8
     }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+    /// Uniform in [lo, hi] (integers).
+    pub fn int(&mut self, lo: i32, hi: i32) -> i32 {
+        lo + (self.next() % (hi - lo + 1) as u64) as i32
+    }
+    /// Roughly normal (sum of four uniforms), mean 0, standard deviation `sd`.
+    pub fn normal(&mut self, sd: f32) -> f32 {
+        let s: f32 = (0..4).map(|_| self.unit() - 0.5).sum();
+        s * sd * 3f32.sqrt()
+    }
 }
 
 /// A random matrix of `dtype`: floats uniform in [-1, 1); quantized blocks with a random

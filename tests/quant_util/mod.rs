@@ -10,33 +10,7 @@ use waste::format::dtype::DType;
 use waste::format::json;
 use waste::format::safetensors::{TensorSpec, Writer};
 
-/// xorshift64: reproducible values without a dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    /// Uniform in [lo, hi] (integers).
-    pub fn int(&mut self, lo: i32, hi: i32) -> i32 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i32
-    }
-
-    /// Roughly normal (sum of four uniforms), mean 0, standard deviation `sd`.
-    pub fn normal(&mut self, sd: f32) -> f32 {
-        let s: f32 = (0..4).map(|_| self.unit() - 0.5).sum();
-        s * sd * 3f32.sqrt()
-    }
-}
+pub use crate::common::Rng;
 
 /// One tensor to write: name, stored dtype, shape, values.
 pub struct T {
