@@ -127,12 +127,16 @@ pub struct Options {
     pub io_threads: usize,
     /// Check the CRC-32 of every expert record read (headers are always checked).
     pub verify: bool,
+    /// Router look-ahead for streamed experts: during each decode step's MoE layer, guess the
+    /// next MoE layer's experts (its router applied to this layer's input) and start reading
+    /// them. Changes only when bytes move, never the result.
+    pub lookahead: bool,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false }
+            io_threads: 4, verify: false, lookahead: false }
     }
 }
 

@@ -55,12 +55,17 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("io threads", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
             ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
             ("token at a time, smallest cache", Options { cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
+            ("look-ahead, smallest cache", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
+            ("look-ahead, half the experts", Options { cache_bytes: manifest.expert_bytes() / 2, io_threads: 3, lookahead: true, threads: 2, ..base.clone() }, true),
         ] {
             let mut m = open(&dir, opts);
             let got = prompt_logits(&mut m, &o.prompt, single);
             assert!(bit_identical(&reference, &got), "{name}: {label}");
             let s = m.cache_stats().unwrap();
             assert!(s.hits + s.misses > 0 && s.bytes_read > 0, "{name}: {label}: {s:?}");
+            if label.starts_with("look-ahead") {
+                assert!(s.prefetched > 0 && s.prefetch_hits > 0, "{name}: {label}: the look-ahead did not work: {s:?}");
+            }
         }
     }
 }
@@ -96,18 +101,29 @@ fn damaged(tag: &str, verify: bool, damage: impl FnOnce(&Path, usize)) -> String
     let rb = manifest.banks[1].layout.record_bytes;
     damage(&dir.join(&manifest.banks[1].file), rb);
     let o = oracle("mixtral_f32");
-    let opened = Model::open(&dir, &Options { verify, io_threads: 2, ..Options::default() });
-    let err = match opened {
-        Err(e) => e,
-        Ok(mut m) => {
-            let mut out = Vec::new();
-            match m.eval_all(&o.prompt, &mut out) {
-                Ok(()) => panic!("{tag}: damaged container produced logits"),
-                Err(e) => e,
+    let mut messages = Vec::new();
+    // With and without the look-ahead (which reads records before they are asked for).
+    for lookahead in [false, true] {
+        let opened = Model::open(&dir, &Options { verify, io_threads: 2, lookahead, ..Options::default() });
+        let err = match opened {
+            Err(e) => e,
+            Ok(mut m) => {
+                let out = if lookahead {
+                    // Decode token by token so the look-ahead runs.
+                    o.prompt.iter().try_for_each(|&t| m.eval(&[t]).map(|_| ()))
+                } else {
+                    m.eval_all(&o.prompt, &mut Vec::new())
+                };
+                match out {
+                    Ok(()) => panic!("{tag}: damaged container produced logits (look-ahead {lookahead})"),
+                    Err(e) => e,
+                }
             }
-        }
-    };
-    err.to_string()
+        };
+        messages.push(err.to_string());
+    }
+    assert!(messages[1].contains("layer 1"), "{tag}: {}", messages[1]);
+    messages.swap_remove(0)
 }
 
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {

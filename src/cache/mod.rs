@@ -49,6 +49,10 @@ pub struct CacheStats {
     pub direct_io: bool,
     /// Number of slots.
     pub slots: usize,
+    /// Records read ahead of their layer (router look-ahead).
+    pub prefetched: u64,
+    /// Lookups served by a record read ahead.
+    pub prefetch_hits: u64,
 }
 
 impl CacheStats {
@@ -72,6 +76,12 @@ pub struct ExpertCache {
     io: Option<IoPool>,
     verify: bool,
     stats: CacheStats,
+    /// Reads under way (this layer's and look-ahead ones).
+    loading: usize,
+    /// Per slot: its record came from a look-ahead read (for the statistics).
+    prefetched: Vec<bool>,
+    /// Reused per call: this layer's hits and misses as (expert, slot).
+    hits: Vec<(u32, usize)>,
     misses: Vec<(u32, usize)>,
 }
 
@@ -123,6 +133,9 @@ impl ExpertCache {
             io,
             verify: opts.verify,
             stats: CacheStats { direct_io: direct, slots, ..CacheStats::default() },
+            loading: 0,
+            prefetched: vec![false; slots],
+            hits: Vec::new(),
             misses: Vec::new(),
         })
     }
@@ -138,14 +151,18 @@ impl ExpertCache {
     }
 
     /// Calls `f` for each wanted expert of `layer` as its record becomes available: resident
-    /// ones first, then the others as their reads complete.
-    pub fn with_records(&mut self, layer: usize, wanted: &[u32], f: &mut RecordFn) -> Result<()> {
+    /// ones first, then the others as their reads complete. With `lookahead` (a later layer
+    /// and the experts it will probably choose), those records are queued to be read behind
+    /// this layer's misses, so the disk keeps working while this layer computes; they land in
+    /// the cache whenever their reads complete (the next calls collect them).
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: Option<(usize, &[u32])>,
+                        f: &mut RecordFn) -> Result<()> {
         let layout = self.layouts.get(layer).copied().flatten()
             .ok_or_else(|| Error::new(ErrorKind::Tensor, format!("layer {layer} has no expert bank")))?;
         let base = self.key_base[layer];
-        let mut misses = std::mem::take(&mut self.misses);
+        let (mut hits, mut misses) = (std::mem::take(&mut self.hits), std::mem::take(&mut self.misses));
+        hits.clear();
         misses.clear();
-        let mut hits = Vec::with_capacity(wanted.len());
         for &e in wanted {
             match self.index.access(base + e as usize) {
                 Lookup::Hit(s) => hits.push((e, s)),
@@ -154,83 +171,156 @@ impl ExpertCache {
         }
         self.stats.hits += hits.len() as u64;
         self.stats.misses += misses.len() as u64;
-        let result = self.serve(layer, &layout, &hits, &mut misses, f);
+        // A read-ahead record counts once, at its first use.
+        for &(_, s) in &hits {
+            if std::mem::take(&mut self.prefetched[s]) {
+                self.stats.prefetch_hits += 1;
+            }
+        }
+        let result = self.serve(layer, &layout, &hits, &mut misses, lookahead, f);
+        // Every slot this call used is evictable again, except reads still under way.
         self.index.unpin_all();
+        for s in 0..self.bufs.len() {
+            if self.bufs[s].is_none() {
+                self.index.pin(s);
+            }
+        }
+        self.hits = hits;
         self.misses = misses;
         result
     }
 
-    fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)],
-             misses: &mut [(u32, usize)], f: &mut RecordFn) -> Result<()> {
+    fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
+             lookahead: Option<(usize, &[u32])>, f: &mut RecordFn) -> Result<()> {
         let base = self.key_base[layer];
-        let mut next = 0; // next miss to submit
-        let mut in_flight = 0;
-        // Queue every miss a slot can take before computing anything.
-        if self.io.is_some() {
-            self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
+        if self.io.is_none() {
+            return self.serve_inline(layer, layout, hits, misses, f);
         }
+        let mut next = 0; // next miss to submit
+        // Queue every miss a slot can take before computing anything, then the look-ahead.
+        self.submit_misses(layer, layout, base, misses, &mut next)?;
+        if let Some((l, experts)) = lookahead {
+            self.prefetch(l, experts)?;
+        }
+        // Hits whose record is resident now; the others are look-ahead reads still under way.
+        let mut remaining = misses.len();
+        for &(e, s) in hits {
+            match &self.bufs[s] {
+                Some(buf) => {
+                    f(e, layout, &buf.as_slice()[..layout.record_bytes]);
+                    self.index.unpin(s);
+                }
+                None => remaining += 1,
+            }
+        }
+        // Slots the hits held may now take the misses that did not fit.
+        self.submit_misses(layer, layout, base, misses, &mut next)?;
+        let mut first_error = None;
+        while remaining > 0 {
+            if self.loading == 0 {
+                // Nothing under way will free a slot: the misses left cannot be served.
+                return Err(first_error.unwrap_or_else(|| slot_lost(layer, misses.get(next).map_or(0, |m| m.0))));
+            }
+            let c = self.wait()?;
+            let (l, e, slot) = (c.layer, c.expert as u32, c.slot);
+            let landed = self.land(c);
+            let wanted_now = l == layer && (misses[..next].iter().any(|&m| m == (e, slot)) || hits.iter().any(|&h| h == (e, slot)));
+            if !wanted_now {
+                continue; // a look-ahead record: now resident (or forgotten if it failed)
+            }
+            remaining -= 1;
+            match landed {
+                Ok(()) if first_error.is_none() => {
+                    if let Some(b) = &self.bufs[slot] {
+                        f(e, layout, &b.as_slice()[..layout.record_bytes]);
+                    }
+                    self.index.unpin(slot);
+                    self.submit_misses(layer, layout, base, misses, &mut next)?;
+                }
+                Ok(()) => self.index.unpin(slot),
+                Err(err) => {
+                    // Keep draining so every buffer comes home, then report.
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes back a finished read's buffer and checks the record: on success the slot holds
+    /// the expert (still pinned); on failure the slot is forgotten, so nothing is computed from
+    /// those bytes (a look-ahead that failed is simply read again, and reported, when wanted).
+    fn land(&mut self, c: Completion) -> Result<()> {
+        let Completion { layer, expert, slot, buf, result } = c;
+        self.bufs[slot] = Some(buf);
+        self.loading -= 1;
+        let layout = self.layouts.get(layer).copied().flatten();
+        let checked = result.and_then(|()| match (layout, self.banks.get(layer).and_then(Option::as_ref), &self.bufs[slot]) {
+            (Some(layout), Some(bank), Some(b)) => layout.check(b.as_slice(), &bank.path, layer, expert, self.verify),
+            _ => Err(slot_lost(layer, expert as u32)),
+        });
+        match checked {
+            Ok(()) => {
+                self.stats.bytes_read += layout.map_or(0, |l| l.record_bytes) as u64;
+                Ok(())
+            }
+            Err(e) => {
+                self.prefetched[slot] = false;
+                self.index.clear(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads on the computing thread (no I/O threads): hits, then each miss in turn.
+    fn serve_inline(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &[(u32, usize)],
+                    f: &mut RecordFn) -> Result<()> {
+        let base = self.key_base[layer];
         for &(e, s) in hits {
             let buf = self.bufs[s].as_ref().ok_or_else(|| slot_lost(layer, e))?;
             f(e, layout, &buf.as_slice()[..layout.record_bytes]);
             self.index.unpin(s);
         }
-        // Slots the hits held may now take the misses that did not fit.
-        self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
-        if self.io.is_none() {
-            for i in 0..misses.len() {
-                let (e, _) = misses[i];
-                let (s, _) = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?;
-                let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
-                let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
-                let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
-                let read = io::timed(&mut self.stats.io_wait, || bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize));
-                if let Err(err) = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify)) {
-                    self.index.clear(s);
-                    return Err(err);
-                }
-                self.stats.bytes_read += layout.record_bytes as u64;
-                f(e, layout, rec);
-                self.index.unpin(s);
+        for &(e, _) in misses {
+            let (s, _) = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?;
+            self.prefetched[s] = false;
+            let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
+            let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
+            let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
+            let read = io::timed(&mut self.stats.io_wait, || bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize));
+            if let Err(err) = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify)) {
+                self.index.clear(s);
+                return Err(err);
             }
-            return Ok(());
+            self.stats.bytes_read += layout.record_bytes as u64;
+            f(e, layout, rec);
+            self.index.unpin(s);
         }
-        let mut first_error = None;
-        while in_flight > 0 {
-            let c = self.wait()?;
-            in_flight -= 1;
-            let Completion { expert, slot, buf, result, .. } = c;
-            self.bufs[slot] = Some(buf);
-            let checked = result.and_then(|()| {
-                let path = &self.banks[layer].as_ref().ok_or_else(|| slot_lost(layer, expert as u32))?.path;
-                layout.check(self.bufs[slot].as_ref().map_or(&[][..], |b| b.as_slice()), path, layer, expert, self.verify)
-            });
-            match checked {
-                Ok(()) if first_error.is_none() => {
-                    self.stats.bytes_read += layout.record_bytes as u64;
-                    if let Some(b) = &self.bufs[slot] {
-                        f(expert as u32, layout, &b.as_slice()[..layout.record_bytes]);
-                    }
-                    self.index.unpin(slot);
-                    self.submit_misses(layer, layout, base, misses, &mut next, &mut in_flight)?;
-                }
-                Ok(()) => self.index.unpin(slot),
-                Err(e) => {
-                    // Drain the other reads so every buffer comes home, then report.
-                    self.index.clear(slot);
-                    first_error.get_or_insert(e);
-                }
+        Ok(())
+    }
+
+    /// Queues reads of `experts` of `layer` that are neither resident nor under way, into
+    /// slots the policy gives up, as long as unpinned slots remain.
+    fn prefetch(&mut self, layer: usize, experts: &[u32]) -> Result<()> {
+        let (Some(layout), Some(io)) = (self.layouts.get(layer).copied().flatten(), &self.io) else { return Ok(()) };
+        let base = self.key_base[layer];
+        for &e in experts {
+            if self.index.slot_of(base + e as usize).is_some() {
+                continue;
             }
+            let Some((s, _)) = self.index.assign(base + e as usize) else { break };
+            let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            self.prefetched[s] = true;
+            self.loading += 1;
+            self.stats.prefetched += 1;
         }
-        match first_error {
-            Some(e) => Err(e),
-            None if next < misses.len() => Err(slot_lost(layer, misses[next].0)),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Submits misses from `next` on while slots can be had.
     fn submit_misses(&mut self, layer: usize, layout: &RecordLayout, base: usize, misses: &mut [(u32, usize)],
-                     next: &mut usize, in_flight: &mut usize) -> Result<()> {
+                     next: &mut usize) -> Result<()> {
         let Some(io) = &self.io else { return Ok(()) };
         while *next < misses.len() {
             let e = misses[*next].0;
@@ -238,8 +328,9 @@ impl ExpertCache {
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             misses[*next].1 = s;
             io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            self.prefetched[s] = false;
+            self.loading += 1;
             *next += 1;
-            *in_flight += 1;
         }
         Ok(())
     }

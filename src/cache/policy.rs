@@ -177,6 +177,19 @@ impl CacheIndex {
         self.pinned[slot] = false;
     }
 
+    /// The slot holding `key`, without counting an access.
+    pub fn slot_of(&self, key: usize) -> Option<usize> {
+        match self.key_slot[key] {
+            NONE => None,
+            s => Some(s as usize),
+        }
+    }
+
+    /// Pins one slot (a read into it is under way).
+    pub fn pin(&mut self, slot: usize) {
+        self.pinned[slot] = true;
+    }
+
     /// Unpins one slot.
     pub fn unpin(&mut self, slot: usize) {
         self.pinned[slot] = false;

@@ -88,6 +88,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.io_threads = n;
     }
     o.verify = a.flag("verify");
+    o.lookahead = a.flag("lookahead");
     Ok(o)
 }
 
@@ -379,6 +380,10 @@ fn bench(a: &Args) -> Outcome {
             println!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
                 c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
                 if c.direct_io { "O_DIRECT" } else { "buffered reads" });
+            if c.prefetched > 0 {
+                println!("ahead    {} records read ahead, {} of them used ({:.0}%)", c.prefetched, c.prefetch_hits,
+                    100.0 * c.prefetch_hits as f64 / c.prefetched as f64);
+            }
         }
     }
     Ok(())

@@ -49,6 +49,8 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
             misses: a.misses - b.misses,
             bytes_read: a.bytes_read - b.bytes_read,
             io_wait: a.io_wait.saturating_sub(b.io_wait),
+            prefetched: a.prefetched - b.prefetched,
+            prefetch_hits: a.prefetch_hits - b.prefetch_hits,
             ..a.clone()
         }),
         _ => None,

@@ -30,8 +30,10 @@ pub type RecordFn<'a> = dyn FnMut(u32, &RecordLayout, &[u8]) + 'a;
 
 impl Experts {
     /// Calls `f` once for each expert of `wanted` (ids of `layer`), in the order their records
-    /// become available.
-    pub fn with_records(&mut self, layer: usize, wanted: &[u32], f: &mut RecordFn) -> Result<()> {
+    /// become available. `lookahead` names a later layer's likely experts, which a streamed
+    /// source starts reading behind this layer's (resident sources ignore it).
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: Option<(usize, &[u32])>,
+                        f: &mut RecordFn) -> Result<()> {
         match self {
             Experts::None => Err(Error::new(ErrorKind::Tensor, format!("layer {layer} routes to experts, but the model has none"))),
             Experts::Resident(banks) => {
@@ -45,8 +47,13 @@ impl Experts {
                 }
                 Ok(())
             }
-            Experts::Streamed(cache) => cache.with_records(layer, wanted, f),
+            Experts::Streamed(cache) => cache.with_records(layer, wanted, lookahead, f),
         }
+    }
+
+    /// True when records stream from disk (look-ahead can help).
+    pub fn is_streamed(&self) -> bool {
+        matches!(self, Experts::Streamed(_))
     }
 
     /// Bytes of expert records held in RAM (resident banks, or the cache's slots).

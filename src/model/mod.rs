@@ -47,6 +47,8 @@ pub struct Model {
     pub(crate) eos: Vec<u32>,
     plan: MemoryPlan,
     budget: Budget,
+    /// Router look-ahead for streamed experts (Options::lookahead).
+    lookahead: bool,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -174,6 +176,7 @@ impl Model {
             eos,
             plan,
             budget,
+            lookahead: opts.lookahead,
         })
     }
 
@@ -339,7 +342,7 @@ impl Model {
     /// `all` when given, and the last row's to the state when `last`.
     fn forward_chunk(&mut self, tokens: &[u32], all: Option<&mut [f32]>, last: bool,
                      mut trace: Option<(&mut [f32], usize, usize)>) -> Result<()> {
-        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, .. } = self;
+        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
@@ -358,7 +361,10 @@ impl Model {
             }
             match &layer.ffn {
                 Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
-                Ffn::Moe(moe) => moe::moe_block(cfg, k, pool, st, moe, experts, l, n)?,
+                Ffn::Moe(moe) => {
+                    let next = if *lookahead { next_router(&w.layers, l) } else { None };
+                    moe::moe_block(cfg, k, pool, st, moe, experts, l, n, next)?
+                }
             }
             add_rows(&mut st.x, &st.out, n * h);
             record(&mut trace, l + 1, &st.x, n, h);
@@ -378,6 +384,14 @@ impl Model {
         st.pos += n;
         Ok(())
     }
+}
+
+/// The first MoE layer after `l` and its router (the look-ahead's target).
+fn next_router(layers: &[weights::Layer], l: usize) -> moe::NextRouter<'_> {
+    layers.iter().enumerate().skip(l + 1).find_map(|(i, layer)| match &layer.ffn {
+        Ffn::Moe(m) => Some((i, &m.router)),
+        Ffn::Dense(_) => None,
+    })
 }
 
 /// Copies the chunk's rows of `x` into slot `slot` of a hidden-state trace.

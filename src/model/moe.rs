@@ -52,19 +52,47 @@ pub fn route_experts(moe: &MoeConfig, logits: &mut [f32], n: usize, ids: &mut [u
     }
 }
 
+/// The indices of the `ids.len()` largest values of `v` (ties: the lower index).
+fn top_k_ids(v: &[f32], ids: &mut [u32]) {
+    for slot in 0..ids.len() {
+        let mut best = usize::MAX;
+        for (j, &x) in v.iter().enumerate() {
+            if !ids[..slot].contains(&(j as u32)) && (best == usize::MAX || x > v[best]) {
+                best = j;
+            }
+        }
+        ids[slot] = best as u32;
+    }
+}
+
 /// The matrices of one expert record.
 pub fn record_matrices<'a>(layout: &RecordLayout, rec: &'a [u8]) -> [MatRef<'a>; 3] {
     layout.matrices.map(|m| MatRef { dtype: m.dtype, rows: m.rows, cols: m.cols, data: &rec[m.offset..m.offset + m.bytes] })
 }
 
-/// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`.
+/// The next MoE layer's router, for the look-ahead: (layer, router weights).
+pub type NextRouter<'a> = Option<(usize, &'a Matrix)>;
+
+/// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`. With `next` (a
+/// decode step whose experts stream), the next MoE layer's router is applied to this layer's
+/// input — the residual stream changes little from one layer to the next — and the experts it
+/// picks start reading while this layer computes. A guess only moves bytes earlier: the next
+/// layer still routes on its own input.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
-                 experts: &mut Experts, layer: usize, n: usize) -> Result<()> {
+                 experts: &mut Experts, layer: usize, n: usize, next: NextRouter) -> Result<()> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
     let (h, top_k, ne) = (cfg.hidden, moe.top_k, moe.experts);
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
     route_experts(moe, &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w);
+    let lookahead = match next {
+        Some((next_layer, router)) if n == 1 && experts.is_streamed() => {
+            k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
+            top_k_ids(&st.ahead_logits, &mut st.ahead_ids);
+            Some(next_layer)
+        }
+        _ => None,
+    };
     // The distinct experts the chunk needs, in id order.
     st.wanted.clear();
     st.wanted.extend_from_slice(&st.route_ids[..n * top_k]);
@@ -72,7 +100,8 @@ pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w:
     st.wanted.dedup();
     let wanted = std::mem::take(&mut st.wanted);
     let inter = moe.expert_intermediate;
-    experts.with_records(layer, &wanted, &mut |expert, layout, rec| {
+    let ahead = lookahead.map(|l| (l, &st.ahead_ids[..]));
+    experts.with_records(layer, &wanted, ahead, &mut |expert, layout, rec| {
         // Gather the tokens routed to this expert.
         let mut m = 0;
         for t in 0..n {

@@ -52,6 +52,10 @@ pub struct State {
     pub xs_slot: Vec<usize>,
     pub ys: Vec<f32>,
     pub expert_out: Vec<f32>,
+    /// Router look-ahead: the next MoE layer's logits for this layer's input, and the experts
+    /// they pick.
+    pub ahead_logits: Vec<f32>,
+    pub ahead_ids: Vec<u32>,
 }
 
 impl State {
@@ -85,6 +89,7 @@ impl State {
         let moe = if experts == 0 { 0 } else {
             // router, route ids (u32) and weights, wanted (u32), xs, xs_slot (usize = 2 floats), ys, expert_out
             chunk * experts + 2 * chunk * top_k + chunk * top_k + 2 * chunk * cfg.hidden + 2 * chunk + chunk * top_k * cfg.hidden
+                + experts + top_k
         };
         chunk * (3 * cfg.hidden + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * ffn + cfg.rope.dim)
             + threads * ctx
@@ -124,6 +129,8 @@ impl State {
             xs_slot: vec![0; if experts > 0 { chunk } else { 0 }],
             ys: vec![0.0; if experts > 0 { chunk * cfg.hidden } else { 0 }],
             expert_out: vec![0.0; chunk * top_k * cfg.hidden],
+            ahead_logits: vec![0.0; experts],
+            ahead_ids: vec![0; top_k],
         })
     }
 }
