@@ -14,13 +14,23 @@ Output, per variant (the layout of the shared oracle fixtures):
   <out>/<name>/logits.f32         raw little-endian f32, [T, vocab], every prompt position
   <out>/<name>/hidden_states.npy  f32 [layers + 1, T, hidden]: embeddings, each layer's output,
                                   with the final norm applied to the last entry (HF's convention)
-  <out>/<name>/meta.json          versions, config, tensor names/shapes/dtypes, file sha256
+  <out>/<name>/meta.json          versions, config, tensor names/shapes/dtypes, file sha256,
+                                  per layer the FFN kind and attention window of the HF modules,
+                                  the smallest router top-k gap; for a variant with a `contrast`,
+                                  how far its logits are from the same bytes with the feature
+                                  switched off (and, for OLMoE's clip_qkv, how much the clamp bites)
 
-Environment (outside the repository):
+Environment (outside the repository), either
+  mkdir -p /tmp/oracle-env && cd /tmp/oracle-env && bash <shared>/oracles/scripts/install.sh   # ./venv
+or
   python3 -m venv /tmp/oracle-venv
   /tmp/oracle-venv/bin/pip install torch "transformers==5.24.0" safetensors numpy
 Usage:
-  /tmp/oracle-venv/bin/python tools/oracles/make_extra_oracles.py --out tests/fixtures/oracles [--only NAME ...]
+  <venv>/bin/python tools/oracles/make_extra_oracles.py --out tests/fixtures/oracles [--only NAME ...]
+
+Reproducibility: the weights (model.safetensors, config.json) come out byte-identical on any
+machine; the reference logits can move in the last bits with the CPU's kernels (1e-6 relative
+seen between two x86 machines), far inside the engine tests' 2e-5.
 """
 import argparse
 import hashlib
@@ -69,7 +79,56 @@ VARIANTS = {
     "llama_longctx_f32": dict(prompt_len=300, config=dict(
         TINY, model_type="llama", rms_norm_eps=1e-5, tie_word_embeddings=True,
         rope_parameters=dict(LLAMA3_ROPE))),
+    # OLMoE with clip_qkv = 0.5 (spec §2.4, §2.5): q and k are RMS-normalised over the whole
+    # projection (weights 1 + 0.2·N), so most of their entries exceed 0.5, and so do most of v's
+    # (0.15·N weights over 64 inputs); the clamp changes the logits by far more than the
+    # tolerance (the `contrast` below, recorded in meta.json). GQA 4:2, so k_norm spans kv_dim.
+    # 8 experts top-2, no renormalisation (the release's norm_topk_prob false), untied.
+    "olmoe_clip_f32": dict(prompt_len=24, contrast=dict(clip_qkv=None), config=dict(
+        TINY, model_type="olmoe", intermediate_size=32, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1e4), num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=0.5)),
+    # Qwen3-MoE, 6 layers, decoder_sparse_step 2 (layers 1, 3, 5 would be MoE) minus
+    # mlp_only_layers [3]: dense, MoE, dense, dense, dense, MoE. 8 experts top-2 renormalised,
+    # head_dim 32 ≠ hidden / heads (q is 128 wide), per-head q/k norm, untied.
+    # The contrast turns the renormalisation off on the same weights.
+    "qwen3_moe_sparse_f32": dict(prompt_len=24, contrast=dict(norm_topk_prob=False), config=dict(
+        TINY, model_type="qwen3_moe", num_hidden_layers=6, head_dim=32, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1e6),
+        num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+        decoder_sparse_step=2, mlp_only_layers=[3], use_sliding_window=False)),
+    # Qwen2-MoE with decoder_sparse_step 2 and no mlp_only_layers: dense, MoE, dense, MoE.
+    # 8 experts top-3 without renormalisation, shared expert (48 wide) with its sigmoid gate,
+    # q/k/v bias, untied.
+    # The contrast turns the renormalisation on.
+    "qwen2_moe_sparse_f32": dict(prompt_len=24, contrast=dict(norm_topk_prob=True), config=dict(
+        TINY, model_type="qwen2_moe", rms_norm_eps=1e-6, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6), num_experts=8,
+        num_experts_per_tok=3, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+        norm_topk_prob=False, decoder_sparse_step=2, mlp_only_layers=[], qkv_bias=True,
+        use_sliding_window=False)),
+    # Mixtral with sliding_window 8 on a 32-token prompt: every layer's attention sees the last
+    # 8 keys only (spec §0.6, t − W < s ≤ t; transformers 5.24.0 builds that mask for the
+    # eager path whenever `sliding_window` is set). 4 experts top-2, untied. The contrast is the
+    # same weights with the window off: identical logits before position 8, different after.
+    "mixtral_swa_f32": dict(prompt_len=32, contrast=dict(sliding_window=None), window=8, config=dict(
+        TINY, model_type="mixtral", rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6), num_local_experts=4,
+        num_experts_per_tok=2, sliding_window=8)),
+    # Qwen2 with use_sliding_window and max_window_layers 2: layers 0-1 full attention, layers
+    # 2-3 a window of 8 (Qwen2Config: sliding from max_window_layers on; saved as layer_types).
+    # 32-token prompt, tied, q/k/v bias.
+    "qwen2_swa_f32": dict(prompt_len=32, window=8, contrast=dict(
+        use_sliding_window=False, sliding_window=None, layer_types=["full_attention"] * 4), config=dict(
+        TINY, model_type="qwen2", rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters=dict(rope_type="default", rope_theta=1e6), use_sliding_window=True,
+        sliding_window=8, max_window_layers=2)),
 }
+
+# A contrast (the same bytes reloaded with the config fields that a fixture is about switched
+# off) must move the logits by at least this, relative to max|logit|: 50 times the engine
+# tests' tolerance (2e-5), so an engine that ignored the feature could not pass.
+MIN_CONTRAST = 1e-3
 
 
 def randomise(model, seed):
@@ -114,6 +173,61 @@ def tensors_of(model_dir):
     return out
 
 
+def structure_of(model):
+    """Per layer, read from the instantiated HF modules (not from the config logic): the FFN
+    kind and the attention window the layer's mask uses."""
+    cfg = model.config
+    types = getattr(cfg, "layer_types", None)
+    out = []
+    for i, layer in enumerate(model.model.layers):
+        ffn = "moe" if hasattr(layer.mlp, "experts") else "dense"
+        if types is not None:
+            window = cfg.sliding_window if types[i] == "sliding_attention" else None
+        else:
+            window = getattr(cfg, "sliding_window", None)
+        out.append(dict(ffn=ffn, sliding_window=window))
+    return out
+
+
+def watch_clipping(model, clip):
+    """Hooks that count, per layer, the q, k and v entries the clamp to [-clip, clip] changes:
+    the outputs of q_norm, k_norm and v_proj, read before the in-place clamp that follows them."""
+    counts, hooks = [], []
+    for i, layer in enumerate(model.model.layers):
+        counts.append({})
+        for tag, mod in (("q", layer.self_attn.q_norm), ("k", layer.self_attn.k_norm), ("v", layer.self_attn.v_proj)):
+            def hook(_m, _inp, out, i=i, tag=tag):
+                if tag not in counts[i]:
+                    counts[i][tag] = float((out.abs() > clip).float().mean())
+            hooks.append(mod.register_forward_hook(hook))
+    return counts, hooks
+
+
+def contrast_of(mdir, overrides, x, logits, window):
+    """Logits of the saved bytes reloaded with `overrides` applied to the config; their distance
+    from the reference, and (for a sliding window W) the agreement of the first W positions,
+    where a window cannot change anything."""
+    cfg = AutoConfig.from_pretrained(mdir)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    other = AutoModelForCausalLM.from_pretrained(mdir, config=cfg, dtype=torch.float32, attn_implementation="eager")
+    other.eval()
+    for k, v in overrides.items():
+        assert getattr(other.config, k) == v, f"contrast override {k} did not take"
+    with torch.no_grad():
+        alt = other(x, use_cache=False).logits[0].float().numpy()
+    scale = float(np.abs(logits).max())
+    per_pos = np.abs(alt - logits).max(-1) / scale
+    out = dict(overrides=overrides, logits_rel_diff=float(per_pos.max()),
+               note="max|ref - contrast| / max|ref| over every position: how far the fixture is "
+                    "from the same weights with these config fields changed")
+    if window:
+        out["rel_diff_before_window"] = float(per_pos[:window].max())
+        out["rel_diff_from_window_on"] = float(per_pos[window:].max())
+        out["first_position_that_differs"] = int(np.argmax(per_pos > 0)) if (per_pos > 0).any() else None
+    return out
+
+
 def build(name, spec, out_root):
     started = time.time()
     kwargs = dict(spec["config"])
@@ -153,12 +267,15 @@ def build(name, spec, out_root):
             gate = getattr(layer.mlp, "gate", None)
             if gate is not None and hasattr(gate, "weight") and gate.weight.shape[0] > top_k:
                 hooks.append(gate.register_forward_hook(watch_router))
+        assert hooks, f"{name}: no router found to watch"
+    clip = getattr(model.config, "clip_qkv", None)
+    clip_counts, clip_hooks = watch_clipping(model, clip) if clip else ([], [])
 
     ids = prompt_ids(spec["prompt_len"])
     x = torch.tensor([ids], dtype=torch.long)
     with torch.no_grad():
         out = model(x, output_hidden_states=True, use_cache=False)
-        for h in hooks:
+        for h in hooks + clip_hooks:
             h.remove()
         logits = out.logits[0].float().numpy()
         hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
@@ -170,6 +287,15 @@ def build(name, spec, out_root):
     argmax_full = full[len(ids) - 1:-1].argmax(-1).tolist()
     assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
     router_gap = min(gaps) if gaps else None
+    structure = structure_of(model)
+    contrast = None
+    if "contrast" in spec:
+        contrast = contrast_of(mdir, spec["contrast"], x, logits, spec.get("window"))
+        assert contrast["logits_rel_diff"] >= MIN_CONTRAST, f"{name}: contrast {contrast} below {MIN_CONTRAST}"
+        if spec.get("window"):
+            assert contrast["rel_diff_before_window"] < 1e-6, f"{name}: the window changed early positions: {contrast}"
+    if clip:
+        assert all(0.05 < c[t] < 0.95 for c in clip_counts for t in "qkv"), f"{name}: clip fractions {clip_counts}"
 
     logits.astype("<f4").tofile(os.path.join(vdir, "logits.f32"))
     np.save(os.path.join(vdir, "hidden_states.npy"), hidden.astype("<f4"))
@@ -185,17 +311,25 @@ def build(name, spec, out_root):
         logits_shape=list(logits.shape), hidden_states_shape=list(hidden.shape),
         logits_absmax=float(np.abs(logits).max()),
         greedy_matches_uncached_argmax=True, min_router_topk_gap=router_gap,
-        config=kwargs, n_params=int(sum(p.numel() for p in model.parameters())),
+        config=kwargs, layers=structure, n_params=int(sum(p.numel() for p in model.parameters())),
         files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
                for fn in sorted(os.listdir(mdir))},
         outputs={fn: sha256_of(os.path.join(vdir, fn)) for fn in ("logits.f32", "hidden_states.npy", "input_ids.json")},
         tensors=tensors_of(mdir),
         seconds=round(time.time() - started, 2),
     )
+    if contrast is not None:
+        meta["contrast"] = contrast
+    if clip:
+        meta["clipped_fraction"] = dict(
+            clip_qkv=clip, per_layer=clip_counts,
+            note="share of q (after q_norm), k (after k_norm) and v entries with |x| > clip_qkv, "
+                 "i.e. changed by the clamp, over the prompt")
     with open(os.path.join(vdir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(f"{name:18s} params={meta['n_params']} tensors={len(meta['tensors'])} T={len(ids)} "
-          f"greedy={new_ids} router_gap={router_gap} {meta['seconds']}s")
+          f"greedy={new_ids} router_gap={router_gap} "
+          f"contrast={contrast and contrast['logits_rel_diff']} {meta['seconds']}s")
 
 
 def main():
