@@ -132,3 +132,148 @@ fn extra_chunking_and_threads_are_bit_identical() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Features no other fixture exercised: OLMoE's clip_qkv, MoE layers interleaved with dense ones
+// by `decoder_sparse_step` (Qwen3-MoE with `mlp_only_layers` and renormalised top-k, Qwen2-MoE
+// with its shared expert and raw top-k), and sliding-window attention (Mixtral on every layer,
+// Qwen2 from `max_window_layers` on), each from its HF directory and from an f32 container.
+
+/// Each fixture's meta.json `contrast` (the same weights with its feature switched off) is at
+/// least 50 × TOL from its reference (checked below), so an engine that ignored the feature
+/// could not pass.
+const FEATURE_VARIANTS: [&str; 5] = ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32", "qwen2_swa_f32"];
+
+fn open_chunked(dir: &std::path::Path, threads: usize, prefill_chunk: usize) -> Model {
+    Model::open(dir, &Options { threads, prefill_chunk, ..Options::default() }).unwrap()
+}
+
+fn assert_finite(name: &str, what: &str, v: &[f32]) {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        panic!("{name}: {what}[{i}] = {}", v[i]);
+    }
+}
+
+/// Logits of every position (finite, within TOL), every layer's hidden state, and the greedy
+/// continuation, from the HF directory.
+#[test]
+fn feature_variants_match_the_reference_from_the_hf_directory() {
+    for name in FEATURE_VARIANTS {
+        let o = oracle(name);
+        assert_finite(name, "reference logits", &o.logits);
+        let mut m = open(&o.dir.join("model"), 1);
+        let ours = prompt_logits(&mut m, &o.prompt, false);
+        assert_finite(name, "logits", &ours);
+        m.reset();
+        check_logits(name, &mut m, &o);
+
+        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
+        let (slots, t, h) = (shape[0], shape[1], shape[2]);
+        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
+        let hidden = open(&o.dir.join("model"), 1).hidden_states(&o.prompt).unwrap();
+        assert_eq!(hidden.len(), (slots + 1) * t * h, "{name}: hidden_states size");
+        assert_finite(name, "hidden states", &hidden);
+        for s in 0..slots {
+            let mine = if s + 1 == slots { slots } else { s };
+            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
+            assert!(rel <= TOL, "{name}: hidden state slot {s} (layer {}): {rel:.3e}", s as i64 - 1);
+        }
+
+        let got = greedy(&mut open(&o.dir.join("model"), 2), &o.prompt, o.greedy.len());
+        assert_eq!(got, o.greedy, "{name}: greedy continuation");
+    }
+}
+
+/// An f32 container of each variant (trunk, embeddings, routers and experts all f32; a MoE
+/// model's experts stream through the cache) gives the reference logits and continuation, and
+/// the same bits as the HF directory: the converted config keeps clip_qkv, the windows and the
+/// layer schedule.
+#[test]
+fn feature_variants_match_the_reference_from_a_float_container() {
+    for name in FEATURE_VARIANTS {
+        let o = oracle(name);
+        let out = temp_dir(&format!("{name}-container"));
+        let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(o.dir.join("model"), &out) };
+        convert(&opts, &mut |_| {}).unwrap();
+        let mut container = open(&out, 1);
+        let from_dir = open(&o.dir.join("model"), 1);
+        assert_eq!(container.config(), from_dir.config(), "{name}: the container's config");
+        assert_eq!(container.cache_stats().is_some(), from_dir.config().moe.is_some(),
+            "{name}: experts should stream through the cache exactly when the model has them");
+        let from_container = prompt_logits(&mut container, &o.prompt, false);
+        assert_finite(name, "container logits", &from_container);
+        container.reset();
+        check_logits(&format!("{name} (container)"), &mut container, &o);
+        container.reset();
+        assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
+        let from_dir = prompt_logits(&mut open(&o.dir.join("model"), 1), &o.prompt, false);
+        assert!(bit_identical(&from_container, &from_dir), "{name}: f32 container and HF directory differ");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+}
+
+/// Token-at-a-time decoding, two threads and a prefill chunk (5) that does not divide the
+/// window (8), so chunks straddle the window's edge, all give the default run's bits.
+#[test]
+fn feature_variants_chunking_and_threads_are_bit_identical() {
+    for name in FEATURE_VARIANTS {
+        let o = oracle(name);
+        let dir = o.dir.join("model");
+        let base = prompt_logits(&mut open(&dir, 1), &o.prompt, false);
+        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, false)] {
+            let other = prompt_logits(&mut open_chunked(&dir, threads, chunk), &o.prompt, single);
+            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
+        }
+    }
+}
+
+/// The engine reads the structure transformers built (meta.json `layers`: each HF layer's FFN
+/// kind and attention window), and each fixture exercises its feature: its contrast is far above
+/// the tolerance, and a window changes nothing before position W.
+#[test]
+fn feature_variants_have_the_intended_structure() {
+    for name in FEATURE_VARIANTS {
+        let o = oracle(name);
+        let meta = read_json(&o.dir.join("meta.json"));
+        assert_eq!(meta.get("transformers").unwrap().as_str(), Some("5.24.0"), "{name}");
+        let m = open(&o.dir.join("model"), 1);
+        let cfg = m.config();
+        let layers = meta.get("layers").unwrap().as_array().unwrap();
+        assert_eq!(layers.len(), cfg.layers, "{name}: layer count");
+        for (l, layer) in layers.iter().enumerate() {
+            let hf_moe = layer.get("ffn").unwrap().as_str() == Some("moe");
+            assert_eq!(cfg.is_moe_layer(l), hf_moe, "{name}: layer {l} FFN kind");
+            let hf_window = layer.get("sliding_window").unwrap().as_u64().map(|w| w as usize);
+            assert_eq!(cfg.sliding_window[l], hf_window, "{name}: layer {l} window");
+        }
+        let contrast = meta.get("contrast").unwrap();
+        let margin = contrast.get("logits_rel_diff").unwrap().as_f64().unwrap();
+        assert!(margin >= 50.0 * TOL as f64, "{name}: contrast {margin:.3e} is too close to the tolerance");
+        if let Some(before) = contrast.get("rel_diff_before_window").and_then(|v| v.as_f64()) {
+            assert_eq!(before, 0.0, "{name}: the window changed a position before it");
+            assert_eq!(contrast.get("first_position_that_differs").unwrap().as_u64(), Some(8), "{name}");
+            assert!(o.prompt.len() >= 3 * 8, "{name}: the prompt should span several windows");
+        }
+    }
+    let renorm = |name: &str| {
+        let m = open(&oracle(name).dir.join("model"), 1);
+        let moe = m.config().moe.clone().unwrap();
+        let waste::format::config::Routing::SoftmaxTopK { renormalize } = moe.routing;
+        (moe.experts, moe.top_k, renormalize, moe.shared_intermediate, moe.moe_layers)
+    };
+    assert_eq!(renorm("qwen3_moe_sparse_f32"), (8, 2, true, 0, vec![false, true, false, false, false, true]));
+    assert_eq!(renorm("qwen2_moe_sparse_f32"), (8, 3, false, 48, vec![false, true, false, true]));
+    assert_eq!(renorm("olmoe_clip_f32").2, false);
+    let olmoe = open(&oracle("olmoe_clip_f32").dir.join("model"), 1);
+    assert_eq!(olmoe.config().clip_qkv, Some(0.5));
+    assert_eq!(olmoe.config().kv_heads, 2, "GQA, so the whole-k norm spans kv_dim, not hidden");
+    let clipped = read_json(&oracle("olmoe_clip_f32").dir.join("meta.json"));
+    for layer in clipped.get("clipped_fraction").unwrap().get("per_layer").unwrap().as_array().unwrap() {
+        for t in ["q", "k", "v"] {
+            let share = layer.get(t).unwrap().as_f64().unwrap();
+            assert!(share > 0.05 && share < 0.95, "the clamp should change some entries and leave others: {t} {share}");
+        }
+    }
+    assert_eq!(open(&oracle("mixtral_swa_f32").dir.join("model"), 1).config().sliding_window, vec![Some(8); 4]);
+    assert_eq!(open(&oracle("qwen2_swa_f32").dir.join("model"), 1).config().sliding_window, vec![None, None, Some(8), Some(8)]);
+}
