@@ -123,6 +123,16 @@ VARIANTS = {
         TINY, model_type="qwen2", rms_norm_eps=1e-6, tie_word_embeddings=True,
         rope_parameters=dict(rope_type="default", rope_theta=1e6), use_sliding_window=True,
         sliding_window=8, max_window_layers=2)),
+    # Qwen3-MoE with use_sliding_window: unlike Qwen2/Qwen3 (layer_types from max_window_layers
+    # on), transformers 5.24.0 gives Qwen3-MoE no layer_types and applies `sliding_window` to
+    # every layer (Qwen3MoeModel picks the sliding mask whenever config.sliding_window is set).
+    # max_window_layers 2 is written into the config, as released Qwen3-MoE configs carry the
+    # field, and is ignored by the class. 4 experts top-2 renormalised, head_dim 32, untied.
+    "qwen3_moe_swa_f32": dict(prompt_len=32, window=8, contrast=dict(use_sliding_window=False, sliding_window=None),
+        config=dict(TINY, model_type="qwen3_moe", head_dim=32, rms_norm_eps=1e-6, tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", rope_theta=1e6), num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, norm_topk_prob=True, use_sliding_window=True, sliding_window=8,
+            max_window_layers=2)),
 }
 
 # A contrast (the same bytes reloaded with the config fields that a fixture is about switched
