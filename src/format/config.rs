@@ -398,6 +398,8 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
 
 /// Per-layer sliding windows (spec §0.6): Mixtral's non-null `sliding_window`; Qwen2/3 only
 /// with `use_sliding_window`, for the layers `layer_types` marks (or from `max_window_layers` on).
+/// Qwen3-MoE (transformers 5.24.0) has no per-layer schedule: with `use_sliding_window` every
+/// layer is windowed, and `max_window_layers`, which its released configs carry, is not read.
 fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Option<usize>>> {
     let window = f.usize_opt("sliding_window")?;
     let mut out = vec![None; layers];
@@ -412,8 +414,8 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
         return Err(Error::config(f.path, "sliding_window", "must be positive"));
     }
     match arch {
-        Arch::Mixtral => out.iter_mut().for_each(|o| *o = Some(w)),
-        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
+        Arch::Mixtral | Arch::Qwen3Moe => out.iter_mut().for_each(|o| *o = Some(w)),
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe => {
             if let Some(types) = f.get("layer_types").and_then(Json::as_array) {
                 for (l, t) in types.iter().enumerate().take(layers) {
                     if t.as_str() == Some("sliding_attention") {
@@ -524,6 +526,19 @@ mod tests {
         assert!(e.to_string().contains("sliding_window"), "{e}");
         let e = cfg(&format!(r#"{{"architectures": ["MixtralForCausalLM"], {BASE}, {moe}, "sliding_window": 0}}"#)).unwrap_err();
         assert!(e.to_string().contains("sliding_window"), "{e}");
+    }
+
+    /// Qwen3-MoE windows every layer when `use_sliding_window` is set, as transformers 5.24.0
+    /// does (fixture qwen3_moe_swa_f32); Qwen3 dense starts at `max_window_layers`.
+    #[test]
+    fn a_qwen3_moe_window_covers_every_layer() {
+        let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen3MoeForCausalLM"], {BASE}, {moe},
+            "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}}"#)).must();
+        assert_eq!(c.sliding_window, vec![Some(8), Some(8)]);
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen3ForCausalLM"], {BASE},
+            "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}}"#)).must();
+        assert_eq!(c.sliding_window, vec![None, Some(8)]);
     }
 
     #[test]
