@@ -136,13 +136,15 @@ fn extra_chunking_and_threads_are_bit_identical() {
 // ---------------------------------------------------------------------------------------------
 // Features no other fixture exercised: OLMoE's clip_qkv, MoE layers interleaved with dense ones
 // by `decoder_sparse_step` (Qwen3-MoE with `mlp_only_layers` and renormalised top-k, Qwen2-MoE
-// with its shared expert and raw top-k), and sliding-window attention (Mixtral on every layer,
-// Qwen2 from `max_window_layers` on), each from its HF directory and from an f32 container.
+// with its shared expert and raw top-k), and sliding-window attention (Mixtral and Qwen3-MoE on
+// every layer, Qwen2 from `max_window_layers` on), each from its HF directory and from an f32
+// container.
 
 /// Each fixture's meta.json `contrast` (the same weights with its feature switched off) is at
 /// least 50 × TOL from its reference (checked below), so an engine that ignored the feature
 /// could not pass.
-const FEATURE_VARIANTS: [&str; 5] = ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32", "qwen2_swa_f32"];
+const FEATURE_VARIANTS: [&str; 6] =
+    ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32", "qwen2_swa_f32", "qwen3_moe_swa_f32"];
 
 fn open_chunked(dir: &std::path::Path, threads: usize, prefill_chunk: usize) -> Model {
     Model::open(dir, &Options { threads, prefill_chunk, ..Options::default() }).unwrap()
@@ -229,7 +231,8 @@ fn feature_variants_chunking_and_threads_are_bit_identical() {
 
 /// The engine reads the structure transformers built (meta.json `layers`: each HF layer's FFN
 /// kind and attention window), and each fixture exercises its feature: its contrast is far above
-/// the tolerance, and a window changes nothing before position W.
+/// the tolerance, and a window changes nothing before position W (up to f32 noise: with MoE,
+/// later tokens change the shape of the expert batches).
 #[test]
 fn feature_variants_have_the_intended_structure() {
     for name in FEATURE_VARIANTS {
@@ -250,8 +253,9 @@ fn feature_variants_have_the_intended_structure() {
         let margin = contrast.get("logits_rel_diff").unwrap().as_f64().unwrap();
         assert!(margin >= 50.0 * TOL as f64, "{name}: contrast {margin:.3e} is too close to the tolerance");
         if let Some(before) = contrast.get("rel_diff_before_window").and_then(|v| v.as_f64()) {
-            assert_eq!(before, 0.0, "{name}: the window changed a position before it");
-            assert_eq!(contrast.get("first_position_that_differs").unwrap().as_u64(), Some(8), "{name}");
+            assert!(before < 1e-6, "{name}: the window changed a position before it: {before:.3e}");
+            let after = contrast.get("rel_diff_from_window_on").unwrap().as_f64().unwrap();
+            assert!(after >= 50.0 * TOL as f64, "{name}: the window hardly matters: {after:.3e}");
             assert!(o.prompt.len() >= 3 * 8, "{name}: the prompt should span several windows");
         }
     }
@@ -276,4 +280,6 @@ fn feature_variants_have_the_intended_structure() {
     }
     assert_eq!(open(&oracle("mixtral_swa_f32").dir.join("model"), 1).config().sliding_window, vec![Some(8); 4]);
     assert_eq!(open(&oracle("qwen2_swa_f32").dir.join("model"), 1).config().sliding_window, vec![None, None, Some(8), Some(8)]);
+    // max_window_layers 2 is in this config.json, and transformers ignores it for Qwen3-MoE.
+    assert_eq!(open(&oracle("qwen3_moe_swa_f32").dir.join("model"), 1).config().sliding_window, vec![Some(8); 4]);
 }
