@@ -133,6 +133,19 @@ VARIANTS = {
             rope_parameters=dict(rope_type="default", rope_theta=1e6), num_experts=4, num_experts_per_tok=2,
             moe_intermediate_size=32, norm_topk_prob=True, use_sliding_window=True, sliding_window=8,
             max_window_layers=2)),
+    # Qwen2-MoE with use_sliding_window, from a transformers-4-style config.json: `layer_types`
+    # is removed from the saved file, so the reload derives it the way transformers 5.24.0 does
+    # for Hub configs (Qwen2MoeConfig.__post_init__): windowed iff the layer index is even and
+    # below max_window_layers (3 here), i.e. layers 0 and 2 of 4, the opposite side of
+    # max_window_layers from Qwen2's rule. Window 8, 32 tokens, 4 experts top-2, shared expert.
+    "qwen2_moe_swa_f32": dict(prompt_len=32, window=8, strip_saved_config=["layer_types"],
+        # Window off as Qwen2MoeConfig itself writes it (sliding_window 0; the model builds the
+        # sliding mask regardless, and no layer uses it).
+        contrast=dict(use_sliding_window=False, sliding_window=0, layer_types=["full_attention"] * 4),
+        config=dict(TINY, model_type="qwen2_moe", rms_norm_eps=1e-6, tie_word_embeddings=False,
+            rope_parameters=dict(rope_type="default", rope_theta=1e6), num_experts=4, num_experts_per_tok=2,
+            moe_intermediate_size=32, shared_expert_intermediate_size=48, decoder_sparse_step=1,
+            mlp_only_layers=[], use_sliding_window=True, sliding_window=8, max_window_layers=3)),
 }
 
 # A contrast (the same bytes reloaded with the config fields that a fixture is about switched
@@ -252,6 +265,16 @@ def build(name, spec, out_root):
     os.makedirs(mdir, exist_ok=True)
     model.save_pretrained(mdir)
     del model
+    strip = spec.get("strip_saved_config", [])
+    if strip:
+        # An older config.json generation, without the fields transformers 5 derives and saves.
+        cpath = os.path.join(mdir, "config.json")
+        with open(cpath) as f:
+            saved = json.load(f)
+        for key in strip:
+            del saved[key]
+        with open(cpath, "w") as f:
+            f.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
     # Reload: the reference is computed from what is on disk, nothing else.
     model, info = AutoModelForCausalLM.from_pretrained(
@@ -321,7 +344,7 @@ def build(name, spec, out_root):
         logits_shape=list(logits.shape), hidden_states_shape=list(hidden.shape),
         logits_absmax=float(np.abs(logits).max()),
         greedy_matches_uncached_argmax=True, min_router_topk_gap=router_gap,
-        config=kwargs, layers=structure, n_params=int(sum(p.numel() for p in model.parameters())),
+        config=kwargs, stripped_from_saved_config=strip or None, layers=structure, n_params=int(sum(p.numel() for p in model.parameters())),
         files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
                for fn in sorted(os.listdir(mdir))},
         outputs={fn: sha256_of(os.path.join(vdir, fn)) for fn in ("logits.f32", "hidden_states.npy", "input_ids.json")},
