@@ -400,6 +400,8 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
 /// with `use_sliding_window`, for the layers `layer_types` marks (or from `max_window_layers` on).
 /// Qwen3-MoE (transformers 5.24.0) has no per-layer schedule: with `use_sliding_window` every
 /// layer is windowed, and `max_window_layers`, which its released configs carry, is not read.
+/// A Qwen2-MoE config without `layer_types` (transformers 4) gets the schedule transformers
+/// 5.24.0 derives for it: the even layers below `max_window_layers` (class default 28).
 fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Option<usize>>> {
     let window = f.usize_opt("sliding_window")?;
     let mut out = vec![None; layers];
@@ -422,6 +424,9 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
                         out[l] = Some(w);
                     }
                 }
+            } else if arch == Arch::Qwen2Moe {
+                let below = f.usize_opt("max_window_layers")?.unwrap_or(28);
+                out.iter_mut().take(below).step_by(2).for_each(|o| *o = Some(w));
             } else {
                 let from = f.usize_opt("max_window_layers")?.unwrap_or(layers);
                 out.iter_mut().skip(from).for_each(|o| *o = Some(w));
@@ -539,6 +544,27 @@ mod tests {
         let c = cfg(&format!(r#"{{"architectures": ["Qwen3ForCausalLM"], {BASE},
             "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}}"#)).must();
         assert_eq!(c.sliding_window, vec![None, Some(8)]);
+    }
+
+    /// Without `layer_types`, Qwen2-MoE windows its even layers below `max_window_layers`
+    /// (Qwen2MoeConfig.__post_init__ in transformers 5.24.0; fixture qwen2_moe_swa_f32), Qwen2
+    /// the layers from `max_window_layers` on; a saved `layer_types` wins for both.
+    #[test]
+    fn qwen2_moe_derives_its_window_schedule_like_transformers() {
+        let base = BASE.replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 6"#);
+        let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+        let win = r#""use_sliding_window": true, "sliding_window": 8, "max_window_layers": 3"#;
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {base}, {moe}, {win}}}"#)).must();
+        assert_eq!(c.sliding_window, vec![Some(8), None, Some(8), None, None, None]);
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {base}, {moe}, "use_sliding_window": true,
+            "sliding_window": 8}}"#)).must();
+        assert_eq!(c.sliding_window, vec![Some(8), None, Some(8), None, Some(8), None]);
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2ForCausalLM"], {base}, {win}}}"#)).must();
+        assert_eq!(c.sliding_window, vec![None, None, None, Some(8), Some(8), Some(8)]);
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {base}, {moe}, {win},
+            "layer_types": ["full_attention", "sliding_attention", "full_attention", "full_attention",
+            "full_attention", "full_attention"]}}"#)).must();
+        assert_eq!(c.sliding_window, vec![None, Some(8), None, None, None, None]);
     }
 
     #[test]
