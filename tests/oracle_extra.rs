@@ -137,14 +137,14 @@ fn extra_chunking_and_threads_are_bit_identical() {
 // Features no other fixture exercised: OLMoE's clip_qkv, MoE layers interleaved with dense ones
 // by `decoder_sparse_step` (Qwen3-MoE with `mlp_only_layers` and renormalised top-k, Qwen2-MoE
 // with its shared expert and raw top-k), and sliding-window attention (Mixtral and Qwen3-MoE on
-// every layer, Qwen2 from `max_window_layers` on), each from its HF directory and from an f32
-// container.
+// every layer, Qwen2 from `max_window_layers` on, Qwen2-MoE on its even layers below it from a
+// config without `layer_types`), each from its HF directory and from an f32 container.
 
 /// Each fixture's meta.json `contrast` (the same weights with its feature switched off) is at
 /// least 50 × TOL from its reference (checked below), so an engine that ignored the feature
 /// could not pass.
-const FEATURE_VARIANTS: [&str; 6] =
-    ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32", "qwen2_swa_f32", "qwen3_moe_swa_f32"];
+const FEATURE_VARIANTS: [&str; 7] = ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32",
+    "qwen2_swa_f32", "qwen3_moe_swa_f32", "qwen2_moe_swa_f32"];
 
 fn open_chunked(dir: &std::path::Path, threads: usize, prefill_chunk: usize) -> Model {
     Model::open(dir, &Options { threads, prefill_chunk, ..Options::default() }).unwrap()
@@ -282,4 +282,9 @@ fn feature_variants_have_the_intended_structure() {
     assert_eq!(open(&oracle("qwen2_swa_f32").dir.join("model"), 1).config().sliding_window, vec![None, None, Some(8), Some(8)]);
     // max_window_layers 2 is in this config.json, and transformers ignores it for Qwen3-MoE.
     assert_eq!(open(&oracle("qwen3_moe_swa_f32").dir.join("model"), 1).config().sliding_window, vec![Some(8); 4]);
+    // A transformers-4-style config: no layer_types for the engine to read.
+    let o = oracle("qwen2_moe_swa_f32");
+    let saved = read_json(&o.dir.join("model/config.json"));
+    assert!(saved.get("layer_types").is_none() && saved.get("max_window_layers").and_then(|v| v.as_u64()) == Some(3));
+    assert_eq!(open(&o.dir.join("model"), 1).config().sliding_window, vec![Some(8), None, Some(8), None]);
 }
