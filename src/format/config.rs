@@ -397,7 +397,8 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
 }
 
 /// Per-layer sliding windows (spec §0.6): Mixtral's non-null `sliding_window`; Qwen2/3 only
-/// with `use_sliding_window`, for the layers `layer_types` marks (or from `max_window_layers` on).
+/// with `use_sliding_window`, for the layers `layer_types` marks (or from `max_window_layers` on,
+/// whose class default is 28 in Qwen2Config and Qwen3Config).
 /// Qwen3-MoE (transformers 5.24.0) has no per-layer schedule: with `use_sliding_window` every
 /// layer is windowed, and `max_window_layers`, which its released configs carry, is not read.
 /// A Qwen2-MoE config without `layer_types` (transformers 4) gets the schedule transformers
@@ -428,7 +429,7 @@ fn parse_sliding_window(f: &Fields, arch: Arch, layers: usize) -> Result<Vec<Opt
                 let below = f.usize_opt("max_window_layers")?.unwrap_or(28);
                 out.iter_mut().take(below).step_by(2).for_each(|o| *o = Some(w));
             } else {
-                let from = f.usize_opt("max_window_layers")?.unwrap_or(layers);
+                let from = f.usize_opt("max_window_layers")?.unwrap_or(28);
                 out.iter_mut().skip(from).for_each(|o| *o = Some(w));
             }
         }
@@ -561,6 +562,12 @@ mod tests {
         assert_eq!(c.sliding_window, vec![Some(8), None, Some(8), None, Some(8), None]);
         let c = cfg(&format!(r#"{{"architectures": ["Qwen2ForCausalLM"], {base}, {win}}}"#)).must();
         assert_eq!(c.sliding_window, vec![None, None, None, Some(8), Some(8), Some(8)]);
+        // No max_window_layers: the class default, 28, windows layers 28 and 29 of 30.
+        let thirty = BASE.replace(r#""num_hidden_layers": 2"#, r#""num_hidden_layers": 30"#);
+        let c = cfg(&format!(r#"{{"architectures": ["Qwen2ForCausalLM"], {thirty}, "use_sliding_window": true,
+            "sliding_window": 8}}"#)).must();
+        let want: Vec<Option<usize>> = (0..30).map(|l| (l >= 28).then_some(8)).collect();
+        assert_eq!(c.sliding_window, want);
         let c = cfg(&format!(r#"{{"architectures": ["Qwen2MoeForCausalLM"], {base}, {moe}, {win},
             "layer_types": ["full_attention", "sliding_attention", "full_attention", "full_attention",
             "full_attention", "full_attention"]}}"#)).must();
