@@ -76,7 +76,7 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
                     (wpanel, inputs)
                 };
                 let steps = kc.div_ceil(16);
-                let mask = if kc % 16 == 0 { 0xffff } else { tail_mask(kc % 16) };
+                let mask = if kc.is_multiple_of(16) { 0xffff } else { tail_mask(kc % 16) };
                 let mut tq = 0;
                 while tq < toks {
                     let tn = 4.min(toks - tq);
