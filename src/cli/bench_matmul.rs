@@ -11,7 +11,7 @@ const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, re
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--json]",
     about: "Time the matrix x vector kernels without a model: GB/s of weight bytes streamed for every dtype \
 (F32, BF16, F16, Q8B32, Q4B32) at 1 and N threads, next to the read bandwidth of a SIMD sum over a buffer far \
 larger than the last-level cache, and the pool's dispatch latency. By default each matrix is 1 GiB \
@@ -23,6 +23,7 @@ larger than the last-level cache, and the pool's dispatch latency. By default ea
         val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
         val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
+        val("tokens", "N", "vectors per product: 1 is decode (default), more a prefill chunk (GMAC/s printed too)"),
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
         val("dtype", "LIST", "comma-separated dtypes to measure (default: all five)"),
         flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
@@ -47,6 +48,9 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     }
     if let Some(p) = a.num("passes", 1usize, 1000)? {
         o.passes = p;
+    }
+    if let Some(t) = a.num("tokens", 1usize, 4096)? {
+        o.tokens = t;
     }
     if let Some(b) = a.value("bytes") {
         o.bytes = parse_size(b).filter(|&n| (4096..=1 << 40).contains(&n)).ok_or_else(|| Failure::Usage(format!(
@@ -77,12 +81,14 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("threads", Json::uint(x.threads as u64)),
             ("secs", Json::float(x.secs)),
             ("gb_per_s", Json::float(x.gb_per_s)),
+            ("gmac_per_s", Json::float(x.gmac_per_s)),
         ])).collect());
         let doc = Json::object([
             ("isa", Json::str(r.isa.name())),
             ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
+            ("tokens", Json::uint(r.tokens as u64)),
             ("read_bytes", Json::uint(r.read_bytes as u64)),
             ("read", rates(&r.read)),
             ("dispatch_us", Json::Array(r.dispatch_us.iter().map(|&d| Json::float(d)).collect())),
@@ -99,7 +105,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
-    println!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes, GB = 1e9 bytes", r.isa.name(), r.passes);
+    let tokens = if r.tokens > 1 { format!(", {} vectors per product (GMAC/s: 1e9 multiply-adds per second)", r.tokens) } else { String::new() };
+    println!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes{tokens}, GB = 1e9 bytes", r.isa.name(), r.passes);
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {
         head.push_str(&format!("{:>18}", t));
@@ -120,7 +127,11 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     for d in &r.dtypes {
         let mut line = format!("{:<6} {:>7} x {:<6} {:>10} B ", d.dtype.name(), d.rows, d.cols, d.bytes);
         for (x, read) in d.rates.iter().zip(&r.read) {
-            line.push_str(&format!("{:>7.2} GB/s {:>3.0}%", x.gb_per_s, 100.0 * x.gb_per_s / read.gb_per_s));
+            if r.tokens > 1 {
+                line.push_str(&format!("{:>8.1} GMAC/s", x.gmac_per_s));
+            } else {
+                line.push_str(&format!("{:>7.2} GB/s {:>3.0}%", x.gb_per_s, 100.0 * x.gb_per_s / read.gb_per_s));
+            }
         }
         println!("{line}");
     }

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 /// Sums the 16 lanes: halves, then quarters, then pairs — a fixed order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn hsum(v: __m512) -> f32 {
+pub(crate) fn hsum(v: __m512) -> f32 {
     let lo = _mm512_castps512_ps256(v);
     let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
     super::avx2::hsum8(_mm256_add_ps(lo, hi))
@@ -24,7 +24,7 @@ fn hsum(v: __m512) -> f32 {
 
 /// Lanes `0..k` set (k < 16): the mask of a row's last, partial 16 columns.
 #[inline]
-fn tail_mask(k: usize) -> __mmask16 {
+pub(crate) fn tail_mask(k: usize) -> __mmask16 {
     ((1u32 << k) - 1) as __mmask16
 }
 
@@ -90,7 +90,7 @@ unsafe fn load_f32_tail(m: __mmask16, p: *const f32) -> __m512 {
 /// bf16 is the top half of an f32: widen to 32 bits and shift left 16 (exact).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-fn bf16_to_f32(v: __m256i) -> __m512 {
+pub(crate) fn bf16_to_f32(v: __m256i) -> __m512 {
     _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(v)))
 }
 
@@ -126,10 +126,13 @@ dense_tile!(tile_f32, f32, load_f32, load_f32_tail);
 dense_tile!(tile_bf16, u16, load_bf16, load_bf16_tail);
 dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
 
-/// Quantized tiles: `$decode(block_ptr)` turns one block into (scale, values A, values B),
-/// two 16-lane vectors without touching any other block, and `$xload(ptr)` loads the block's
-/// 32 inputs as the matching (A, B) pair. The inputs are loaded once per block and vector and
-/// serve every row of the tile.
+/// Quantized tiles: `$decode(block_ptr)` turns one block into its 32 weights as two 16-lane
+/// vectors (A, B), already multiplied by the block's scale — exactly, since a level has at most
+/// 8 significant bits and a binary16 scale 11, so q·scale fits an f32 mantissa — and
+/// `$xload(ptr)` loads the block's 32 inputs as the matching (A, B) pair. Each (row, vector)
+/// pair then takes two fused multiply-adds per block, A before B: the sequence the prefill
+/// panel of [`super::avx512_prefill`] repeats, so both give the same bits. The inputs are
+/// loaded once per block and vector and serve every row of the tile.
 macro_rules! block_tile {
     ($name:ident, $bytes:expr, $decode:ident, $xload:ident) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -153,10 +156,9 @@ macro_rules! block_tile {
                         prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
                     }
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
-                    let (s, qa, qb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
+                    let (wa, wb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {
-                        let blk = _mm512_fmadd_ps(qb, xs[t].1, _mm512_mul_ps(qa, xs[t].0));
-                        acc[i][t] = _mm512_fmadd_ps(blk, s, acc[i][t]);
+                        acc[i][t] = _mm512_fmadd_ps(wb, xs[t].1, _mm512_fmadd_ps(wa, xs[t].0, acc[i][t]));
                     }
                 }
             }
@@ -173,7 +175,7 @@ macro_rules! block_tile {
 /// which the compiler folds into the multiply as a broadcast operand) and broadcast.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn scale(p: *const u8) -> __m512 {
+pub(crate) unsafe fn scale(p: *const u8) -> __m512 {
     // SAFETY: the caller guarantees two readable bytes.
     let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
     _mm512_set1_ps(F16_TO_F32[bits as usize])
@@ -191,7 +193,7 @@ unsafe fn x_in_order(p: *const f32) -> (__m512, __m512) {
 /// [`decode_q4`] produces the weights.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn x_by_parity(p: *const f32) -> (__m512, __m512) {
+pub(crate) unsafe fn x_by_parity(p: *const f32) -> (__m512, __m512) {
     // SAFETY: the caller guarantees 32 readable values.
     let (a, b) = unsafe { (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))) };
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -199,46 +201,79 @@ unsafe fn x_by_parity(p: *const f32) -> (__m512, __m512) {
     (_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b))
 }
 
-/// Q8B32: 32 signed bytes after the scale, sign-extended and converted, in position order.
+/// Q8B32: 32 signed bytes after the scale, sign-extended, converted and scaled, in position
+/// order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q8(p: *const u8) -> (__m512, __m512, __m512) {
+pub(crate) unsafe fn decode_q8(p: *const u8) -> (__m512, __m512) {
     // SAFETY: the caller guarantees the 34-byte block at p.
     unsafe {
         let s = scale(p);
         let q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2) as *const __m128i)));
         let q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18) as *const __m128i)));
-        (s, q0, q1)
+        (_mm512_mul_ps(q0, s), _mm512_mul_ps(q1, s))
     }
 }
 
 /// Q4B32: 16 bytes of nibbles after the scale, low nibble = even position (seed 000, "The
 /// payload"). Each byte is widened to a 32-bit lane; `vpermps` looks a lane up in a 16-entry
-/// table of the signed values −8..7 using only the lane's low 4 bits, so the lane itself gives
-/// the even position's value and the lane shifted right by 4 the odd one: four instructions
-/// for 32 weights, already f32. The weights come out split by parity (even, odd), which
-/// [`x_by_parity`] matches on the input side.
+/// table of the signed levels −8..7 times the scale, using only the lane's low 4 bits, so the
+/// lane itself gives the even position's weight and the lane shifted right by 4 the odd one:
+/// five instructions for 32 weights, already scaled f32. The weights come out split by parity
+/// (even, odd), which [`x_by_parity`] matches on the input side.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
-unsafe fn decode_q4(p: *const u8) -> (__m512, __m512, __m512) {
+pub(crate) unsafe fn decode_q4(p: *const u8) -> (__m512, __m512) {
     // SAFETY: the caller guarantees the 18-byte block at p.
     unsafe {
         let levels = _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., -8., -7., -6., -5., -4., -3., -2., -1.);
+        let table = _mm512_mul_ps(levels, scale(p));
         let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(2) as *const __m128i));
-        let even = _mm512_permutexvar_ps(bytes, levels);
-        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), levels);
-        (scale(p), even, odd)
+        let even = _mm512_permutexvar_ps(bytes, table);
+        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table);
+        (even, odd)
     }
 }
 
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
 block_tile!(tile_q4b32, 18, decode_q4, x_by_parity);
 
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8);
-row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32, 8);
+mod decode {
+    use super::*;
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32, 8);
+}
+
+/// Generates the public row kernel `$name`: one vector goes to the decode tiles above, several
+/// to the panel kernel of [`super::avx512_prefill`] (same bits, see there).
+macro_rules! rows_fn {
+    ($name:ident) => {
+        /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
+        ///
+        /// # Safety
+        /// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                if n == 1 {
+                    decode::$name(w, r0, r1, x, n, y, ys)
+                } else {
+                    super::avx512_prefill::rows(w, r0, r1, x, n, y, ys)
+                }
+            }
+        }
+    };
+}
+
+rows_fn!(rows_f32);
+rows_fn!(rows_bf16);
+rows_fn!(rows_f16);
+rows_fn!(rows_q8b32);
+rows_fn!(rows_q4b32);
 
 /// Σ a[i]·b[i]: one 16-lane accumulator, a masked last step, then [`hsum`].
 ///

@@ -43,6 +43,9 @@ pub struct MatmulBench {
     pub dtypes: Vec<DType>,
     /// Empty parallel regions per pass of the dispatch-latency measurement.
     pub regions: usize,
+    /// Vectors per product: 1 is decode; more is a prefill chunk, where each weight read serves
+    /// every vector and the kernels are compute-bound.
+    pub tokens: usize,
 }
 
 impl Default for MatmulBench {
@@ -58,6 +61,7 @@ impl Default for MatmulBench {
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
+            tokens: 1,
         }
     }
 }
@@ -70,6 +74,8 @@ pub struct Rate {
     pub secs: f64,
     /// Bytes per pass ÷ `secs`, in 10⁹ bytes per second.
     pub gb_per_s: f64,
+    /// Multiply-adds per pass ÷ `secs`, in 10⁹ per second.
+    pub gmac_per_s: f64,
 }
 
 /// The measurements of one dtype.
@@ -93,6 +99,8 @@ pub struct MatmulReport {
     pub threads: Vec<usize>,
     pub cpus: Option<CpuList>,
     pub passes: usize,
+    /// Vectors per product.
+    pub tokens: usize,
     /// Bytes of the read-bandwidth buffer.
     pub read_bytes: usize,
     /// Read bandwidth per thread count.
@@ -107,8 +115,8 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     if opts.cols == 0 || !opts.cols.is_multiple_of(32) {
         return Err(Error::arg(format!("bench matmul: cols {} is not a positive multiple of 32", opts.cols)));
     }
-    if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 {
-        return Err(Error::arg("bench matmul: threads, passes and bytes must be positive"));
+    if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 || opts.tokens == 0 {
+        return Err(Error::arg("bench matmul: threads, passes, tokens and bytes must be positive"));
     }
     let mut kernels = match opts.isa {
         None => Kernels::select(false),
@@ -116,7 +124,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
             "bench matmul: this CPU cannot run the {} kernels", isa.name())))?,
     };
     if opts.int8_activations {
-        kernels = kernels.with_int8_activations(opts.cols);
+        kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
     }
     let mut threads = vec![1, opts.threads];
     threads.dedup();
@@ -128,7 +136,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes,
+    Ok(MatmulReport { isa: kernels.isa(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, dtypes })
 }
 
@@ -146,8 +154,9 @@ fn median_secs(passes: usize, mut f: impl FnMut()) -> f64 {
     t[t.len() / 2]
 }
 
-fn rate(threads: usize, bytes: usize, secs: f64) -> Rate {
-    Rate { threads, secs, gb_per_s: bytes as f64 / secs.max(1e-12) / 1e9 }
+fn rate(threads: usize, bytes: usize, macs: usize, secs: f64) -> Rate {
+    let secs_ = secs.max(1e-12);
+    Rate { threads, secs, gb_per_s: bytes as f64 / secs_ / 1e9, gmac_per_s: macs as f64 / secs_ / 1e9 }
 }
 
 /// A pool-wide SIMD sum over a buffer far larger than the cache: every participant sums its
@@ -171,7 +180,7 @@ fn read_bandwidth(k: &Kernels, pools: &[Pool], opts: &MatmulBench) -> Result<Vec
                 }
             });
         });
-        out.push(rate(p.threads(), buf.len(), secs));
+        out.push(rate(p.threads(), buf.len(), 0, secs));
     }
     Ok(out)
 }
@@ -199,13 +208,14 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -
     let mut buf = AlignedBuf::zeroed(bytes, 64)?;
     fill(buf.as_mut_slice(), dtype, row_bytes);
     let w = MatRef { dtype, rows, cols, data: buf.as_slice() };
-    let x: Vec<f32> = (0..cols).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
-    let mut y = vec![0.0f32; rows];
+    let n = opts.tokens;
+    let x: Vec<f32> = (0..cols * n).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
+    let mut y = vec![0.0f32; rows * n];
     let mut rates = Vec::new();
     for p in pools {
-        let secs = median_secs(opts.passes, || k.matmul(p, w, &x, 1, &mut y));
+        let secs = median_secs(opts.passes, || k.matmul(p, w, &x, n, &mut y));
         std::hint::black_box(&y);
-        rates.push(rate(p.threads(), bytes, secs));
+        rates.push(rate(p.threads(), bytes, rows * cols * n, secs));
     }
     Ok(DtypeRates { dtype, rows, cols, bytes, rates })
 }

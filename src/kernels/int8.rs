@@ -185,7 +185,7 @@ pub enum Int8Isa {
     Scalar,
     /// AVX2 `vpmaddubsw` + `vpmaddwd`.
     Avx2,
-    /// AVX-512 VNNI `vpdpbusd` (with VL, BW and VBMI), on 256-bit registers.
+    /// AVX-512 VNNI `vpdpbusd` (with VL, BW and VBMI), on 512-bit registers (two blocks each).
     Avx512Vnni,
 }
 

@@ -1,0 +1,267 @@
+//! AVX-512 row kernels for several vectors at once (a prefill chunk).
+//!
+//! Decode multiplies each weight by one vector and is bound by memory; a prefill chunk
+//! multiplies it by many and is bound by arithmetic, so here the weights are widened once and
+//! reused. Rows are taken [`ROW_GROUP`] at a time and columns [`K_CHUNK`] at a time: that piece
+//! of the matrix is widened into an f32 panel on the stack (the panel of an F32 matrix is the
+//! matrix itself), and a register tile of up to 4 rows × 4 vectors runs over panel and inputs,
+//! two 16-lane loads for every two fused multiply-adds. The tile's accumulators live in a stack
+//! buffer between column chunks (a store and a reload change no bits).
+//!
+//! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
+//! one FMA per 16 columns in column order, from the same weight values in the same lane order
+//! as the decode tiles of [`super::avx512`] — a quantized block's two vectors (A, B) scaled
+//! exactly, Q4B32 split by parity with its inputs permuted to match — and the same final lane
+//! sum. So a result does not depend on how many vectors a call carries.
+//!
+//! Stack use: about 80 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel, and
+//! for Q4B32 the permuted inputs). A thread that runs a model needs a stack of a few hundred KiB
+//! (Rust's default for spawned threads is 2 MiB).
+
+use super::avx512::{bf16_to_f32, decode_q4, decode_q8, hsum, tail_mask, x_by_parity};
+use super::avx2::prefetch_l2;
+use super::MatRef;
+use crate::format::dtype::DType;
+use std::arch::x86_64::*;
+
+/// Rows widened into one panel.
+pub const ROW_GROUP: usize = 32;
+/// Vectors whose accumulators are kept for one row group.
+pub const TOKEN_GROUP: usize = 32;
+/// Columns per panel (a multiple of 32, so quantized blocks never straddle two panels).
+pub const K_CHUNK: usize = 256;
+
+const STEPS: usize = K_CHUNK / 16;
+
+/// How the inputs of one column chunk are read: straight from `x` (row stride `cols`), or from a
+/// buffer of parity-permuted inputs (Q4B32; stride [`K_CHUNK`]).
+#[derive(Clone, Copy)]
+struct Inputs {
+    ptr: *const f32,
+    stride: usize,
+}
+
+/// Rows `r0..r1` of `w` against `n` (≥ 2) vectors of `x`, into `y[t * ys + r]`.
+///
+/// # Safety
+/// As [`super::scalar::RowsFn`]; the CPU has AVX-512 F/BW/VL with FMA and F16C; `w.dtype` is a
+/// compute dtype.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+    let cols = w.cols;
+    let mut acc = [[_mm512_setzero_ps(); TOKEN_GROUP]; ROW_GROUP];
+    let mut panel = Panel([0.0; ROW_GROUP * K_CHUNK]);
+    let mut xbuf = Panel([0.0; TOKEN_GROUP * K_CHUNK]);
+    let mut rg = r0;
+    while rg < r1 {
+        let rows = ROW_GROUP.min(r1 - rg);
+        let mut tg = 0;
+        while tg < n {
+            let toks = TOKEN_GROUP.min(n - tg);
+            for row in acc.iter_mut().take(rows) {
+                row[..toks].fill(_mm512_setzero_ps());
+            }
+            let mut c0 = 0;
+            while c0 < cols {
+                let kc = K_CHUNK.min(cols - c0);
+                // SAFETY: rows rg..rg+rows and columns c0..c0+kc lie inside the matrix, and
+                // vectors tg..tg+toks inside x (the caller's contract).
+                let (wpanel, inputs) = unsafe {
+                    let wpanel = fill_panel(w, rg, rows, c0, kc, &mut panel.0);
+                    let inputs = if w.dtype == DType::Q4B32 {
+                        permute_inputs(x.as_ptr().add(tg * cols + c0), cols, toks, kc, &mut xbuf.0)
+                    } else {
+                        Inputs { ptr: x.as_ptr().add(tg * cols + c0), stride: cols }
+                    };
+                    (wpanel, inputs)
+                };
+                let steps = kc.div_ceil(16);
+                let mask = if kc.is_multiple_of(16) { 0xffff } else { tail_mask(kc % 16) };
+                let mut tq = 0;
+                while tq < toks {
+                    let tn = 4.min(toks - tq);
+                    let mut rq = 0;
+                    while rq < rows {
+                        let rn = 4.min(rows - rq);
+                        let p = Inputs { ptr: wpanel.ptr.wrapping_add(rq * wpanel.stride), stride: wpanel.stride };
+                        let xi = Inputs { ptr: inputs.ptr.wrapping_add(tq * inputs.stride), stride: inputs.stride };
+                        // SAFETY: the panel holds rows rq..rq+rn and the inputs vectors
+                        // tq..tq+tn, each `steps` 16-lane steps long (the last masked).
+                        unsafe { tile_any(rn, tn, p, xi, steps, mask, &mut acc, rq, tq) };
+                        rq += rn;
+                    }
+                    tq += tn;
+                }
+                c0 += kc;
+            }
+            for (i, row) in acc.iter().enumerate().take(rows) {
+                for (t, v) in row.iter().enumerate().take(toks) {
+                    // SAFETY: element (tg + t, rg + i) is the caller's to write.
+                    unsafe { *y.add((tg + t) * ys + rg + i) = hsum(*v) };
+                }
+            }
+            tg += toks;
+        }
+        rg += rows;
+    }
+}
+
+/// A 64-byte-aligned f32 buffer on the stack.
+#[repr(C, align(64))]
+struct Panel<const N: usize>([f32; N]);
+
+/// Widens rows `r..r+rows`, columns `c0..c0+kc` of `w` into `panel` (row stride [`K_CHUNK`],
+/// lanes past `kc` zero) in the decode tiles' lane order; an F32 matrix is used in place.
+///
+/// # Safety
+/// The rows and columns lie inside the matrix.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, panel: &mut [f32; ROW_GROUP * K_CHUNK]) -> Inputs {
+    let (cols, rb) = (w.cols, w.row_bytes());
+    let base = w.data.as_ptr();
+    let out = panel.as_mut_ptr();
+    // The next chunk of the same rows is asked for now, so that it streams in while this
+    // one is multiplied (the hardware prefetchers follow a few streams, not 32 rows').
+    if let Some(span) = w.dtype.row_bytes(kc as u64).map(|b| b as usize) {
+        let next = w.dtype.row_bytes((c0 + kc) as u64).unwrap_or(0) as usize;
+        for i in 0..rows {
+            let mut o = 0;
+            while o < span {
+                prefetch_l2(base.wrapping_add((r + i) * rb + next + o));
+                o += 64;
+            }
+        }
+    }
+    // SAFETY (all loads and stores): row i < rows, column c < kc of the chunk lies inside the
+    // matrix; the panel holds ROW_GROUP × K_CHUNK values and c < kc <= K_CHUNK; tail loads are
+    // masked to kc.
+    unsafe {
+        match w.dtype {
+            // F32 rows are copied too: a panel of rows a whole matrix row apart would map to
+            // the same few L1 sets.
+            DType::F32 | DType::BF16 | DType::F16 => {
+                for i in 0..rows {
+                    let dst = out.add(i * K_CHUNK);
+                    let mut c = 0;
+                    while c < kc {
+                        let m = if kc - c >= 16 { 0xffff } else { tail_mask(kc - c) };
+                        let at = (r + i) * cols + c0 + c;
+                        let v = match w.dtype {
+                            DType::F32 => _mm512_maskz_loadu_ps(m, (base as *const f32).add(at)),
+                            DType::BF16 => bf16_to_f32(_mm256_maskz_loadu_epi16(m, (base as *const u16).add(at) as *const i16)),
+                            _ => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (base as *const u16).add(at) as *const i16)),
+                        };
+                        _mm512_storeu_ps(dst.add(c), v);
+                        c += 16;
+                    }
+                }
+            }
+            DType::Q8B32 | DType::Q4B32 => {
+                let (bytes, q4) = if w.dtype == DType::Q4B32 { (18, true) } else { (34, false) };
+                for i in 0..rows {
+                    let row = base.add((r + i) * rb + c0 / 32 * bytes);
+                    let dst = out.add(i * K_CHUNK);
+                    for b in 0..kc / 32 {
+                        let (a, bb) = if q4 { decode_q4(row.add(b * bytes)) } else { decode_q8(row.add(b * bytes)) };
+                        _mm512_storeu_ps(dst.add(b * 32), a);
+                        _mm512_storeu_ps(dst.add(b * 32 + 16), bb);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Inputs { ptr: out, stride: K_CHUNK }
+}
+
+/// Copies `toks` vectors' columns `0..kc` (from `x`, stride `cols`) into `buf` split by parity
+/// per block, the Q4B32 decode order.
+///
+/// # Safety
+/// `x` holds `toks` vectors of at least `kc` readable values at stride `cols`; kc is a multiple
+/// of 32 and at most [`K_CHUNK`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf: &mut [f32; TOKEN_GROUP * K_CHUNK]) -> Inputs {
+    let out = buf.as_mut_ptr();
+    for t in 0..toks.min(TOKEN_GROUP) {
+        for b in 0..kc / 32 {
+            // SAFETY: block b of vector t lies inside x (the caller's contract) and inside buf.
+            unsafe {
+                let (e, o) = x_by_parity(x.add(t * cols + b * 32));
+                _mm512_storeu_ps(out.add(t * K_CHUNK + b * 32), e);
+                _mm512_storeu_ps(out.add(t * K_CHUNK + b * 32 + 16), o);
+            }
+        }
+    }
+    Inputs { ptr: out, stride: K_CHUNK }
+}
+
+/// Runs the `rn × tn` tile (each 1..=4) for rows `rq..` and vectors `tq..` of the groups.
+///
+/// # Safety
+/// As [`tile`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
+                   acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize) {
+    macro_rules! arms {
+        ($(($r:literal, $t:literal)),*) => {
+            match (rn, tn) {
+                // SAFETY: forwarded contract.
+                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, tq) },)*
+                _ => {}
+            }
+        };
+    }
+    arms!((4, 4), (4, 3), (4, 2), (4, 1), (3, 4), (3, 3), (3, 2), (3, 1),
+          (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
+}
+
+/// R rows of the panel × T input vectors over `steps` 16-lane steps (the last one masked by
+/// `mask`), accumulating into `acc[rq + i][tq + t]`.
+///
+/// # Safety
+/// The panel holds R rows and the inputs T vectors of `steps` × 16 readable values (the last
+/// step's lanes outside `mask` are not read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
+                                               acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize) {
+    let mut a = [[_mm512_setzero_ps(); T]; R];
+    for (i, row) in a.iter_mut().enumerate() {
+        row.copy_from_slice(&acc[rq + i][tq..tq + T]);
+    }
+    let full = if mask == 0xffff { steps } else { steps - 1 };
+    // SAFETY (all loads): step s < steps of row i < R / vector t < T is readable (the caller's
+    // contract); the last, partial step is masked.
+    for s in 0..full {
+        let mut xv = [_mm512_setzero_ps(); T];
+        for (t, v) in xv.iter_mut().enumerate() {
+            *v = unsafe { _mm512_loadu_ps(x.ptr.add(t * x.stride + s * 16)) };
+        }
+        for (i, row) in a.iter_mut().enumerate() {
+            let wv = unsafe { _mm512_loadu_ps(p.ptr.add(i * p.stride + s * 16)) };
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = _mm512_fmadd_ps(wv, xv[t], *v);
+            }
+        }
+    }
+    if full < steps {
+        let s = full;
+        let mut xv = [_mm512_setzero_ps(); T];
+        for (t, v) in xv.iter_mut().enumerate() {
+            *v = unsafe { _mm512_maskz_loadu_ps(mask, x.ptr.add(t * x.stride + s * 16)) };
+        }
+        for (i, row) in a.iter_mut().enumerate() {
+            let wv = unsafe { _mm512_maskz_loadu_ps(mask, p.ptr.add(i * p.stride + s * 16)) };
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = _mm512_fmadd_ps(wv, xv[t], *v);
+            }
+        }
+    }
+    for (i, row) in a.iter().enumerate() {
+        acc[rq + i][tq..tq + T].copy_from_slice(row);
+    }
+}
+
+const _: () = assert!(K_CHUNK.is_multiple_of(32) && STEPS * 16 == K_CHUNK);
