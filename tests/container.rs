@@ -292,3 +292,33 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     assert_eq!(stdout.trim_end_matches('\n'), text);
     assert!(err.contains("[252 tokens,") && err.contains("experts ") && err.contains(" hit / ") && err.contains("miss"), "{err}");
 }
+
+/// A quantized Hugging Face checkpoint whose expert tensor has a NaN block scale: refused by
+/// the engine (resident experts) and by the converter, naming the tensor, the row and the block.
+#[test]
+fn non_finite_expert_scales_are_refused() {
+    use waste::format::quant::Width;
+    let base = temp_dir("nan-scale");
+    let q = base.join("q4");
+    waste::format::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
+    let name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+    let (offset, per_row) = {
+        let st = waste::format::safetensors::SafeTensors::open(&q.join("model.safetensors")).unwrap();
+        let t = st.get(name).unwrap();
+        (t.offset, t.shape[1] / 32)
+    };
+    // Opens and runs before the damage.
+    Model::open(&q, &Options::default()).unwrap();
+    for (bits, what) in [(0x7e00u16, "NaN"), (0xfc00, "infinite")] {
+        edit(&q.join("model.safetensors"), |b| {
+            let at = (offset + (2 * per_row + 1) * 18) as usize;
+            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        });
+        let e = Model::open(&q, &Options::default()).err().unwrap().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+        let out = base.join(format!("out-{what}"));
+        let opts = ConvertOptions { trunk: Encoding::Q4, embeddings: Some(Encoding::Q4), experts: Encoding::Q4, ..ConvertOptions::new(&q, &out) };
+        let e = convert(&opts, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+    }
+}

@@ -390,6 +390,9 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
     let mut raw = vec![0u8; t.len as usize];
     st.read_into(t, &mut raw)?;
     if t.dtype == dtype {
+        // A quantized source copied as it is: its block scales are checked here, where the
+        // bytes are read (seed 000: a non-finite scale is refused, never passed on).
+        super::quant::check_scales(&st.path, t, 0, &raw)?;
         return Ok(raw);
     }
     if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
