@@ -57,12 +57,19 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("token at a time, smallest cache", Options { cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
             ("look-ahead, smallest cache", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
             ("look-ahead, half the experts", Options { cache_bytes: manifest.expert_bytes() / 2, io_threads: 3, lookahead: true, threads: 2, ..base.clone() }, true),
+            // The fallback where O_DIRECT is refused (buffered reads, pages dropped), forced.
+            ("buffered fallback, io threads", Options { direct_io: false, cache_bytes: smallest, io_threads: 2, ..base.clone() }, false),
+            ("buffered fallback, synchronous", Options { direct_io: false, cache_bytes: smallest, ..base.clone() }, true),
         ] {
             let mut m = open(&dir, opts);
             let got = prompt_logits(&mut m, &o.prompt, single);
             assert!(bit_identical(&reference, &got), "{name}: {label}");
             let s = m.cache_stats().unwrap();
             assert!(s.hits + s.misses > 0 && s.bytes_read > 0, "{name}: {label}: {s:?}");
+            assert_eq!(s.banks, manifest.banks.len(), "{name}: {label}");
+            if label.starts_with("buffered") {
+                assert!(!s.direct_io && s.buffered_banks == s.banks && s.io_mode() == "buffered+fadvise", "{name}: {label}: {s:?}");
+            }
             if label.starts_with("look-ahead") {
                 assert!(s.prefetched > 0 && s.prefetch_hits > 0, "{name}: {label}: the look-ahead did not work: {s:?}");
             }
@@ -291,6 +298,14 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout.trim_end_matches('\n'), text);
     assert!(err.contains("[252 tokens,") && err.contains("experts ") && err.contains(" hit / ") && err.contains("miss"), "{err}");
+    let m = waste::format::container::Manifest::open(&out).unwrap();
+    // `info` on a container: the expert cache, the banks and how they are read.
+    let (code, stdout, err) = waste(&["info", out.to_str().unwrap(), "--cache", "1M"]);
+    assert_eq!(code, 0, "{err}");
+    let rb = m.max_record_bytes();
+    let slots = ((1usize << 20) / rb).min(m.banks.len() * 4) * rb;
+    assert!(stdout.contains(&format!("expert cache  {slots} bytes")), "{stdout}");
+    assert!(stdout.contains("expert banks  5 (O_DIRECT)") || stdout.contains("expert banks  5 (buffered+fadvise)"), "{stdout}");
 }
 
 /// A quantized Hugging Face checkpoint whose expert tensor has a NaN block scale: refused by
