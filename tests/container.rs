@@ -146,6 +146,13 @@ fn truncated_bank_is_refused() {
 }
 
 #[test]
+fn oversized_bank_is_refused_naming_the_file_and_the_extra_bytes() {
+    let e = damaged("oversized", false, |p, _| edit(p, |b| b.extend_from_slice(&[0u8; 100])));
+    assert!(e.contains("experts-001.bank") && e.contains("layer 1") && e.contains("100 extra bytes"), "{e}");
+    assert!(!e.contains("expert 8 is"), "there is no expert 8: {e}");
+}
+
+#[test]
 fn swapped_records_are_refused() {
     let e = damaged("swapped", false, |p, rb| edit(p, |b| {
         let (a, c) = b.split_at_mut(rb);

@@ -25,6 +25,8 @@ pub const RECORD_ALIGN: usize = 4096;
 pub const HEADER_BYTES: usize = 256;
 /// The first eight bytes of every record.
 pub const MAGIC: [u8; 8] = *b"WASTEXPR";
+/// Header bytes up to here hold fields (the three descriptors end at 136); the rest are zero.
+const HEADER_USED: usize = 40 + 32 * 3;
 /// Matrices inside a record start at multiples of this (SIMD loads).
 const MATRIX_ALIGN: usize = 64;
 /// Names of the three matrices of an expert, in record order.
@@ -65,6 +67,11 @@ fn dtype_code(d: DType) -> u32 {
 
 fn dtype_of_code(c: u32) -> Option<DType> {
     [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32].get(c as usize).copied()
+}
+
+/// Index of the first non-zero byte.
+fn nonzero_at(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&x| x != 0)
 }
 
 fn round_up(x: usize, a: usize) -> usize {
@@ -114,8 +121,14 @@ impl RecordLayout {
     }
 
     /// Checks the header of a record read for (`layer`, `expert`) from `path` against this
-    /// layout; with `verify`, also the CRC-32 of the payload. Nothing is computed from a record
-    /// that fails.
+    /// layout, and that every byte the layout says is zero is zero (header bytes 136..256, each
+    /// descriptor's reserved word, the gaps between matrices and the padding after the
+    /// payload); with `verify`, also the CRC-32 of the payload. Nothing is computed from a
+    /// record that fails.
+    ///
+    /// The zero checks run on every read: they cover at most 120 + 12 + 2·63 + 4095 bytes of a
+    /// record of at least 4096 (usually megabytes) that was just read into cache, so they cost
+    /// far less than the CRC, which is a pass over the whole payload and stays behind `verify`.
     pub fn check(&self, rec: &[u8], path: &Path, layer: usize, expert: usize, verify: bool) -> Result<()> {
         let bad = |what: String| Error::new(ErrorKind::Corrupt, format!(
             "{}: layer {layer} expert {expert} (record at byte {}): {what}", path.display(), expert * self.record_bytes));
@@ -144,6 +157,17 @@ impl RecordLayout {
                 return Err(bad(format!("{} matrix descriptor {:?} disagrees with the manifest ({}, {}, {}, {}, {})",
                     MATRIX_NAMES[i], found, m.dtype, m.rows, m.cols, m.offset, m.bytes)));
             }
+            if u32_at(d + 12) != 0 {
+                return Err(bad(format!("{} matrix descriptor's reserved word (header byte {}) is {}, not 0", MATRIX_NAMES[i], d + 12, u32_at(d + 12))));
+            }
+        }
+        if let Some(i) = nonzero_at(&rec[HEADER_USED..HEADER_BYTES]) {
+            return Err(bad(format!("header byte {} is 0x{:02x}; bytes {HEADER_USED}..{HEADER_BYTES} must be zero", HEADER_USED + i, rec[HEADER_USED + i])));
+        }
+        for (from, to) in self.zero_ranges() {
+            if let Some(i) = nonzero_at(&rec[from..to]) {
+                return Err(bad(format!("byte {} of the record is 0x{:02x}; the padding {from}..{to} must be zero", from + i, rec[from + i])));
+            }
         }
         if verify {
             let want = u32_at(32);
@@ -153,6 +177,14 @@ impl RecordLayout {
             }
         }
         Ok(())
+    }
+
+    /// The byte ranges of a record after its header that hold no matrix: the alignment gaps
+    /// before each matrix and the padding after the last one.
+    fn zero_ranges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let ends = std::iter::once(HEADER_BYTES).chain(self.matrices.iter().map(|m| m.offset + m.bytes));
+        let starts = self.matrices.iter().map(|m| m.offset).chain(std::iter::once(self.record_bytes));
+        ends.zip(starts).filter(|(a, b)| a < b)
     }
 
     fn to_json(self) -> Json {
@@ -332,12 +364,18 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
     let bank_path = dir.join(&file);
     let size = std::fs::metadata(&bank_path).map_err(|e| Error::io(&bank_path, &format!("open the bank of layer {layer}"), e))?.len();
     let want = (experts * record_bytes) as u64;
-    if size != want {
+    if size < want {
         let complete = size / record_bytes as u64;
         return Err(Error::new(ErrorKind::Corrupt, format!(
-            "{}: bank of layer {layer} is {size} bytes, expected {want}: expert {complete} is {}",
-            bank_path.display(), if size < want { "truncated" } else { "followed by extra bytes" })));
+            "{}: bank of layer {layer} is {size} bytes, expected {want} ({experts} records of {record_bytes}): expert {complete} is truncated",
+            bank_path.display())));
     }
+    if size > want {
+        return Err(Error::new(ErrorKind::Corrupt, format!(
+            "{}: bank of layer {layer} is {size} bytes, expected {want} ({experts} records of {record_bytes}): {} extra bytes follow the last record (expert {})",
+            bank_path.display(), size - want, experts - 1)));
+    }
+
     Ok(Bank { layer, file, experts, layout })
 }
 
@@ -352,7 +390,7 @@ mod tests {
         assert_eq!(l.record_bytes % RECORD_ALIGN, 0);
         assert!(l.matrices.iter().all(|m| m.offset % 64 == 0));
         let mut rec = vec![0u8; l.record_bytes];
-        for (i, b) in rec[HEADER_BYTES..].iter_mut().enumerate() {
+        for (i, b) in rec[HEADER_BYTES..HEADER_BYTES + l.payload_bytes].iter_mut().enumerate() {
             *b = i as u8;
         }
         l.write_header(&mut rec, 3, 5);
@@ -364,5 +402,44 @@ mod tests {
         assert!(l.check(&rec, p, 3, 5, true).unwrap_err().to_string().contains("CRC"));
         rec[0] = b'X';
         assert!(l.check(&rec, p, 3, 5, false).unwrap_err().to_string().contains("magic"));
+    }
+
+    /// The bytes the layout says are zero are checked on every read, without `verify`.
+    #[test]
+    fn reserved_and_padding_bytes_must_be_zero() {
+        let l = RecordLayout::new(DType::Q8B32, 64, 96).must();
+        let end = HEADER_BYTES + l.payload_bytes;
+        assert!(end < l.record_bytes, "the test needs padding after the payload");
+        let fresh = || {
+            let mut rec = vec![0u8; l.record_bytes];
+            for m in &l.matrices {
+                rec[m.offset..m.offset + m.bytes].fill(0x11);
+            }
+            l.write_header(&mut rec, 0, 2);
+            rec
+        };
+        let p = Path::new("bank");
+        l.check(&fresh(), p, 0, 2, true).must();
+        for (at, what) in [(40 + 12, "reserved word"), (40 + 32 + 13, "reserved word"), (136, "header byte 136"), (255, "header byte 255"),
+                           (end, "padding"), (l.record_bytes - 1, "padding")] {
+            let mut rec = fresh();
+            rec[at] = 1;
+            let e = l.check(&rec, p, 0, 2, false).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("layer 0 expert 2"), "byte {at}: {e}");
+        }
+        // The alignment gap between two matrices.
+        let g = RecordLayout::new(DType::BF16, 3, 5).must();
+        let gap = g.matrices[0].offset + g.matrices[0].bytes;
+        assert!(gap < g.matrices[1].offset);
+        let mut rec = vec![0u8; g.record_bytes];
+        g.write_header(&mut rec, 1, 0);
+        g.check(&rec, p, 1, 0, true).must();
+        rec[gap] = 7;
+        g.write_header(&mut rec, 1, 0); // a valid CRC: only the zero check can catch it
+        assert!(g.check(&rec, p, 1, 0, true).unwrap_err().to_string().contains("padding"));
+        // A longer slot than the record: bytes past the record are not the record's.
+        let mut slot = fresh();
+        slot.extend_from_slice(&[0xFF; 100]);
+        l.check(&slot, p, 0, 2, true).must();
     }
 }
