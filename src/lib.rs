@@ -125,7 +125,9 @@ pub struct Options {
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,
-    /// Check the CRC-32 of every expert record read (headers are always checked).
+    /// Check the CRC-32 of every expert record read, and of the container's trunk files at
+    /// open (one pass over the trunk's bytes). Record headers and the trunk index are always
+    /// checked.
     pub verify: bool,
     /// Read expert records with `O_DIRECT` where the filesystem allows it (the default); false
     /// reads every bank through the fallback — buffered reads, then `POSIX_FADV_DONTNEED` —

@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::format::json::Json;
 use waste::{ErrorKind, Model, Options};
 
 const MOE: [&str; 3] = ["mixtral_f32", "qwen3_moe_f32", "olmoe_f32"];
@@ -306,6 +307,7 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     assert_eq!(stdout.trim_end_matches('\n'), text);
     assert!(err.contains("[252 tokens,") && err.contains("experts ") && err.contains(" hit / ") && err.contains("miss"), "{err}");
     let m = waste::format::container::Manifest::open(&out).unwrap();
+    assert_eq!((m.tokenizer_kind.as_deref(), &m.tokenizer_files[..]), (Some("llama2c"), &["tok512.bin".to_string()][..]));
     // `info` on a container: the expert cache, the banks and how they are read.
     let (code, stdout, err) = waste(&["info", out.to_str().unwrap(), "--cache", "1M"]);
     assert_eq!(code, 0, "{err}");
@@ -343,4 +345,113 @@ fn non_finite_expert_scales_are_refused() {
         let e = convert(&opts, &mut |_| {}).unwrap_err().to_string();
         assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
     }
+}
+
+/// The node at `path` (object keys, or array indices as numbers) of a JSON tree.
+fn node<'a>(j: &'a mut Json, path: &[&str]) -> &'a mut Json {
+    path.iter().fold(j, |cur, k| match cur {
+        Json::Object(m) => &mut m.iter_mut().find(|(n, _)| n == k).unwrap_or_else(|| panic!("no key {k}")).1,
+        Json::Array(a) => &mut a[k.parse::<usize>().unwrap()],
+        other => panic!("{k}: not a container: {other:?}"),
+    })
+}
+
+fn edit_manifest(dir: &Path, f: impl FnOnce(&mut Json)) {
+    let p = dir.join("manifest.json");
+    let mut j = waste::format::json::parse(&std::fs::read(&p).unwrap()).unwrap();
+    f(&mut j);
+    std::fs::write(&p, j.to_string_pretty()).unwrap();
+}
+
+/// Every manifest field the engine cross-checks at open, disagreeing in turn: the error names
+/// what disagrees, and the container is not opened.
+#[test]
+fn manifest_disagreements_are_refused_at_open() {
+    let dir = float_container("mixtral_f32", "manifest");
+    let good = std::fs::read(dir.join("manifest.json")).unwrap();
+    type Edit = Box<dyn Fn(&mut Json)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("index shape", Box::new(|j| *node(j, &["trunk", "tensors", "1", "shape", "0"]) = Json::uint(511)),
+            &["model.embed_tokens.weight", "the index says F32 [511, 64]", "the file's header says F32 [512, 64]"]),
+        ("index range", Box::new(|j| *node(j, &["trunk", "tensors", "1", "byte_range", "0"]) = Json::uint(8)),
+            &["model.embed_tokens.weight", "at bytes 8.."]),
+        ("index dtype", Box::new(|j| *node(j, &["trunk", "tensors", "0", "dtype"]) = Json::str("BF16")),
+            &["lm_head.weight", "BF16"]),
+        ("tensor not indexed", Box::new(|j| { let Json::Array(a) = node(j, &["trunk", "tensors"]) else { panic!() }; a.remove(0); }),
+            &["lm_head.weight", "is not in the trunk index"]),
+        ("indexed twice", Box::new(|j| { let Json::Array(a) = node(j, &["trunk", "tensors"]) else { panic!() }; let t = a[2].clone(); a.push(t); }),
+            &["indexed twice"]),
+        ("trunk size", Box::new(|j| *node(j, &["trunk", "files", "0", "bytes"]) = Json::uint(1000)),
+            &["trunk-f32.safetensors", "the manifest says 1000"]),
+        ("architecture", Box::new(|j| *node(j, &["architecture"]) = Json::str("OlmoeForCausalLM")),
+            &["architecture", "OlmoeForCausalLM", "MixtralForCausalLM"]),
+        ("old version", Box::new(|j| *node(j, &["version"]) = Json::uint(1)), &["container version 1", "convert the model again"]),
+        ("new version", Box::new(|j| *node(j, &["version"]) = Json::uint(3)), &["container version 3 is newer"]),
+        ("tokenizer kind", Box::new(|j| *node(j, &["tokenizer", "kind"]) = Json::str("wordpiece")), &["tokenizer.kind", "wordpiece"]),
+        ("tokenizer claimed", Box::new(|j| *node(j, &["tokenizer", "kind"]) = Json::str("tiktoken")), &["tokenizer.kind", "tiktoken", "no tokenizer"]),
+        ("side file missing", Box::new(|j| *node(j, &["files", "0"]) = Json::str("absent.json")), &["absent.json"]),
+        ("payload bytes", Box::new(|j| *node(j, &["banks", "0", "payload_bytes"]) = Json::uint(12)), &["banks[0].payload_bytes"]),
+    ];
+    for (what, f, needles) in cases {
+        std::fs::write(dir.join("manifest.json"), &good).unwrap();
+        edit_manifest(&dir, f);
+        let e = Model::open(&dir, &Options::default()).err().unwrap_or_else(|| panic!("{what}: opened")).to_string();
+        assert!(needles.iter().all(|n| e.contains(n)), "{what}: {e}");
+    }
+    std::fs::write(dir.join("manifest.json"), &good).unwrap();
+    Model::open(&dir, &Options { verify: true, ..Options::default() }).unwrap();
+}
+
+/// A flipped byte of a trunk tensor passes every header check (sizes and index agree) and is
+/// caught by the trunk file's CRC-32 under `verify`.
+#[test]
+fn flipped_trunk_byte_is_caught_with_verify() {
+    let dir = float_container("mixtral_f32", "trunkflip");
+    let trunk = dir.join("trunk-f32.safetensors");
+    edit(&trunk, |b| { let n = b.len(); b[n - 101] ^= 0x08; });
+    Model::open(&dir, &Options::default()).unwrap();
+    let e = Model::open(&dir, &Options { verify: true, ..Options::default() }).err().unwrap().to_string();
+    assert!(e.contains("trunk-f32.safetensors") && e.contains("CRC-32") && e.contains("changed after conversion"), "{e}");
+}
+
+/// A copy of a Hugging Face fixture directory with extra files, for conversions that change it.
+fn source_copy(name: &str, tag: &str, extra: &[(&str, PathBuf)]) -> PathBuf {
+    let from = oracle(name).dir.join("model");
+    let to = temp_dir(tag).join("hf");
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    for (as_name, src) in extra {
+        std::fs::copy(src, to.join(as_name)).unwrap();
+    }
+    to
+}
+
+/// The converter detects the tokenizer's kind and lists its files apart from
+/// generation_config.json; the engine checks the kind against what the files load as.
+#[test]
+fn manifest_records_the_tokenizer_kind() {
+    for (file, as_name, kind) in [
+        ("tokenizers/hf/qwen2.json", "tokenizer.json", "hf-bytelevel"),
+        ("tokenizers/hf/llama2.json", "tokenizer.json", "hf-sentencepiece"),
+        ("tokenizers/cl100k_base.tiktoken", "cl100k_base.tiktoken", "tiktoken"),
+    ] {
+        let src = source_copy("mixtral_f32", &format!("tok-{kind}"), &[(as_name, fixture(file))]);
+        let out = src.with_file_name("model.waste");
+        convert(&ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(&src, &out) }, &mut |_| {}).unwrap();
+        let m = waste::format::container::Manifest::open(&out).unwrap();
+        assert_eq!(m.tokenizer_kind.as_deref(), Some(kind));
+        assert_eq!(m.tokenizer_files, [as_name]);
+        assert_eq!(m.other_files, ["generation_config.json"]);
+        let model = Model::open(&out, &Options::default()).unwrap();
+        assert_eq!(model.tokenizer().unwrap().kind_name(), kind);
+        let other = if kind == "tiktoken" { "llama2c" } else { "tiktoken" };
+        edit_manifest(&out, |j| *node(j, &["tokenizer", "kind"]) = Json::str(other));
+        let e = Model::open(&out, &Options::default()).err().unwrap().to_string();
+        assert!(e.contains("tokenizer.kind") && e.contains(other) && e.contains(kind), "{e}");
+    }
+    // No tokenizer at all: kind null.
+    let m = waste::format::container::Manifest::open(&float_container("olmoe_f32", "tok-none")).unwrap();
+    assert_eq!((m.tokenizer_kind, m.tokenizer_files.len()), (None, 0));
 }

@@ -7,7 +7,7 @@
 //! run again with the same options, conversion finishes with byte-identical output.
 
 use super::config::ModelConfig;
-use super::container::{Bank, Manifest, RecordLayout};
+use super::container::{Bank, FileSum, Manifest, RecordLayout};
 use super::dtype::DType;
 use super::json::Json;
 use super::safetensors::{commit_file, temp_sibling, Checkpoint, SafeTensors, TensorInfo, TensorSpec, Writer};
@@ -126,6 +126,9 @@ struct TrunkFile {
 pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
     let cfg = ModelConfig::load(&opts.input)?;
     let src = Checkpoint::open(&opts.input)?;
+    // Detected before anything is written: a tokenizer the engine would refuse at open stops
+    // the conversion here.
+    let tokenizer_kind = detect_tokenizer(&opts.input)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create directory", e))?;
     prepare_state(opts, &src)?;
@@ -140,26 +143,36 @@ pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Re
     for b in &banks {
         job.write_bank(&cfg, b, &experts)?;
     }
-    let tokenizer_files = copy_side_files(&opts.input, out)?;
-    let manifest = Manifest {
-        dir: out.clone(),
-        config: cfg,
-        config_json: super::read_json(&opts.input.join("config.json"), 4 << 20)?,
-        trunk_files: trunk.iter().map(|f| f.name.clone()).collect(),
-        tokenizer_files,
-        trunk_encoding: format!("{} (embeddings, head, routers: {})", opts.trunk.name(), opts.embedding_encoding().name()),
-        expert_encoding: opts.experts.name().to_string(),
-        banks,
-    };
+    let (tokenizer_files, other_files) = copy_side_files(&opts.input, out)?;
+    let mut sums = Vec::with_capacity(trunk.len());
+    for f in &trunk {
+        sums.push((f.name.clone(), FileSum::of_file(&out.join(&f.name))?));
+    }
+    let mut manifest = Manifest::new(out, super::read_json(&opts.input.join("config.json"), 4 << 20)?, sums, banks)?;
+    manifest.tokenizer_kind = tokenizer_kind;
+    manifest.tokenizer_files = tokenizer_files;
+    manifest.other_files = other_files;
+    manifest.trunk_encoding = format!("{} (embeddings, head, routers: {})", opts.trunk.name(), opts.embedding_encoding().name());
+    manifest.expert_encoding = opts.experts.name().to_string();
     manifest.write()?;
     let _ = std::fs::remove_file(out.join(STATE));
     let mut files: Vec<(String, u64)> = Vec::new();
     for name in manifest.trunk_files.iter().chain(manifest.banks.iter().map(|b| &b.file)).chain(&manifest.tokenizer_files)
-        .chain(std::iter::once(&super::container::MANIFEST.to_string())) {
+        .chain(&manifest.other_files).chain(std::iter::once(&super::container::MANIFEST.to_string())) {
         let size = std::fs::metadata(out.join(name)).map(|m| m.len()).unwrap_or(0);
         files.push((name.clone(), size));
     }
     Ok(ConvertReport { files, resumed_units: job.resumed })
+}
+
+/// The tokenizer kind of the source directory (`None` when it has no tokenizer the engine
+/// reads; its files are copied all the same).
+fn detect_tokenizer(dir: &Path) -> Result<Option<String>> {
+    match crate::tokenizer::Tokenizer::from_model_dir(dir) {
+        Ok(t) => Ok(Some(t.kind_name().to_string())),
+        Err(e) if e.kind() == ErrorKind::Unsupported || e.message().contains("no tokenizer file found") => Ok(None),
+        Err(e) => Err(e.context("the source's tokenizer")),
+    }
 }
 
 /// The options and source a conversion is made of, as stored in the state file.
@@ -427,12 +440,12 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
 }
 
 /// Copies the tokenizer and generation files next to the container's manifest; returns the
-/// names copied (sorted, so the manifest is deterministic).
-fn copy_side_files(from: &Path, to: &Path) -> Result<Vec<String>> {
+/// names copied as (tokenizer files, other files), sorted so the manifest is deterministic.
+fn copy_side_files(from: &Path, to: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(from).map_err(|e| Error::io(from, "list", e))?.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let wanted = matches!(name.as_str(), "tokenizer.json" | "tokenizer_config.json" | "tokenizer.model" | "vocab.json"
+        let wanted = matches!(name.as_str(), "tokenizer.json" | "tokenizer_config.json" | "tokenizer.model" | "tiktoken.model" | "vocab.json"
             | "merges.txt" | "special_tokens_map.json" | "generation_config.json" | "tokenizer.bin")
             || name.ends_with(".tiktoken") || (name.starts_with("tok") && name.ends_with(".bin"));
         if wanted && entry.path().is_file() {
@@ -447,5 +460,6 @@ fn copy_side_files(from: &Path, to: &Path) -> Result<Vec<String>> {
             super::safetensors::write_atomic(&dst, &bytes)?;
         }
     }
-    Ok(names)
+    let (other, tokenizer): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| n == "generation_config.json");
+    Ok((tokenizer, other))
 }

@@ -125,6 +125,10 @@ impl Model {
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        // wp-container: with `verify`, the trunk files' CRC-32s too (one pass over the trunk).
+        if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
+            m.verify_trunk()?;
+        }
         let (cfg, ckpt) = match &manifest {
             Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
             None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
@@ -154,6 +158,9 @@ impl Model {
             }
             Err(e) => return Err(e),
         };
+        if let Some(m) = &manifest {
+            m.check_tokenizer(tokenizer.as_ref().map(Tokenizer::kind_name))?; // wp-container
+        }
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
