@@ -240,7 +240,10 @@ fn convert_refuses_a_foreign_output_directory() {
     let o = oracle("llama_f32");
     let out = temp_dir("foreign");
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
-    let err = convert(&ConvertOptions::new(o.dir.join("model"), &out), &mut |_| {}).unwrap_err();
+    // Float encodings: llama_f32's widths are not multiples of 32, and the input is checked
+    // before the output directory.
+    let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(o.dir.join("model"), &out) };
+    let err = convert(&opts, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
     assert_eq!(std::fs::read_to_string(out.join("notes.txt")).unwrap(), "mine");
 }
@@ -315,36 +318,6 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     let slots = ((1usize << 20) / rb).min(m.banks.len() * 4) * rb;
     assert!(stdout.contains(&format!("expert cache  {slots} bytes")), "{stdout}");
     assert!(stdout.contains("expert banks  5 (O_DIRECT)") || stdout.contains("expert banks  5 (buffered+fadvise)"), "{stdout}");
-}
-
-/// A quantized Hugging Face checkpoint whose expert tensor has a NaN block scale: refused by
-/// the engine (resident experts) and by the converter, naming the tensor, the row and the block.
-#[test]
-fn non_finite_expert_scales_are_refused() {
-    use waste::format::quant::Width;
-    let base = temp_dir("nan-scale");
-    let q = base.join("q4");
-    waste::format::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
-    let name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
-    let (offset, per_row) = {
-        let st = waste::format::safetensors::SafeTensors::open(&q.join("model.safetensors")).unwrap();
-        let t = st.get(name).unwrap();
-        (t.offset, t.shape[1] / 32)
-    };
-    // Opens and runs before the damage.
-    Model::open(&q, &Options::default()).unwrap();
-    for (bits, what) in [(0x7e00u16, "NaN"), (0xfc00, "infinite")] {
-        edit(&q.join("model.safetensors"), |b| {
-            let at = (offset + (2 * per_row + 1) * 18) as usize;
-            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
-        });
-        let e = Model::open(&q, &Options::default()).err().unwrap().to_string();
-        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
-        let out = base.join(format!("out-{what}"));
-        let opts = ConvertOptions { trunk: Encoding::Q4, embeddings: Some(Encoding::Q4), experts: Encoding::Q4, ..ConvertOptions::new(&q, &out) };
-        let e = convert(&opts, &mut |_| {}).unwrap_err().to_string();
-        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
-    }
 }
 
 /// The node at `path` (object keys, or array indices as numbers) of a JSON tree.
@@ -454,4 +427,134 @@ fn manifest_records_the_tokenizer_kind() {
     // No tokenizer at all: kind null.
     let m = waste::format::container::Manifest::open(&float_container("olmoe_f32", "tok-none")).unwrap();
     assert_eq!((m.tokenizer_kind, m.tokenizer_files.len()), (None, 0));
+}
+
+fn f32_opts(src: &Path, out: &Path) -> ConvertOptions {
+    ConvertOptions { experts: Encoding::BF16, trunk: Encoding::F32, ..ConvertOptions::new(src, out) }
+}
+
+/// A kill inside each small atomic write — the state file (first written, then rewritten as
+/// each trunk file finishes), the tokenizer and generation files, the manifest — at each stage
+/// (torn temporary file, complete but not renamed, renamed): the rerun finishes, byte-identical
+/// to an uninterrupted run. Killed in the first state write, the directory holds nothing but a
+/// torn `.waste-convert.json.tmp`, which is recognised; killed after the manifest, it is a
+/// finished container, which is verified.
+#[test]
+fn conversion_killed_inside_small_writes_resumes_to_identical_bytes() {
+    let src = source_copy("qwen3_moe_f32", "smallwrites", &[("tokenizer.json", fixture("tokenizers/hf/qwen2.json"))]);
+    let base = src.parent().unwrap().to_path_buf();
+    let reference = base.join("reference");
+    convert(&f32_opts(&src, &reference), &mut |_| {}).unwrap();
+    let want = dir_bytes(&reference);
+    use waste::format::convert::WriteStage;
+    for stage in [WriteStage::Torn, WriteStage::BeforeRename, WriteStage::AfterRename] {
+        let mut n = 1;
+        loop {
+            let out = base.join(format!("{stage:?}-{n}"));
+            let opts = ConvertOptions { interrupt_write: Some((n, stage)), ..f32_opts(&src, &out) };
+            match convert(&opts, &mut |_| {}) {
+                Ok(_) => break,
+                Err(e) => assert!(e.to_string().contains("testing hook"), "{stage:?} {n}: {e}"),
+            }
+            if n == 1 && stage == WriteStage::Torn {
+                let names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                assert_eq!(names, [".waste-convert.json.tmp"]);
+            }
+            // A manifest in place means a container that opens.
+            if out.join("manifest.json").exists() {
+                waste::format::container::Manifest::open(&out).unwrap();
+            }
+            let report = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+            assert!(dir_bytes(&out) == want, "{stage:?} {n}: output differs from an uninterrupted run");
+            // Killed after the manifest was renamed into place: a finished container, verified.
+            assert_eq!(report.verified_existing, stage == WriteStage::AfterRename && n == 5, "{stage:?} {n}: {report:?}");
+            n += 1;
+        }
+        // The first state, the state once trunk-f32 is done, generation_config.json,
+        // tokenizer.json, the manifest.
+        assert_eq!(n - 1, 5, "{stage:?}");
+    }
+}
+
+/// A rerun of the same conversion on its finished output verifies it and says so; a damaged
+/// trunk file or bank record is rewritten (the trunk file's CRC, the record's CRC), giving the
+/// original bytes back; other options are refused.
+#[test]
+fn rerun_on_a_finished_container_verifies_and_repairs_it() {
+    let src = oracle("qwen3_moe_f32").dir.join("model");
+    let out = temp_dir("rerun").join("model.waste");
+    convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    let want = dir_bytes(&out);
+    let again = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert!(again.verified_existing && dir_bytes(&out) == want, "{again:?}");
+    edit(&out.join("trunk-f32.safetensors"), |b| { let n = b.len(); b[n / 2] ^= 1; });
+    let bank = waste::format::container::Manifest::open(&out).unwrap().banks[0].clone();
+    edit(&out.join(&bank.file), |b| b[3 * bank.layout.record_bytes + 400] ^= 0x10);
+    let repaired = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert!(!repaired.verified_existing && dir_bytes(&out) == want, "{repaired:?}");
+    let other = ConvertOptions { experts: Encoding::F32, ..f32_opts(&src, &out) };
+    let e = convert(&other, &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("different conversion"), "{e}");
+    assert!(dir_bytes(&out) == want, "a refused conversion changed the directory");
+}
+
+/// The resume fingerprint holds config.json's bytes: an interrupted conversion whose source
+/// config changed starts over (nothing resumed, though its trunk file and first records were
+/// done) and equals a fresh conversion of the new source. And a finished trunk file is only
+/// trusted after its size and CRC-32 check.
+#[test]
+fn changed_config_restarts_an_interrupted_conversion() {
+    let src = source_copy("qwen3_moe_f32", "fingerprint", &[]);
+    let base = src.parent().unwrap().to_path_buf();
+    let mut trunk_units = 0;
+    convert(&f32_opts(&src, &base.join("count")), &mut |p| trunk_units += u64::from(p.file.starts_with("trunk-"))).unwrap();
+    let stop = ConvertOptions { interrupt_after: Some(trunk_units + 2), ..f32_opts(&src, &base.join("unused")) };
+    // A finished trunk file damaged between the runs is written again.
+    let damaged = base.join("damaged");
+    assert!(convert(&ConvertOptions { output: damaged.clone(), ..stop.clone() }, &mut |_| {}).is_err());
+    edit(&damaged.join("trunk-f32.safetensors"), |b| { let n = b.len(); b[n - 1] ^= 1; });
+    let report = convert(&f32_opts(&src, &damaged), &mut |_| {}).unwrap();
+    assert!(report.resumed_units >= 2, "the bank's records were not resumed: {report:?}");
+    assert!(dir_bytes(&damaged) == dir_bytes(&base.join("count")), "a damaged finished trunk file was trusted");
+    // The config changes between the runs.
+    let out = base.join("out");
+    assert!(convert(&ConvertOptions { output: out.clone(), ..stop }, &mut |_| {}).is_err());
+    let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
+    assert!(cfg.contains("\"rms_norm_eps\": 1e-06"), "{cfg}");
+    std::fs::write(src.join("config.json"), cfg.replace("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 2e-06")).unwrap();
+    let report = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert_eq!(report.resumed_units, 0, "resumed across a changed config");
+    let fresh = base.join("fresh");
+    convert(&f32_opts(&src, &fresh), &mut |_| {}).unwrap();
+    assert!(dir_bytes(&out) == dir_bytes(&fresh));
+}
+
+/// A quantized Hugging Face checkpoint whose expert tensor has a NaN block scale: refused by
+/// the engine (resident experts) and by the converter, naming the tensor, the row and the block.
+#[test]
+fn non_finite_expert_scales_are_refused() {
+    use waste::format::quant::Width;
+    let base = temp_dir("nan-scale");
+    let q = base.join("q4");
+    waste::format::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
+    let name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+    let (offset, per_row) = {
+        let st = waste::format::safetensors::SafeTensors::open(&q.join("model.safetensors")).unwrap();
+        let t = st.get(name).unwrap();
+        (t.offset, t.shape[1] / 32)
+    };
+    // Opens and runs before the damage.
+    Model::open(&q, &Options::default()).unwrap();
+    for (bits, what) in [(0x7e00u16, "NaN"), (0xfc00, "infinite")] {
+        edit(&q.join("model.safetensors"), |b| {
+            let at = (offset + (2 * per_row + 1) * 18) as usize;
+            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        });
+        let e = Model::open(&q, &Options::default()).err().unwrap().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+        let out = base.join(format!("out-{what}"));
+        let opts = ConvertOptions { trunk: Encoding::Q4, embeddings: Some(Encoding::Q4), experts: Encoding::Q4, ..ConvertOptions::new(&q, &out) };
+        let e = convert(&opts, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+    }
 }

@@ -416,10 +416,12 @@ impl Writer {
     }
 }
 
-/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete.
+/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete (a
+/// hidden `dir/.name` gets `dir/.name.tmp`).
 pub fn temp_sibling(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
+    let dot = if name.starts_with('.') { "" } else { "." };
+    path.with_file_name(format!("{dot}{name}.tmp"))
 }
 
 /// Syncs `file` (written at `tmp`), renames it to `path` and syncs the directory, so that after
