@@ -379,8 +379,11 @@ fn make_container(tag: &str, fixture_name: &str, expert_dtype: DType) -> (PathBu
         std::fs::File::create(dir.join(&file)).unwrap().set_len((moe.experts * layout.record_bytes) as u64).unwrap();
         banks.push(Bank { layer, file, experts: moe.experts, layout });
     }
-    Manifest { dir: dir.clone(), config, config_json, trunk_files: vec!["trunk.safetensors".into()], tokenizer_files: vec![],
-        trunk_encoding: "f32".into(), expert_encoding: expert_dtype.name().to_lowercase(), banks }.write().unwrap();
+    let sum = waste::format::container::FileSum::of_file(&dir.join("trunk.safetensors")).unwrap();
+    let mut m = Manifest::new(&dir, config_json, vec![("trunk.safetensors".into(), sum)], banks).unwrap();
+    m.trunk_encoding = "f32".into();
+    m.expert_encoding = expert_dtype.name().to_lowercase();
+    m.write().unwrap();
     (dir, src)
 }
 

@@ -309,6 +309,11 @@ fn info(a: &Args) -> Outcome {
             m.push(("experts", Json::uint(e as u64)));
             m.push(("experts_per_token", Json::uint(k as u64)));
         }
+        if let Some(mode) = i.io_mode {
+            m.push(("expert_cache_bytes", Json::uint(i.expert_cache_bytes)));
+            m.push(("expert_banks", Json::uint(i.expert_banks as u64)));
+            m.push(("expert_io", Json::str(mode)));
+        }
         println!("{}", Json::object(m).to_string_pretty());
         return Ok(());
     }
@@ -320,6 +325,10 @@ fn info(a: &Args) -> Outcome {
     println!("intermediate  {}", i.intermediate);
     if let Some((e, k)) = i.experts {
         println!("experts       {e} ({k} per token)");
+    }
+    if let Some(mode) = i.io_mode {
+        println!("expert cache  {} bytes ({:.1} MiB)", i.expert_cache_bytes, i.expert_cache_bytes as f64 / (1 << 20) as f64);
+        println!("expert banks  {} ({mode})", i.expert_banks);
     }
     println!("vocab         {}", i.vocab);
     println!("parameters    {} ({:.2} M)", i.parameters, i.parameters as f64 / 1e6);

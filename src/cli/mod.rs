@@ -24,7 +24,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T (binary units); default: chosen from usable RAM"),
     val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
-    flag("verify", "check the CRC-32 of every expert record read"),
+    flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
 ];
 

@@ -60,7 +60,8 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
         println!("{size:>14}  {name}");
     }
     println!("{total:>14}  total ({:.1} s{})", start.elapsed().as_secs_f64(),
-        if report.resumed_units > 0 { format!(", resumed {} units", report.resumed_units) } else { String::new() });
+        if report.verified_existing { ", already converted: every file verified, none rewritten".to_string() } // wp-container
+        else if report.resumed_units > 0 { format!(", resumed {} units", report.resumed_units) } else { String::new() });
     Ok(())
 }
 

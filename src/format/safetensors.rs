@@ -317,6 +317,10 @@ pub struct Writer {
     expected: Vec<(String, u64)>,
     next: usize,
     written_in_tensor: u64,
+    /// The CRC-32 and length of everything written so far (header included): a container
+    /// records them per trunk file without reading the file back.
+    crc: super::crc32::Crc32,
+    bytes: u64,
 }
 
 impl Writer {
@@ -350,9 +354,14 @@ impl Writer {
         let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
         let io = |e| Error::io(&tmp, "write", e);
-        out.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
+        let len = (header.len() as u64).to_le_bytes();
+        out.write_all(&len).map_err(io)?;
         out.write_all(&header).map_err(io)?;
-        Ok(Writer { path: path.to_path_buf(), tmp, out, expected, next: 0, written_in_tensor: 0 })
+        let mut crc = super::crc32::Crc32::new();
+        crc.update(&len);
+        crc.update(&header);
+        let bytes = 8 + header.len() as u64;
+        Ok(Writer { path: path.to_path_buf(), tmp, out, expected, next: 0, written_in_tensor: 0, crc, bytes })
     }
 
     /// Appends bytes of the current tensor (tensors are written in spec order; a tensor may be
@@ -367,6 +376,8 @@ impl Writer {
             let room = (len - self.written_in_tensor) as usize;
             let take = room.min(rest.len());
             self.out.write_all(&rest[..take]).map_err(|e| Error::io(&self.tmp, &format!("write tensor `{name}`"), e))?;
+            self.crc.update(&rest[..take]);
+            self.bytes += take as u64;
             self.written_in_tensor += take as u64;
             rest = &rest[take..];
             if self.written_in_tensor == *len {
@@ -382,7 +393,14 @@ impl Writer {
     }
 
     /// Checks every tensor was written in full, syncs the file and renames it into place.
-    pub fn finish(mut self) -> Result<PathBuf> {
+    pub fn finish(self) -> Result<PathBuf> {
+        let path = self.path.clone();
+        self.finish_with_sum()?;
+        Ok(path)
+    }
+
+    /// [`Writer::finish`], returning the finished file's size and CRC-32.
+    pub fn finish_with_sum(mut self) -> Result<super::container::FileSum> {
         while self.expected.get(self.next).is_some_and(|(_, l)| *l == 0) {
             self.next += 1;
         }
@@ -391,16 +409,19 @@ impl Writer {
                 "{}: tensor `{name}` has {} of its {len} bytes", self.tmp.display(), self.written_in_tensor)));
         }
         self.out.flush().map_err(|e| Error::io(&self.tmp, "write", e))?;
+        let sum = super::container::FileSum { bytes: self.bytes, crc32: self.crc.finish() };
         let file = self.out.into_inner().map_err(|e| Error::io(&self.tmp, "write", e.into_error()))?;
         commit_file(file, &self.tmp, &self.path)?;
-        Ok(self.path)
+        Ok(sum)
     }
 }
 
-/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete.
+/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete (a
+/// hidden `dir/.name` gets `dir/.name.tmp`).
 pub fn temp_sibling(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
+    let dot = if name.starts_with('.') { "" } else { "." };
+    path.with_file_name(format!("{dot}{name}.tmp"))
 }
 
 /// Syncs `file` (written at `tmp`), renames it to `path` and syncs the directory, so that after

@@ -87,6 +87,12 @@ pub struct ModelInfo {
     pub int8_activations: Option<&'static str>,
     /// The tokenizer file, if the model has one.
     pub tokenizer: Option<PathBuf>,
+    /// Streamed experts (wp-container): bytes of the expert cache's slots (0 when experts are
+    /// resident or absent), the banks streamed, and how they are read — `O_DIRECT`,
+    /// `buffered+fadvise` (the fallback) or `mixed` — (`None` without streamed experts).
+    pub expert_cache_bytes: u64,
+    pub expert_banks: usize,
+    pub io_mode: Option<&'static str>,
 }
 
 /// Which logits a forward pass produces.
@@ -119,6 +125,10 @@ impl Model {
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        // wp-container: with `verify`, the trunk files' CRC-32s too (one pass over the trunk).
+        if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
+            m.verify_trunk()?;
+        }
         let (cfg, ckpt) = match &manifest {
             Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
             None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
@@ -131,6 +141,7 @@ impl Model {
                 io_threads: opts.io_threads,
                 verify: opts.verify,
                 policy: None,
+                direct_io: opts.direct_io,
             })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
@@ -147,6 +158,9 @@ impl Model {
             }
             Err(e) => return Err(e),
         };
+        if let Some(m) = &manifest {
+            m.check_tokenizer(tokenizer.as_ref().map(Tokenizer::kind_name))?; // wp-container
+        }
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
@@ -210,6 +224,9 @@ impl Model {
             isa: self.kernels.isa().name(),
             int8_activations: self.kernels.int8_isa().map(|i| i.name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
+            expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
+            expert_banks: self.cache_stats().map_or(0, |s| s.banks),
+            io_mode: self.cache_stats().map(CacheStats::io_mode),
         }
     }
 

@@ -187,6 +187,10 @@ impl<'a> Loader<'a> {
         }
         if !self.counting {
             file.read_into(t, out)?;
+            // As for the trunk's matrices (`Loader::matrix`): an expert's block scales are
+            // checked where its bytes are read, so a NaN or infinite scale never reaches the
+            // kernels.
+            crate::format::quant::check_scales(&file.path, t, 0, out)?;
         }
         self.params += t.elements();
         Ok(())
