@@ -151,6 +151,11 @@ fn parse_metadata(path: &Path, entry: &Json) -> Result<Vec<(String, String)>> {
     let Some(m) = entry.as_object() else {
         return Err(Error::format(path, "`__metadata__` is not an object"));
     };
+    // Repeats are refused here as for tensor names: which one a reader takes is not agreed on.
+    let mut seen = std::collections::HashSet::new();
+    if let Some((k, _)) = m.iter().find(|(k, _)| !seen.insert(k.as_str())) {
+        return Err(Error::format(path, format!("`__metadata__` field `{k}` appears twice")));
+    }
     m.iter()
         .map(|(k, v)| match v.as_str() {
             Some(s) => Ok((k.clone(), s.to_string())),
@@ -182,7 +187,10 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
         },
         _ => return Err(bad(format!("field `data_offsets` has {} values, not 2", offsets.len()))),
     };
-    if begin > end || end > data_size {
+    if begin > end {
+        return Err(bad(format!("field `data_offsets` [{begin}, {end}] is reversed (begin {begin} > end {end})")));
+    }
+    if end > data_size {
         return Err(bad(format!(
             "field `data_offsets` [{begin}, {end}] is outside the {data_size} data bytes (file offset {})",
             data_start.saturating_add(end))));
@@ -257,6 +265,14 @@ impl Checkpoint {
         self.files.iter().find_map(|f| f.width)
     }
 
+    /// The weight files' names, comma-separated (for messages about a tensor none of them has).
+    pub fn file_names(&self) -> String {
+        self.files.iter()
+            .map(|f| f.path.file_name().map_or_else(|| f.path.display().to_string(), |n| n.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Total bytes of the weight files.
     pub fn file_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.file_size).sum()
@@ -283,6 +299,13 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
             }
             let p = dir.join(f);
             if !shards.contains(&p) {
+                // Named here, with the entry that points at it: opening it later could only say
+                // that some file is missing, not which tensor the index expected there.
+                if !p.is_file() {
+                    return Err(Error::new(ErrorKind::Io, format!(
+                        "{}: weight_map entry `{tensor}` names shard `{f}`, which is not a file in {}",
+                        index.display(), dir.display())));
+                }
                 shards.push(p);
             }
         }

@@ -127,7 +127,7 @@ impl<'a> Loader<'a> {
 
     fn find(&self, name: &str) -> Result<(&'a crate::format::safetensors::SafeTensors, &'a crate::format::safetensors::TensorInfo)> {
         self.ckpt.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `{name}` is missing", self.ckpt.dir.display())))
+            "{}: tensor `{name}` is missing (not in {})", self.ckpt.dir.display(), self.ckpt.file_names())))
     }
 
     /// The checkpoint's directory.
