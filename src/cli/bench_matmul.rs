@@ -20,7 +20,7 @@ larger than the last-level cache, and the pool's dispatch latency. By default ea
         val("rows", "R", "rows per matrix (default: sized to 1 GiB per dtype)"),
         val("cols", "C", "columns, a multiple of 32 (default 8192)"),
         val("threads", "N", "the larger thread count (default: one per available CPU, or per listed CPU)"),
-        val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
+        val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, 0-7:2, 0-15:2/4, 4-N, all)"),
         val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),

@@ -16,7 +16,7 @@ use args::{flag, val, Command, Opt, Usage};
 /// Options every command that opens a model accepts.
 pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU, or per CPU of --cpus)"),
-    val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
+    val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, strides 0-7:2, groups 0-15:2/4, 4-N, all)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
