@@ -33,6 +33,9 @@ pub mod generate;
 pub mod kernels;
 pub mod model;
 pub mod sample;
+/// Platform calls (CPU counts and affinity, terminals, positioned and direct reads). Public
+/// because hosts need some of them: the CLI asks whether stdin is a terminal, and the
+/// thread-placement tests read a thread's affinity back to check the binding.
 pub mod sys;
 pub mod tokenizer;
 
