@@ -191,3 +191,68 @@ fn random_header_corruption_never_panics() {
     }
     assert!(rejected > 100, "only {rejected} of 300 corruptions were detected");
 }
+
+/// stories260K with its tok512.bin replaced by `tok`.
+fn stories_with_tokenizer(tag: &str, tok: &[u8]) -> std::path::PathBuf {
+    let dir = temp_dir(&format!("tok-{tag}"));
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("models/stories260K").join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("tok512.bin"), tok).unwrap();
+    dir
+}
+
+/// Byte offsets where each record of a llama2.c tokenizer file starts (and the end).
+fn record_starts(b: &[u8]) -> Vec<usize> {
+    let mut at = 4;
+    let mut v = vec![];
+    while at < b.len() {
+        v.push(at);
+        at += 8 + u32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap()) as usize;
+    }
+    v.push(at);
+    v
+}
+
+/// A tok*.bin that does not fit the model's vocab_size is refused naming the file, before any
+/// text is produced: truncated at a record boundary it parses (a 7-token vocabulary), so the
+/// model checks the count; trailing bytes and negative lengths are called what they are.
+#[test]
+fn a_tokenizer_that_does_not_fit_the_model_is_refused_naming_it() {
+    let tok = std::fs::read(root().join("models/stories260K/tok512.bin")).unwrap();
+    let starts = record_starts(&tok);
+    assert_eq!(starts.len(), 513, "the fixture holds 512 records");
+    let opts = Options { threads: 1, ..Options::default() };
+
+    let dir = stories_with_tokenizer("short", &tok[..starts[7]]);
+    let m = Model::open(&dir, &opts).unwrap();
+    let e = m.tokenize_prompt("Once").unwrap_err().to_string();
+    for needle in ["tok512.bin", "7 token records", "vocab_size", "512"] {
+        assert!(e.contains(needle), "`{e}` does not mention `{needle}`");
+    }
+    let (code, out, err) = waste(&["run", dir.to_str().unwrap(), "Once", "-n", "4"]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("tok512.bin") && err.contains("7 token records"), "{err}");
+    // Ids alone need no tokenizer: eval --ids still works.
+    let (code, _, err) = waste(&["eval", dir.to_str().unwrap(), "--ids", "1,2"]);
+    assert_eq!(code, 0, "{err}");
+
+    let mut junk = tok.clone();
+    junk.extend_from_slice(&[0xAB; 3]);
+    let dir = stories_with_tokenizer("junk", &junk);
+    let e = Model::open(&dir, &opts).err().expect("trailing junk accepted").to_string();
+    assert!(e.contains("tok512.bin") && e.contains("3 bytes of trailing data after the 512 token records"), "{e}");
+
+    let mut junk = tok.clone();
+    junk.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0, 0, b'x']);
+    let dir = stories_with_tokenizer("extra", &junk);
+    let m = Model::open(&dir, &opts).unwrap();
+    let e = m.tokenize_prompt("Once").unwrap_err().to_string();
+    assert!(e.contains("tok512.bin") && e.contains("513 token records") && e.contains("trailing data"), "{e}");
+
+    let mut neg = tok.clone();
+    neg[starts[5] + 4..starts[5] + 8].copy_from_slice(&(-1i32).to_le_bytes());
+    let dir = stories_with_tokenizer("negative", &neg);
+    let e = Model::open(&dir, &opts).err().expect("negative length accepted").to_string();
+    assert!(e.contains("tok512.bin") && e.contains("token 5 has a negative length (-1)"), "{e}");
+}
