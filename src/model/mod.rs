@@ -69,7 +69,8 @@ pub struct ModelInfo {
     pub experts: Option<(usize, usize)>,
     /// Number of weights (elements of every tensor loaded).
     pub parameters: u64,
-    /// The stored dtypes of the weight matrices.
+    /// The stored dtypes of every tensor loaded (matrices, norm vectors, biases), in the order
+    /// first met: a BF16 checkpoint with F32 norms lists both.
     pub dtypes: Vec<String>,
     /// Bytes of weights held in RAM.
     pub weight_bytes: u64,
