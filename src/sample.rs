@@ -173,7 +173,7 @@ pub fn top_k_distribution(logits: &[f32], k: usize) -> Vec<Candidate> {
         ids.truncate(k);
     }
     ids.sort_unstable_by(desc);
-    let prob: Box<dyn Fn(f32) -> f64> = if max == f32::INFINITY || max == f32::NEG_INFINITY {
+    let prob: Box<dyn Fn(f32) -> f64> = if max.is_infinite() {
         // exp(∞ − ∞) is NaN: the tokens at the extreme share the probability evenly.
         let n = logits.iter().filter(|&&l| l == max).count() as f64;
         Box::new(move |l| if l == max { 1.0 / n } else { 0.0 })

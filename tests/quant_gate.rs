@@ -253,6 +253,21 @@ fn quantize_and_compare_commands_print_the_seed_lines() {
     assert!(err.contains("--bits"), "{err}");
     let (code, _, _) = waste(&["compare", float.to_str().unwrap()]);
     assert_eq!(code, 2);
+    // The float side must be the float model.
+    let (code, out, err) = waste(&["compare", q.to_str().unwrap(), float.to_str().unwrap(), "--ids", "1,17", "--threads", "1"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains("quantized") && err.contains("Q4B32"), "{err}");
+    // NaN logits on both sides "agree" on every token (argmax skips NaN): still a failure.
+    let nan = dir.join("nan");
+    exact_checkpoint(&nan, SMOL_TINY, 7, f32::NAN, DType::F32, 5);
+    let nan_q = dir.join("nan-q4");
+    let (code, _, err) = waste(&["quantize", "--in", nan.to_str().unwrap(), "--out", nan_q.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = waste(&["compare", nan.to_str().unwrap(), nan_q.to_str().unwrap(), "--ids", "1,17", "-n", "3", "--threads", "1"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("COMPARE result match=true") && out.contains("COMPARE FAIL non_finite float=768 quant=1536"), "{out}");
+    assert!(!out.contains("COMPARE OK"), "{out}");
+    assert!(err.contains("non-finite logits"), "{err}");
     // The ragged model: a runtime error naming the tensor.
     let (code, _, err) = waste(&["quantize", "--in", root().join("models/stories260K").to_str().unwrap(), "--out", dir.join("r").to_str().unwrap()]);
     assert_eq!(code, 1);

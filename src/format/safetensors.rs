@@ -592,7 +592,8 @@ mod tests {
         let spec = TensorSpec { name: "t".into(), dtype: DType::F32, shape: vec![4] };
         for unique in [false, true] {
             let m = dir.join("m.safetensors");
-            let mut w = if unique { Writer::create_unique(&m, &[spec.clone()], &[]) } else { Writer::create(&m, &[spec.clone()], &[]) }.must();
+            let specs = std::slice::from_ref(&spec);
+            let mut w = if unique { Writer::create_unique(&m, specs, &[]) } else { Writer::create(&m, specs, &[]) }.must();
             w.write(&[0u8; 8]).must();
             drop(w);
             assert_eq!(names(&dir), ["x.bin"], "unique {unique}");
