@@ -34,8 +34,8 @@ pub const COMPARE: Command = Command {
 lines (both token lists, logit differences on the float token sequence). Exits non-zero when the tokens differ \
 or any logit is NaN or infinite. Without directories it compares /model and /model-q4 (seed 000: the guest's \
 /model.safetensors and /model-q4.safetensors, each in its directory with its config). FLOAT_DIR must not be \
-quantized. With --int8-act only QUANT_DIR runs with int8 activations, so `compare Q Q --int8-act` measures \
-that path alone.",
+quantized, unless it is QUANT_DIR itself: with --int8-act only QUANT_DIR runs with int8 activations, so \
+`compare Q Q --int8-act` measures that path alone.",
     opts: &[&[
         val("prompt", "TEXT", "the prompt (default: \"The capital of France is\")"),
         val("ids", "LIST", "comma-separated prompt token ids instead of text"),

@@ -133,11 +133,15 @@ pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -
         return Err(Error::arg("compare: -n must be at least 1"));
     }
     // The reference must be the floating point model: a quantized one on that side would
-    // measure one quantization against another and call it the error.
-    if let Some(d) = float.info().dtypes.iter().find(|d| matches!(d.as_str(), "Q4B32" | "Q8B32")) {
+    // measure one quantization against another and call it the error. The one exception is a
+    // quantized checkpoint compared with itself, which isolates the activation path (the
+    // reference side always runs f32 activations; the other may use int8 ones).
+    let (fi, qi) = (float.info(), quant.info());
+    let same = fi.path == qi.path || matches!((fi.path.canonicalize(), qi.path.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if let Some(d) = fi.dtypes.iter().find(|d| matches!(d.as_str(), "Q4B32" | "Q8B32")).filter(|_| !same) {
         return Err(Error::arg(format!(
             "compare: the float model {} is quantized ({d}); give the floating point checkpoint first, then the quantized one",
-            float.info().path.display())));
+            fi.path.display())));
     }
     let (vf, vq) = (float.config().vocab, quant.config().vocab);
     if vf != vq {
