@@ -46,10 +46,11 @@ impl SentencePiece {
         let mut byte_ids = [None; 256];
         while at < data.len() {
             let id = bytes.len() as u32;
-            // Fewer bytes than a record header: not a record at all, so say what they are.
-            if data.len() - at < 8 {
-                return Err(bad(at, &format!("{} bytes of trailing data after the {id} token records (a record takes at least 8)",
-                    data.len() - at)));
+            // Fewer bytes than a record header after a plausible vocabulary: say what they are
+            // (a short tail inside the control tokens is a truncated record, reported below).
+            if data.len() - at < 8 && id > EOS {
+                return Err(bad(at, &format!("{} bytes of trailing data after the {id} token records (a record takes at least 8; \
+                    or the file is truncated)", data.len() - at)));
             }
             let score = f32::from_le_bytes(word(at).ok_or_else(|| bad(at, "truncated token record"))?);
             let raw_len = i32::from_le_bytes(word(at + 4).ok_or_else(|| bad(at + 4, "truncated token record"))?);
