@@ -33,6 +33,9 @@ pub mod generate;
 pub mod kernels;
 pub mod model;
 pub mod sample;
+/// Platform calls (CPU counts and affinity, terminals, positioned and direct reads). Public
+/// because hosts need some of them: the CLI asks whether stdin is a terminal, and the
+/// thread-placement tests read a thread's affinity back to check the binding.
 pub mod sys;
 pub mod tokenizer;
 
@@ -79,7 +82,7 @@ pub(crate) mod test_util {
 pub use error::{Error, ErrorKind, Result};
 pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
-pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
+pub use generate::{GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
 pub use sample::{Sampler, SamplingParams};

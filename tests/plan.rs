@@ -244,6 +244,10 @@ fn cli_plan_json_keys_and_values() {
     let doc = plan_json(&[m, "--ctx", "64", "--budget", &floor.to_string()]);
     assert_eq!(num(&doc, "budget_bytes"), floor);
     assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", "1.5G"]), "budget_bytes"), 3 << 29);
+    // Binary units whatever the spelling: 4M = 4Mi = 4MiB = 4MB.
+    for spelling in ["4Mi", "4MiB", "4MB", "4mib"] {
+        assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", spelling]), "budget_bytes"), 4 << 20, "{spelling}");
+    }
 }
 
 #[test]
@@ -259,8 +263,9 @@ fn cli_budget_under_the_floor_fails_naming_the_floor() {
         assert!(err.contains("plan"), "{err}");
         assert!(err.contains("floor"), "{err}");
     }
-    // Sizes that do not parse are usage errors.
-    for bad in ["4GiB", "lots", "-1G", ""] {
+    // Sizes that do not parse are usage errors (`4iB` has no unit before its `i`), and a
+    // budget of 0 is out of range.
+    for bad in ["4iB", "lots", "-1G", "", "0", "99999999999T"] {
         let (status, _, err) = waste(&["plan", m, "--budget", bad]);
         assert_eq!(status, 2, "--budget {bad:?}: {err}");
         assert!(err.contains("--budget"), "{err}");

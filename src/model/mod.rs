@@ -69,7 +69,8 @@ pub struct ModelInfo {
     pub experts: Option<(usize, usize)>,
     /// Number of weights (elements of every tensor loaded).
     pub parameters: u64,
-    /// The stored dtypes of the weight matrices.
+    /// The stored dtypes of every tensor loaded (matrices, norm vectors, biases), in the order
+    /// first met: a BF16 checkpoint with F32 norms lists both.
     pub dtypes: Vec<String>,
     /// Bytes of weights held in RAM.
     pub weight_bytes: u64,
@@ -150,7 +151,15 @@ impl Model {
         drop(ckpt);
         let mut tokenizer_error = None;
         let tokenizer = match Tokenizer::from_model_dir(path) {
-            Ok(t) => Some(t),
+            // A tokenizer that does not fit the model is kept out (and reported when text is
+            // needed), so it cannot produce or be asked to decode ids the model lacks.
+            Ok(t) => match tokenizer_fits(&t, cfg.vocab) {
+                Ok(()) => Some(t),
+                Err(e) => {
+                    tokenizer_error = Some(e);
+                    None
+                }
+            },
             Err(e) if e.message().contains("no tokenizer file found") => None,
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 tokenizer_error = Some(e);
@@ -552,6 +561,25 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
 /// Parameters of a container's routed experts (their matrices' elements).
 fn expert_params(m: &Manifest) -> u64 {
     m.banks.iter().map(|b| b.experts as u64 * b.layout.matrices.iter().map(|x| (x.rows * x.cols) as u64).sum::<u64>()).sum()
+}
+
+/// Checks a tokenizer against the model's `vocab_size`: no id may reach past the embedding
+/// rows, and a llama2.c `tok*.bin` (which has no record count of its own: llama2.c reads
+/// exactly `vocab_size` records) must hold exactly that many.
+fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
+    let n = t.vocab_size();
+    let file = t.path().display();
+    let llama2c = t.path().extension().is_some_and(|e| e == "bin");
+    if llama2c && n != vocab {
+        let what = if n < vocab { "the file is truncated or belongs to another model" } else { "trailing data after the records, or another model's file" };
+        return Err(Error::new(ErrorKind::Tokenizer, format!(
+            "{file}: holds {n} token records, but the model's vocab_size (config.json) is {vocab}: {what}")));
+    }
+    if n > vocab {
+        return Err(Error::new(ErrorKind::Tokenizer, format!(
+            "{file}: token ids go up to {}, past the model's vocab_size (config.json) of {vocab}", n - 1)));
+    }
+    Ok(())
 }
 
 /// EOS ids from `generation_config.json`, when present.
