@@ -290,6 +290,7 @@ fn feature_variants_have_the_intended_structure() {
     let saved = read_json(&o.dir.join("model/config.json"));
     assert!(saved.get("layer_types").is_none() && saved.get("max_window_layers").and_then(|v| v.as_u64()) == Some(3));
     assert_eq!(open(&o.dir.join("model"), 1).config().sliding_window, vec![Some(8), None, Some(8), None]);
+}
 
 /// The comparison helpers themselves: NaN and infinities fail instead of vanishing in a
 /// `f32::max` fold (an all-NaN output used to pass every oracle test).
