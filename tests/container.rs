@@ -417,8 +417,10 @@ fn manifest_records_the_tokenizer_kind() {
         assert_eq!(m.tokenizer_kind.as_deref(), Some(kind));
         assert_eq!(m.tokenizer_files, [as_name]);
         assert_eq!(m.other_files, ["generation_config.json"]);
-        let model = Model::open(&out, &Options::default()).unwrap();
-        assert_eq!(model.tokenizer().unwrap().kind_name(), kind);
+        // The model opens (its tokenizer may not fit this fixture's 512-id vocabulary, which is
+        // reported only when text is needed); the files load as the kind the manifest names.
+        Model::open(&out, &Options::default()).unwrap();
+        assert_eq!(waste::Tokenizer::from_model_dir(&out).unwrap().kind_name(), kind);
         let other = if kind == "tiktoken" { "llama2c" } else { "tiktoken" };
         edit_manifest(&out, |j| *node(j, &["tokenizer", "kind"]) = Json::str(other));
         let e = Model::open(&out, &Options::default()).err().unwrap().to_string();

@@ -150,7 +150,13 @@ impl Model {
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
         let mut tokenizer_error = None;
-        let tokenizer = match Tokenizer::from_model_dir(path) {
+        let loaded = Tokenizer::from_model_dir(path);
+        // The manifest names the kind the converter found; it is checked against what the files
+        // load as, before (and whether or not) the tokenizer fits this model's vocabulary.
+        if let Some(m) = &manifest {
+            m.check_tokenizer(loaded.as_ref().ok().map(Tokenizer::kind_name))?;
+        }
+        let tokenizer = match loaded {
             // A tokenizer that does not fit the model is kept out (and reported when text is
             // needed), so it cannot produce or be asked to decode ids the model lacks.
             Ok(t) => match tokenizer_fits(&t, cfg.vocab) {
@@ -167,9 +173,6 @@ impl Model {
             }
             Err(e) => return Err(e),
         };
-        if let Some(m) = &manifest {
-            m.check_tokenizer(tokenizer.as_ref().map(Tokenizer::kind_name))?; // wp-container
-        }
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
