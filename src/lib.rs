@@ -77,12 +77,12 @@ pub(crate) mod test_util {
 }
 
 pub use error::{Error, ErrorKind, Result};
-pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
+pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
 pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
 pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
-pub use sample::{Sampler, SamplingParams};
+pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};
 pub use cache::{CacheOptions, CacheStats};
 

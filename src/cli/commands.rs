@@ -183,21 +183,26 @@ fn peak_rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Tells the user (on stderr) the budget the engine chose, and any warning about it.
-fn report_budget(model: &Model) {
+/// Tells the user (on stderr) the budget the model runs under and how it was chosen, and any
+/// warning about it: one line for every command that opens a model.
+pub(super) fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         eprintln!("waste: warning: {w}");
     }
-    if model.plan().has_experts() {
-        let how = match b.source {
-            waste::BudgetSource::Explicit => "given".to_string(),
-            waste::BudgetSource::WorkingSets(n) => format!("chosen: floor + {n} working set{}", if n == 1 { "" } else { "s" }),
-            waste::BudgetSource::Floor => "chosen: the floor".to_string(),
-        };
-        let h = super::plan::human;
-        eprintln!("[budget {} ({how}), expert cache {}, holding {}]", h(b.bytes).trim(), h(b.expert_cache_bytes).trim(), h(model.memory_used()).trim());
-    }
+    let how = match b.source {
+        waste::BudgetSource::Explicit => "given".to_string(),
+        waste::BudgetSource::WorkingSets(n) => format!("chosen: floor + {n} working set{}", if n == 1 { "" } else { "s" }),
+        waste::BudgetSource::Floor => "chosen: the floor".to_string(),
+        waste::BudgetSource::Cache => "from --cache: the floor's parts + that cache".to_string(),
+    };
+    let h = super::plan::human;
+    let cache = if model.plan().has_experts() {
+        format!("expert cache {}", h(b.expert_cache_bytes).trim())
+    } else {
+        "no expert cache (nothing streams)".to_string()
+    };
+    eprintln!("[budget {} ({how}), {cache}, holding {}]", h(b.bytes).trim(), h(model.memory_used()).trim());
 }
 
 pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
@@ -206,12 +211,77 @@ pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
         .collect()
 }
 
-fn write_f32_file(path: &str, values: &[f32]) -> Outcome {
-    let mut bytes = Vec::with_capacity(values.len() * 4);
-    for v in values {
-        bytes.extend_from_slice(&v.to_le_bytes());
+/// Writes every position's logits of `ids` to `path` (raw little-endian f32, positions ×
+/// vocab) as the model computes them, one row at a time: nothing of the whole is held.
+fn dump_logits(model: &mut Model, ids: &[u32], path: &str) -> Outcome {
+    use waste::format::safetensors::{commit_file, temp_sibling};
+    let path = Path::new(path);
+    let tmp = temp_sibling(path);
+    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+    let mut w = std::io::BufWriter::new(file);
+    model.eval_each(ids, |_, logits| {
+        logits.iter().try_for_each(|v| w.write_all(&v.to_le_bytes())).map_err(|e| waste::Error::io(&tmp, "write", e))
+    })?;
+    let file = w.into_inner().map_err(|e| io_err(&tmp, "write", e.into_error()))?;
+    commit_file(file, &tmp, path).map_err(Failure::Run)
+}
+
+/// Writes the hidden states of `ids` to `path` (raw little-endian f32, [layers + 2] ×
+/// positions × hidden) as the model streams them, each chunk's rows at their place in the
+/// file: nothing of the whole is held.
+fn dump_hidden(model: &mut Model, ids: &[u32], path: &str) -> Outcome {
+    use std::os::unix::fs::FileExt;
+    use waste::format::safetensors::{commit_file, temp_sibling};
+    let path = Path::new(path);
+    let tmp = temp_sibling(path);
+    let (slots, hidden) = (model.info().layers as u64 + 2, model.info().hidden as u64);
+    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+    file.set_len(slots * ids.len() as u64 * hidden * 4).map_err(|e| io_err(&tmp, "size", e))?;
+    let mut bytes = Vec::with_capacity(64 << 10);
+    model.hidden_states_each(ids, |slot, first, rows| {
+        let mut at = (slot as u64 * ids.len() as u64 + first as u64) * hidden * 4;
+        for part in rows.chunks(16 << 10) {
+            bytes.clear();
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+            file.write_all_at(&bytes, at).map_err(|e| waste::Error::io(&tmp, "write", e))?;
+            at += bytes.len() as u64;
+        }
+        Ok(())
+    })?;
+    commit_file(file, &tmp, path).map_err(Failure::Run)
+}
+
+/// The ids of the `k` largest logits, largest first (ties: the lower id), found with a heap of
+/// `k` entries rather than a sort of the whole vocabulary.
+fn top_ids(logits: &[f32], k: usize) -> Vec<usize> {
+    use std::cmp::{Ordering, Reverse};
+    struct Cand(f32, usize);
+    impl Ord for Cand {
+        // Greater is better: the larger logit, then the lower id.
+        fn cmp(&self, o: &Cand) -> Ordering {
+            self.0.total_cmp(&o.0).then(o.1.cmp(&self.1))
+        }
     }
-    waste::format::safetensors::write_atomic(Path::new(path), &bytes).map_err(Failure::Run)
+    impl PartialOrd for Cand {
+        fn partial_cmp(&self, o: &Cand) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl PartialEq for Cand {
+        fn eq(&self, o: &Cand) -> bool {
+            self.cmp(o) == Ordering::Equal
+        }
+    }
+    impl Eq for Cand {}
+    let k = k.min(logits.len());
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    for (i, &v) in logits.iter().enumerate() {
+        heap.push(Reverse(Cand(v, i)));
+        if heap.len() > k {
+            heap.pop();
+        }
+    }
+    heap.into_sorted_vec().into_iter().map(|Reverse(c)| c.1).collect()
 }
 
 fn eval(a: &Args) -> Outcome {
@@ -235,23 +305,22 @@ fn eval(a: &Args) -> Outcome {
     if ids.is_empty() {
         return Err(Failure::Usage("the prompt has no tokens".into()));
     }
-    let vocab = model.info().vocab;
-    let mut all = Vec::new();
+    report_budget(&model);
+    // The dumps stream to their files: eval holds nothing of size positions × vocab.
     if let Some(path) = a.value("dump-hidden") {
-        let hidden = model.hidden_states(&ids)?;
-        write_f32_file(path, &hidden)?;
+        dump_hidden(&mut model, &ids, path)?;
         model.reset();
     }
-    model.eval_all(&ids, &mut all)?;
-    if let Some(path) = a.value("dump-logits") {
-        write_f32_file(path, &all)?;
+    match a.value("dump-logits") {
+        Some(path) => dump_logits(&mut model, &ids, path)?,
+        None => {
+            model.eval(&ids)?;
+        }
     }
-    let last = &all[(ids.len() - 1) * vocab..];
+    let last = model.logits();
     let max = last.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = last.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    let mut order: Vec<usize> = (0..vocab).collect();
-    order.sort_by(|&x, &y| last[y].total_cmp(&last[x]).then(x.cmp(&y)));
-    order.truncate(top);
+    let order = top_ids(last, top);
     let text = |id: usize| -> String {
         model.tokenizer().ok().and_then(|t| t.token_bytes(id as u32).ok().map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default()
     };
