@@ -508,3 +508,33 @@ fn cli_plan_takes_every_option_that_changes_the_plan() {
     let args: Vec<&str> = cmd.split(' ').skip(2).collect();
     assert_eq!(num(&plan_json(&args), "floor_bytes"), floor, "{cmd}");
 }
+
+/// The tokenizer's share of the plan is an allowance from file sizes: every fixture vocabulary
+/// (rank files, tokenizer.json, llama2.c) holds at most that, and at most the stated margin less.
+#[test]
+fn tokenizer_allowance_bounds_every_fixture_vocabulary() {
+    let mut files = vec![root().join("models/stories260K/tok512.bin")];
+    for dir in [fixture("tokenizers"), fixture("tokenizers/hf")] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+            if ext == "tiktoken" || (ext == "json" && p.parent().is_some_and(|d| d.ends_with("hf")) && !p.ends_with("golden.json")) {
+                files.push(p);
+            }
+        }
+    }
+    let shared = root().join("../shared/data/tokenizers/deepseek_v3_tokenizer.json");
+    if shared.is_file() {
+        files.push(shared);
+    }
+    assert!(files.len() >= 12, "{files:?}");
+    for f in &files {
+        let t = waste::Tokenizer::from_file(f).unwrap();
+        let (held, allowance) = (t.heap_bytes(), waste::tokenizer::plan_bytes(f).unwrap());
+        let size = std::fs::metadata(f).unwrap().len();
+        println!("{}: {size} bytes of file, {held} held, allowance {allowance} ({:.2} x the file over)",
+            f.display(), (allowance - held) as f64 / size as f64);
+        assert!(held <= allowance, "{}: {held} > {allowance}", f.display());
+        assert!(allowance - held <= tokenizer_file_margin(f), "{}: allowance {allowance} - held {held} over the margin", f.display());
+    }
+}

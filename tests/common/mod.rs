@@ -127,13 +127,18 @@ pub fn argmax(v: &[f32]) -> u32 {
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
 }
 
-/// What the tokenizer allowance may exceed the tokenizer's tables by (docs/MEMORY.md): the
-/// 64 KiB base plus 2 × the file for a rank file or tokenizer.json, 17 × for llama2.c.
+/// What the tokenizer allowance may exceed the tables of the tokenizer file `file` by
+/// (docs/MEMORY.md): 64 KiB plus 3.5 × the file for a rank file or tokenizer.json, 17 × for
+/// llama2.c.
+pub fn tokenizer_file_margin(file: &Path) -> u64 {
+    let size = std::fs::metadata(file).unwrap().len();
+    let twice_per_byte = if file.extension().is_some_and(|e| e == "bin") { 34 } else { 7 };
+    (64 << 10) + twice_per_byte * size / 2
+}
+
+/// [`tokenizer_file_margin`] for the tokenizer of a model directory (0 without one).
 pub fn tokenizer_margin(dir: &Path) -> u64 {
-    let Some(file) = waste::tokenizer::find_in_dir(dir) else { return 0 };
-    let size = std::fs::metadata(&file).unwrap().len();
-    let per_byte = if file.extension().is_some_and(|e| e == "bin") { 17 } else { 2 };
-    (64 << 10) + per_byte * size
+    waste::tokenizer::find_in_dir(dir).map_or(0, |f| tokenizer_file_margin(&f))
 }
 
 /// The plan's parts against what an open model measures, part by part: trunk, state, scratch
