@@ -116,12 +116,13 @@ pub struct Options {
     /// the f32 activations are the reference.
     pub int8_activations: bool,
     /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
-    /// scratch and expert cache together. `None` lets the engine choose from the model's plan
+    /// scratch, tokenizer and expert cache together (docs/MEMORY.md). `None` lets the engine choose from the model's plan
     /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
     /// working sets under 7/8 of usable RAM, else the floor. See [`plan_memory`].
     pub budget: Option<u64>,
-    /// Bytes of expert cache, overriding what the budget leaves (it may not exceed it when a
-    /// budget is given); 0 takes what the budget leaves.
+    /// Bytes of expert cache (slots and bookkeeping), overriding what the budget leaves (it
+    /// may not exceed it when a budget is given; without a budget it makes the budget, see
+    /// [`BudgetSource::Cache`]); 0 takes what the budget leaves.
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,
