@@ -133,6 +133,8 @@ impl Model {
                     on_token: impl FnMut(&TokenEvent) -> bool) -> Result<GenerateSummary> {
         // The sampler works in the model's buffers and the history lives in its state, both
         // sized at open (and counted in its memory plan): a token allocates nothing there.
+        // Both go back whatever happens (checked first, so a bad parameter keeps them).
+        params.sampling.validate()?;
         let mut sampler = Sampler::with_buffers(&params.sampling, std::mem::take(&mut self.sample_buffers))?;
         let mut history = std::mem::take(&mut self.state.history);
         let result = self.generate_with(prompt, params, on_token, &mut sampler, &mut history);

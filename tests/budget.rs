@@ -229,6 +229,15 @@ fn sampler_buffers_are_the_planned_size() {
         s.sample(&logits, &history);
     }
     assert_eq!(s.into_buffers().heap_bytes(), waste::SampleBuffers::plan_bytes(vocab), "sampling grew the buffers");
+    // A model lends its buffers to each generation and gets them back, a refused one included.
+    let mut m = Model::open(root().join("models/stories260K"), &Options::default()).unwrap();
+    let held = m.memory_used();
+    let bad = GenerateParams { sampling: SamplingParams { temperature: -1.0, ..SamplingParams::default() }, ..GenerateParams::default() };
+    assert_eq!(m.generate(&[1, 403], &bad, |_| true).unwrap_err().kind(), ErrorKind::Arg);
+    assert_eq!(m.memory_used(), held);
+    let sampled = GenerateParams { max_tokens: 20, sampling: p, ..GenerateParams::default() };
+    assert!(m.generate(&[1, 403], &sampled, |_| true).unwrap().tokens > 0);
+    assert_eq!(m.memory_used(), held, "a generation changed what the model holds");
 }
 
 /// `waste eval` streams its dumps: the files hold exactly what the library computes for every

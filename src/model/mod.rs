@@ -334,7 +334,8 @@ impl Model {
     /// order, as each prefill chunk computes them: nothing of size tokens × vocab is ever held
     /// (a chunk's logits are computed a group of rows at a time, in a buffer the memory plan
     /// counts). An error from `f` stops the evaluation and is returned; the session then holds
-    /// the tokens of the chunks already run. Afterwards [`Model::logits`] is the last token's.
+    /// the tokens up to the end of the prefill chunk being reported. Afterwards
+    /// [`Model::logits`] is the last token's.
     ///
     /// ```no_run
     /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;

@@ -86,6 +86,9 @@ impl Tokenizer {
         } else {
             Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
         };
+        // The file's bytes are not kept: gone before the character classes are built.
+        let file_bytes = bytes.len();
+        drop(bytes);
         let t = Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() };
         // The memory plan counts a tokenizer by the rule of `plan_bytes`, from the file size:
         // a file that would hold more is refused rather than exceed the plan.
@@ -94,7 +97,7 @@ impl Tokenizer {
             return Err(Error::new(ErrorKind::Tokenizer, format!(
                 "{}: its tables hold {} bytes, more than the {allowance} bytes the memory plan allows a tokenizer \
 file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
-                path.display(), t.heap_bytes(), bytes.len())));
+                path.display(), t.heap_bytes(), file_bytes)));
         }
         Ok(t)
     }
