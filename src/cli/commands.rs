@@ -185,7 +185,7 @@ fn peak_rss() -> Option<u64> {
 
 /// Tells the user (on stderr) the budget the model runs under and how it was chosen, and any
 /// warning about it: one line for every command that opens a model.
-pub(super) fn report_budget(model: &Model) {
+fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         eprintln!("waste: warning: {w}");
