@@ -163,8 +163,22 @@ impl Model {
     /// # Ok::<(), waste::Error>(())
     /// ```
     pub fn generate(&mut self, prompt: &[u32], params: &GenerateParams,
-                    mut on_token: impl FnMut(&TokenEvent) -> bool) -> Result<GenerateSummary> {
-        let mut sampler = Sampler::new(&params.sampling)?;
+                    on_token: impl FnMut(&TokenEvent) -> bool) -> Result<GenerateSummary> {
+        // The sampler works in the model's buffers and the history lives in its state, both
+        // sized at open (and counted in its memory plan): a token allocates nothing there.
+        // Both go back whatever happens (checked first, so a bad parameter keeps them).
+        params.sampling.validate()?;
+        let mut sampler = Sampler::with_buffers(&params.sampling, std::mem::take(&mut self.sample_buffers))?;
+        let mut history = std::mem::take(&mut self.state.history);
+        let result = self.generate_with(prompt, params, on_token, &mut sampler, &mut history);
+        history.clear();
+        self.state.history = history;
+        self.sample_buffers = sampler.into_buffers();
+        result
+    }
+
+    fn generate_with(&mut self, prompt: &[u32], params: &GenerateParams, mut on_token: impl FnMut(&TokenEvent) -> bool,
+                     sampler: &mut Sampler, history: &mut Vec<u32>) -> Result<GenerateSummary> {
         let start = Instant::now();
         self.eval(prompt)?;
         // `pass` is the forward pass whose logits the next token is sampled from.
@@ -174,13 +188,14 @@ impl Model {
         let tok = self.tokenizer.as_ref();
         let mut detok = tok.map(|t| t.detokenizer_after(prompt));
         let mut stops = StopMatcher { stops: &params.stop, held: String::new() };
-        let mut history: Vec<u32> = prompt.to_vec();
-        let mut ids = Vec::new();
+        history.clear();
+        history.extend_from_slice(prompt);
+        let first = history.len();
         let mut reason = StopReason::MaxTokens;
         let mut index = 0;
         while index < params.max_tokens {
             let t = Instant::now();
-            let id = sampler.sample(&self.state.logits, &history);
+            let id = sampler.sample(self.logits(), history);
             let sampling = t.elapsed();
             if index == 0 {
                 prefill_time += sampling;
@@ -193,7 +208,6 @@ impl Model {
                 break;
             }
             history.push(id);
-            ids.push(id);
             let piece = match (&mut detok, self.tokenizer.as_ref()) {
                 (Some(d), Some(t)) => d.push(t, id)?,
                 _ => String::new(),
@@ -236,12 +250,12 @@ impl Model {
         }
         Ok(GenerateSummary {
             prompt_tokens: prompt.len(),
-            tokens: ids.len(),
+            tokens: history.len() - first,
             prefill_time,
             decode_time,
             decode_steps,
             stop_reason: reason,
-            ids,
+            ids: history[first..].to_vec(),
         })
     }
 }

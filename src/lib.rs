@@ -80,12 +80,12 @@ pub(crate) mod test_util {
 }
 
 pub use error::{Error, ErrorKind, Result};
-pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
+pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
 pub use generate::{GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
-pub use sample::{Sampler, SamplingParams};
+pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};
 pub use cache::{CacheOptions, CacheStats};
 
@@ -119,12 +119,13 @@ pub struct Options {
     /// the f32 activations are the reference.
     pub int8_activations: bool,
     /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
-    /// scratch and expert cache together. `None` lets the engine choose from the model's plan
+    /// scratch, tokenizer and expert cache together (docs/MEMORY.md). `None` lets the engine choose from the model's plan
     /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
     /// working sets under 7/8 of usable RAM, else the floor. See [`plan_memory`].
     pub budget: Option<u64>,
-    /// Bytes of expert cache, overriding what the budget leaves (it may not exceed it when a
-    /// budget is given); 0 takes what the budget leaves.
+    /// Bytes of expert cache (slots and bookkeeping), overriding what the budget leaves (it
+    /// may not exceed it when a budget is given; without a budget it makes the budget, see
+    /// [`BudgetSource::Cache`]); 0 takes what the budget leaves.
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,

@@ -57,50 +57,107 @@ impl SamplingParams {
     }
 }
 
-/// A sampler with its random state and reusable candidate buffer.
+/// The buffers a [`Sampler`] works in, sized to a vocabulary once so that sampling a token
+/// allocates nothing: every token as a `(logit, id)` candidate, their weights, and one bit per
+/// token for the repetition penalty's distinct-token test. A [`crate::Model`] holds one
+/// (counted in its memory plan) and lends it to each generation.
+#[derive(Default)]
+pub struct SampleBuffers {
+    candidates: Vec<(f32, u32)>,
+    weights: Vec<f64>,
+    seen: Vec<u64>,
+}
+
+impl SampleBuffers {
+    /// Buffers for a vocabulary of `vocab` tokens.
+    pub fn new(vocab: usize) -> SampleBuffers {
+        let mut b = SampleBuffers::default();
+        b.reserve(vocab);
+        b
+    }
+
+    /// The bytes [`SampleBuffers::new`] allocates for `vocab` tokens (the memory plan's figure).
+    pub fn plan_bytes(vocab: usize) -> u64 {
+        (vocab * (std::mem::size_of::<(f32, u32)>() + std::mem::size_of::<f64>()) + vocab.div_ceil(64) * 8) as u64
+    }
+
+    /// Heap bytes held (capacities).
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        vec_bytes(&self.candidates) + vec_bytes(&self.weights) + vec_bytes(&self.seen)
+    }
+
+    /// Grows to `vocab` tokens if smaller (only a sampler used on its own ever grows).
+    fn reserve(&mut self, vocab: usize) {
+        self.candidates.reserve_exact(vocab.saturating_sub(self.candidates.len()));
+        self.weights.reserve_exact(vocab.saturating_sub(self.weights.len()));
+        let words = vocab.div_ceil(64);
+        if self.seen.len() < words {
+            self.seen.reserve_exact(words - self.seen.len());
+            self.seen.resize(words, 0);
+        }
+    }
+}
+
+/// A sampler with its random state and its buffers.
 pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
-    candidates: Vec<(f32, u32)>,
-    adjusted: Vec<f32>,
-    seen: Vec<u32>,
+    bufs: SampleBuffers,
 }
 
 impl Sampler {
-    /// A sampler for `params` (checked).
+    /// A sampler for `params` (checked). Its buffers grow to the vocabulary on first use; see
+    /// [`Sampler::with_buffers`] for a sampler that never allocates.
     pub fn new(params: &SamplingParams) -> Result<Sampler> {
+        Sampler::with_buffers(params, SampleBuffers::default())
+    }
+
+    /// A sampler for `params` working in `bufs` (sized with [`SampleBuffers::new`]);
+    /// [`Sampler::into_buffers`] gives them back.
+    pub fn with_buffers(params: &SamplingParams, bufs: SampleBuffers) -> Result<Sampler> {
         params.validate()?;
-        Ok(Sampler { params: params.clone(), rng: Rng::new(params.seed), candidates: Vec::new(), adjusted: Vec::new(), seen: Vec::new() })
+        Ok(Sampler { params: params.clone(), rng: Rng::new(params.seed), bufs })
+    }
+
+    /// The buffers, for the next sampler.
+    pub fn into_buffers(self) -> SampleBuffers {
+        self.bufs
     }
 
     /// Picks a token from `logits` given the `history` of tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let p = &self.params;
-        self.adjusted.clear();
-        self.adjusted.extend_from_slice(logits);
+        self.bufs.reserve(logits.len());
+        let SampleBuffers { candidates: c, weights, seen } = &mut self.bufs;
+        c.clear();
+        c.extend(logits.iter().enumerate().map(|(i, &v)| (v, i as u32)));
         // Repetition penalty on the recent window, each distinct token once (as HF and llama.cpp).
         if p.repeat_penalty != 1.0 {
-            self.seen.clear();
-            for &t in &history[history.len().saturating_sub(p.repeat_last_n)..] {
-                if (t as usize) < logits.len() && !self.seen.contains(&t) {
-                    self.seen.push(t);
-                    let l = &mut self.adjusted[t as usize];
+            let window = &history[history.len().saturating_sub(p.repeat_last_n)..];
+            for &t in window {
+                let (w, bit) = (t as usize / 64, 1u64 << (t % 64));
+                if (t as usize) < logits.len() && seen[w] & bit == 0 {
+                    seen[w] |= bit;
+                    let l = &mut c[t as usize].0;
                     *l = if *l > 0.0 { *l / p.repeat_penalty } else { *l * p.repeat_penalty };
+                }
+            }
+            for &t in window {
+                if let Some(w) = seen.get_mut(t as usize / 64) {
+                    *w = 0;
                 }
             }
         }
         if p.temperature == 0.0 {
             let mut best = (f32::NEG_INFINITY, 0u32);
-            for (i, &v) in self.adjusted.iter().enumerate() {
+            for &(v, i) in c.iter() {
                 if v > best.0 {
-                    best = (v, i as u32);
+                    best = (v, i);
                 }
             }
             return best.1;
         }
-        let c = &mut self.candidates;
-        c.clear();
-        c.extend(self.adjusted.iter().enumerate().map(|(i, &v)| (v, i as u32)));
         c.retain(|x| !x.0.is_nan());
         if c.is_empty() {
             return 0;
@@ -111,15 +168,16 @@ impl Sampler {
             c.truncate(p.top_k);
         }
         c.sort_unstable_by(desc);
-        // Probabilities at temperature 1 for top-p and min-p.
+        // Probabilities at temperature 1 for top-p and min-p (f32 weights, held as f64: exact).
         let max = c[0].0;
-        let weights: Vec<f32> = c.iter().map(|x| (x.0 - max).exp()).collect();
-        let total: f32 = weights.iter().sum();
+        weights.clear();
+        weights.extend(c.iter().map(|x| (x.0 - max).exp() as f64));
+        let total: f32 = weights.iter().map(|&w| w as f32).sum();
         let mut keep = c.len();
         if p.top_p < 1.0 {
-            let mut cum = 0.0;
-            for (i, w) in weights.iter().enumerate() {
-                cum += w / total;
+            let mut cum = 0.0f32;
+            for (i, &w) in weights.iter().enumerate() {
+                cum += w as f32 / total;
                 if cum >= p.top_p {
                     keep = i + 1;
                     break;
@@ -128,14 +186,16 @@ impl Sampler {
         }
         if p.min_p > 0.0 {
             // weights[0] is the most likely (exp(0) = 1), so the threshold is min_p itself.
-            keep = keep.min(weights.iter().take_while(|&&w| w >= p.min_p).count().max(1));
+            keep = keep.min(weights.iter().take_while(|&&w| w as f32 >= p.min_p).count().max(1));
         }
         c.truncate(keep);
+        // The draw at the temperature, in f64.
         let inv_t = 1.0 / p.temperature;
-        let probs: Vec<f64> = c.iter().map(|x| (((x.0 - max) * inv_t) as f64).exp()).collect();
-        let sum: f64 = probs.iter().sum();
+        weights.clear();
+        weights.extend(c.iter().map(|x| (((x.0 - max) * inv_t) as f64).exp()));
+        let sum: f64 = weights.iter().sum();
         let mut r = self.rng.next_f64() * sum;
-        for (i, w) in probs.iter().enumerate() {
+        for (i, w) in weights.iter().enumerate() {
             r -= w;
             if r < 0.0 {
                 return c[i].1;
@@ -162,17 +222,38 @@ pub struct Candidate {
 /// summed in f64, no sampling filter applied (what the model itself says). NaN logits are
 /// never candidates and take no probability; +∞ logits share it all.
 pub fn top_k_distribution(logits: &[f32], k: usize) -> Vec<Candidate> {
-    let mut ids: Vec<u32> = (0..logits.len() as u32).filter(|&i| !logits[i as usize].is_nan()).collect();
-    let Some(max) = ids.iter().map(|&i| logits[i as usize]).reduce(f32::max) else { return Vec::new() };
-    let desc = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    use std::cmp::{Ordering, Reverse};
+    /// Greater is more likely: the larger logit, then the lower id.
+    struct Ranked(f32, u32);
+    impl Ord for Ranked {
+        fn cmp(&self, o: &Ranked) -> Ordering {
+            self.0.total_cmp(&o.0).then(o.1.cmp(&self.1))
+        }
+    }
+    impl PartialOrd for Ranked {
+        fn partial_cmp(&self, o: &Ranked) -> Option<Ordering> {
+            Some(self.cmp(o))
+        }
+    }
+    impl PartialEq for Ranked {
+        fn eq(&self, o: &Ranked) -> bool {
+            self.cmp(o) == Ordering::Equal
+        }
+    }
+    impl Eq for Ranked {}
+    let Some(max) = logits.iter().copied().filter(|l| !l.is_nan()).reduce(f32::max) else { return Vec::new() };
     if k == 0 {
         return Vec::new();
     }
-    if k < ids.len() {
-        ids.select_nth_unstable_by(k - 1, desc);
-        ids.truncate(k);
+    // A heap of the k best so far (its weakest on top), not a sort of the whole vocabulary:
+    // nothing vocabulary-sized is allocated.
+    let mut heap = std::collections::BinaryHeap::with_capacity(k.min(logits.len()) + 1);
+    for (i, &l) in logits.iter().enumerate().filter(|(_, l)| !l.is_nan()) {
+        heap.push(Reverse(Ranked(l, i as u32)));
+        if heap.len() > k {
+            heap.pop();
+        }
     }
-    ids.sort_unstable_by(desc);
     let prob: Box<dyn Fn(f32) -> f64> = if max.is_infinite() {
         // exp(∞ − ∞) is NaN: the tokens at the extreme share the probability evenly.
         let n = logits.iter().filter(|&&l| l == max).count() as f64;
@@ -181,7 +262,7 @@ pub fn top_k_distribution(logits: &[f32], k: usize) -> Vec<Candidate> {
         let sum: f64 = logits.iter().filter(|l| !l.is_nan()).map(|&l| ((l - max) as f64).exp()).sum();
         Box::new(move |l| ((l - max) as f64).exp() / sum)
     };
-    ids.into_iter().map(|id| Candidate { id, logit: logits[id as usize], prob: prob(logits[id as usize]) }).collect()
+    heap.into_sorted_vec().into_iter().map(|Reverse(Ranked(logit, id))| Candidate { id, logit, prob: prob(logit) }).collect()
 }
 
 /// xoshiro256** seeded through splitmix64: small, fast, and the same sequence everywhere.

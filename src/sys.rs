@@ -88,6 +88,27 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+/// Heap bytes a vector holds: its capacity (not its length) times the element size. The
+/// memory accounting (docs/MEMORY.md) sums these over every buffer a model keeps.
+pub fn vec_bytes<T>(v: &Vec<T>) -> u64 {
+    (v.capacity() * std::mem::size_of::<T>()) as u64
+}
+
+/// Heap bytes of a `std::collections::HashMap` whose `capacity()` is `capacity`, with entries
+/// of `entry` bytes: the table's buckets (a power of two holding capacity × 8/7 entries, at
+/// least 4) of one entry and one control byte each, plus one 16-byte group of control bytes.
+pub fn hash_map_bytes(capacity: usize, entry: usize) -> u64 {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = match capacity {
+        0..=3 => 4,
+        4..=7 => 8,
+        c => (c * 8 / 7).next_power_of_two(),
+    };
+    (buckets * (entry + 1) + 16) as u64
+}
+
 /// Reads exactly `buf.len()` bytes at `offset`, naming `path` in the error.
 pub fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
     use std::os::unix::fs::FileExt;

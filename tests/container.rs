@@ -120,7 +120,7 @@ fn damaged(tag: &str, verify: bool, damage: impl FnOnce(&Path, usize)) -> String
                     // Decode token by token so the look-ahead runs.
                     o.prompt.iter().try_for_each(|&t| m.eval(&[t]).map(|_| ()))
                 } else {
-                    m.eval_all(&o.prompt, &mut Vec::new())
+                    m.eval_each(&o.prompt, |_, _| Ok(()))
                 };
                 match out {
                     Ok(()) => panic!("{tag}: damaged container produced logits (look-ahead {lookahead})"),

@@ -12,9 +12,7 @@ use waste::{plan_memory_opts, Model, Options};
 
 fn logits(dir: &std::path::Path, prompt: &[u32], opts: &Options) -> Vec<f32> {
     let mut m = Model::open(dir, opts).unwrap();
-    let mut out = Vec::new();
-    m.eval_all(prompt, &mut out).unwrap();
-    out
+    all_logits(&mut m, prompt).unwrap()
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

@@ -21,8 +21,7 @@ fn open(o: &Oracle, threads: usize, chunk: usize) -> Model {
 fn check_logits(name: &str, tol: f32) {
     let o = oracle(name);
     let mut m = open(&o, 1, 32);
-    let mut all = Vec::new();
-    m.eval_all(&o.prompt, &mut all).unwrap();
+    let all = all_logits(&mut m, &o.prompt).unwrap();
     let rel = rel_max_diff(&all, &o.logits);
     println!("{name}: logits max|diff|/max|ref| = {rel:.3e} over {} positions", o.prompt.len());
     assert!(rel <= tol, "{name}: {rel} > {tol}");
@@ -56,7 +55,7 @@ fn hidden_states_match_layer_by_layer() {
         let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
         let (slots, t, h) = (shape[0], shape[1], shape[2]);
         let mut m = open(&o, 1, 32);
-        let ours = m.hidden_states(&o.prompt).unwrap();
+        let ours = hidden_states(&mut m, &o.prompt).unwrap();
         assert_eq!(ours.len(), (slots + 1) * t * h);
         // Reference slots: embeddings, layers 0..L-2 outputs, then the final normed state.
         for s in 0..slots {

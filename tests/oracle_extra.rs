@@ -70,7 +70,7 @@ fn extra_hidden_states_match_layer_by_layer() {
         let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
         let (slots, t, h) = (shape[0], shape[1], shape[2]);
         assert_eq!(t, o.prompt.len(), "{name}: hidden_states positions");
-        let ours = open(&o.dir.join("model"), 1).hidden_states(&o.prompt).unwrap();
+        let ours = hidden_states(&mut open(&o.dir.join("model"), 1), &o.prompt).unwrap();
         assert_eq!(ours.len(), (slots + 1) * t * h, "{name}: hidden_states size");
         for s in 0..slots {
             let mine = if s + 1 == slots { slots } else { s };
@@ -175,7 +175,7 @@ fn feature_variants_match_the_reference_from_the_hf_directory() {
         let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
         let (slots, t, h) = (shape[0], shape[1], shape[2]);
         assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
-        let hidden = open(&o.dir.join("model"), 1).hidden_states(&o.prompt).unwrap();
+        let hidden = hidden_states(&mut open(&o.dir.join("model"), 1), &o.prompt).unwrap();
         assert_eq!(hidden.len(), (slots + 1) * t * h, "{name}: hidden_states size");
         assert_finite(name, "hidden states", &hidden);
         for s in 0..slots {

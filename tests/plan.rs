@@ -1,6 +1,7 @@
-//! The memory plan against the engine: for every dense model, `plan_memory` (headers only)
-//! must equal the bytes `Model::open` holds; `waste plan` through the built binary (table,
-//! JSON keys, budgets, the floor error); and usable RAM inside a real cgroup.
+//! The memory plan against the engine: for every fixture model, `plan_memory` (headers only)
+//! must equal the bytes `Model::open` holds, part by part (the tokenizer's allowance within its
+//! stated margin); `waste plan` through the built binary (table, JSON keys, budgets, the
+//! options of a run, the floor error); and usable RAM inside a real cgroup.
 
 mod common;
 use common::cgroup::*;
@@ -10,13 +11,16 @@ use waste::format::dtype::DType;
 use waste::format::json::{self, Json};
 use waste::{ErrorKind, Model, Options};
 
-/// The fixture models in the repository: dense, and Hugging Face MoE checkpoints (which load
-/// whole, experts resident).
+/// The fixture models in the repository: stories260K and every model under
+/// tests/fixtures/oracles (dense, and Hugging Face MoE checkpoints, which load whole, experts
+/// resident).
 fn fixture_models() -> Vec<PathBuf> {
     let mut v = vec![root().join("models/stories260K")];
-    for o in ["llama_f32", "llama_bf16", "qwen3_f32", "qwen3_bf16", "mixtral_f32", "olmoe_f32", "qwen3_moe_f32"] {
-        v.push(fixture(&format!("oracles/{o}/model")));
-    }
+    let mut oracles: Vec<PathBuf> = std::fs::read_dir(fixture("oracles")).unwrap()
+        .map(|e| e.unwrap().path().join("model")).filter(|p| p.join("config.json").is_file()).collect();
+    oracles.sort();
+    assert!(oracles.len() >= 11, "the oracle fixtures: {oracles:?}");
+    v.extend(oracles);
     v
 }
 
@@ -108,15 +112,18 @@ fn plan_equals_what_open_holds_for_every_fixture_model() {
     for dir in &models {
         for opts in &option_sets {
             let plan = waste::plan_memory_opts(dir, opts).unwrap();
-            let info = Model::open(dir, opts).unwrap().info();
+            let m = Model::open(dir, opts).unwrap();
+            let info = m.info();
             let what = format!("{} with {opts:?}", dir.display());
+            assert_plan_matches(&plan, &m, &what);
             assert_eq!(plan.trunk_bytes, info.weight_bytes, "trunk: {what}");
             assert_eq!(plan.state_bytes, info.kv_bytes, "state: {what}");
             assert_eq!(plan.scratch_bytes, info.scratch_bytes, "scratch: {what}");
             assert_eq!((plan.ctx, plan.threads), (info.context, info.threads), "{what}");
             assert_eq!(plan.min_expert_cache_bytes, 0, "{what}");
             assert_eq!(plan.working_set_bytes, 0, "{what}");
-            assert_eq!(plan.floor_bytes(), info.weight_bytes + info.kv_bytes + info.scratch_bytes, "{what}");
+            assert_eq!(plan.floor_bytes(), info.weight_bytes + info.kv_bytes + info.scratch_bytes + plan.tokenizer_bytes, "{what}");
+            assert!(m.memory_used() <= plan.floor_bytes(), "{what}");
             assert_eq!(plan.recommended_bytes(), plan.floor_bytes(), "{what}");
         }
     }
@@ -140,7 +147,10 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     assert_eq!(plan.trunk_bytes, expect);
     let cfg = waste::format::config::ModelConfig::load(&dir).unwrap();
     let (kv, scratch) = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
-    assert_eq!((plan.state_bytes, plan.scratch_bytes), (kv, scratch));
+    // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers.
+    let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab)
+        + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::cache::plan::metadata_bytes(cfg.layers);
+    assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
     assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4);
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
@@ -204,8 +214,8 @@ fn num(doc: &Json, key: &str) -> u64 {
     doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
 }
 
-const PLAN_KEYS: [&str; 9] = ["trunk_bytes", "state_bytes", "scratch_bytes", "min_expert_cache_bytes", "floor_bytes",
-    "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
+const PLAN_KEYS: [&str; 10] = ["trunk_bytes", "state_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
+    "floor_bytes", "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
 
 #[test]
 fn cli_plan_json_keys_and_values() {
@@ -224,7 +234,8 @@ fn cli_plan_json_keys_and_values() {
     assert_eq!(num(&doc, "trunk_bytes"), num(&info, "weight_bytes"));
     assert_eq!(num(&doc, "state_bytes"), num(&info, "kv_bytes"));
     assert_eq!(num(&doc, "scratch_bytes"), num(&info, "scratch_bytes"));
-    assert_eq!(num(&doc, "floor_bytes"), num(&info, "resident_bytes"));
+    assert_eq!(num(&doc, "floor_bytes"), num(&info, "resident_bytes") + num(&doc, "tokenizer_bytes"));
+    assert!(num(&info, "memory_used_bytes") <= num(&doc, "floor_bytes"));
     assert_eq!(num(&doc, "recommended_bytes"), num(&doc, "floor_bytes"));
     // The child runs in this process's cgroup: it sees the same RAM.
     let ram = waste::cache::ram::read_ram().unwrap();
@@ -235,8 +246,8 @@ fn cli_plan_json_keys_and_values() {
     // With a budget: two more keys, a dense model keeps no expert cache.
     let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
     let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys[..9], PLAN_KEYS);
-    assert_eq!(keys[9..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(keys[..10], PLAN_KEYS);
+    assert_eq!(keys[10..], ["budget_bytes", "expert_cache_bytes"]);
     assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
     assert_eq!(num(&doc, "expert_cache_bytes"), 0);
     // Exact bytes and fractional sizes parse too.
@@ -282,6 +293,7 @@ fn cli_plan_table() {
     let line = |label: &str| out.lines().find(|l| l.trim_start().starts_with(label))
         .unwrap_or_else(|| panic!("no `{label}` line in:\n{out}")).to_string();
     for (label, key) in [("resident trunk", "trunk_bytes"), ("state + KV cache", "state_bytes"), ("scratch", "scratch_bytes"),
+        ("tokenizer (allowance)", "tokenizer_bytes"),
         ("minimum expert cache", "min_expert_cache_bytes"), ("FLOOR", "floor_bytes"), ("recommended", "recommended_bytes"),
         ("physical RAM", "physical_ram_bytes"), ("usable RAM", "usable_ram_bytes")] {
         assert!(line(label).ends_with(&format!(" {} bytes", num(&doc, key))), "{label}: {}", line(label));
@@ -300,17 +312,10 @@ fn cli_plan_table() {
 }
 
 /// Runs `waste plan MODEL --json` as a process that first moves itself into `cg`.
-fn plan_in_cgroup(cg: &Path, procs: &str, model: &Path) -> Json {
-    let out = std::process::Command::new("sh")
-        .args(["-c", r#"echo $$ > "$1" && exec "$2" plan "$3" --json"#, "sh"])
-        .arg(cg.join(procs))
-        .arg(env!("CARGO_BIN_EXE_waste"))
-        .arg(model)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "waste plan in {}: {stderr}", cg.display());
-    json::parse(stdout.as_bytes()).unwrap()
+fn plan_in_cgroup(cg: &TestCgroup, model: &Path) -> Json {
+    let (code, out, err) = waste_in(cg, &["plan", model.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "waste plan in {}: {err}", cg.dir.display());
+    json::parse(out.as_bytes()).unwrap()
 }
 
 #[test]
@@ -321,21 +326,12 @@ fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
     if outside.usable_bytes <= GIB {
         return skip(NAME, &format!("this process already has only {} bytes of usable RAM", outside.usable_bytes));
     }
-    let own = match own_memory_cgroup() {
+    let (child, mut cleanup) = match limited_child("waste-test", GIB) {
         Ok(c) => c,
         Err(reason) => return skip(NAME, &reason),
     };
-    let child = own.dir.join(format!("waste-test-{}", std::process::id()));
-    let mut cleanup = Cleanup(Vec::new());
-    if let Err(e) = std::fs::create_dir(&child) {
-        return skip(NAME, &format!("cannot create a cgroup at {}: {e} (needs root and a writable cgroup filesystem)", child.display()));
-    }
-    cleanup.0.push(child.clone());
-    if let Err(e) = std::fs::write(child.join(own.limit), GIB.to_string()) {
-        return skip(NAME, &format!("cannot set {}/{}: {e} (memory controller not enabled there?)", child.display(), own.limit));
-    }
     let model = root().join("models/stories260K");
-    let doc = plan_in_cgroup(&child, own.procs, &model);
+    let doc = plan_in_cgroup(&child, &model);
     assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
     assert_eq!(num(&doc, "physical_ram_bytes"), outside.physical_bytes);
 
@@ -343,26 +339,22 @@ fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
     let big = temp_dir("plan-cgroup-1b").join("m");
     let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
     write_checkpoint(&big, &config, &dense_tensors(&config, DType::BF16, DType::F32, false));
-    let doc = plan_in_cgroup(&child, own.procs, &big);
+    let doc = plan_in_cgroup(&child, &big);
     assert!(num(&doc, "trunk_bytes") > 2 * GIB, "{}", doc.to_string_pretty());
     assert_eq!(num(&doc, "usable_ram_bytes"), GIB);
     let _ = std::fs::remove_dir_all(big.parent().unwrap());
 
     // A child cgroup without a limit of its own does not cancel its parent's.
-    let inner = child.join("inner");
-    if own.procs == "cgroup.procs" {
-        let _ = std::fs::write(child.join("cgroup.subtree_control"), "+memory");
+    let inner = child.child("inner", &mut cleanup).unwrap();
+    if !inner.dir.join(inner.soft).exists() {
+        return skip(NAME, &format!("nested part: {} has no {}", inner.dir.display(), inner.soft));
     }
-    std::fs::create_dir(&inner).unwrap();
-    cleanup.0.push(inner.clone());
-    if !inner.join(own.soft).exists() {
-        return skip(NAME, &format!("nested part: {} has no {}", inner.display(), own.soft));
-    }
-    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), GIB);
+    assert_eq!(num(&plan_in_cgroup(&inner, &model), "usable_ram_bytes"), GIB);
     // A soft limit (v1) or memory.high (v2) below the hard one is the usable RAM.
-    std::fs::write(inner.join(own.soft), (768u64 << 20).to_string()).unwrap();
-    assert_eq!(num(&plan_in_cgroup(&inner, own.procs, &model), "usable_ram_bytes"), 768 << 20);
-    println!("real cgroup: {} (limit {} bytes) and {} (soft {} bytes) seen by waste plan", child.display(), GIB, inner.display(), 768u64 << 20);
+    inner.set(inner.soft, 768 << 20).unwrap();
+    assert_eq!(num(&plan_in_cgroup(&inner, &model), "usable_ram_bytes"), 768 << 20);
+    println!("real cgroup: {} (limit {} bytes) and {} (soft {} bytes) seen by waste plan", child.dir.display(), GIB,
+        inner.dir.display(), 768u64 << 20);
 }
 
 /// A container made from a Hugging Face MoE fixture: its safetensors as the trunk file (the
@@ -406,19 +398,27 @@ fn container_plan_streams_experts_through_the_cache() {
         // The Hugging Face checkpoint holds every expert as an f32 record; the container none.
         let f32_record = RecordLayout::new(DType::F32, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
         assert_eq!(c.trunk_bytes, hf.trunk_bytes - moe_layers * moe.experts as u64 * f32_record, "{name}");
-        assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes), "{name}");
+        // The container's scratch also counts its I/O threads.
+        let io = c.io_threads as u64 * waste::kernels::pool::THREAD_BYTES;
+        assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes + io), "{name}");
         let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
+        // A slot costs its record and a few words of bookkeeping.
+        let slot = record + waste::cache::plan::ExpertShape::SLOT_BOOKKEEPING;
         let k = moe.top_k as u64;
-        assert_eq!(c.min_expert_cache_bytes, k * record * 2, "{name}");
-        assert_eq!(c.working_set_bytes, k * record * moe_layers, "{name}");
-        assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + k * record * 2);
+        let records = moe_layers * moe.experts as u64;
+        let min_slots = (2 * k).min(records);
+        assert_eq!(c.expert_slot_bytes, slot, "{name}");
+        assert_eq!(c.min_expert_cache_bytes, c.expert_cache_fixed_bytes + min_slots * slot, "{name}");
+        assert!(c.expert_cache_fixed_bytes > 0 && c.expert_cache_fixed_bytes < records * 64 + 4096, "{name}");
+        assert_eq!(c.working_set_bytes, k * slot * moe_layers, "{name}");
+        assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + c.min_expert_cache_bytes);
         assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
         assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
         // A budget's expert cache is the whole slots above trunk, state and scratch, at most
         // every record.
-        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * record + 100)).unwrap();
-        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 3 * record);
-        let all = moe_layers * moe.experts as u64 * record;
+        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * slot + 100)).unwrap();
+        assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 3 * slot);
+        let all = c.expert_cache_fixed_bytes + records * slot;
         assert_eq!(waste::resolve_budget(&c, 1 << 40, Some(1 << 40)).unwrap().expert_cache_bytes, all);
         // Without a budget, on a large machine: floor + 3 working sets.
         let b = waste::resolve_budget(&c, 1 << 40, None).unwrap();
@@ -460,9 +460,89 @@ fn plan_equals_what_open_holds_for_converted_containers() {
             let model = Model::open(&out, &Options { cache_bytes: cache, ..base.clone() }).unwrap();
             let info = model.info();
             let what = format!("{name} at a budget of {budget}");
+            assert_eq!(model.budget().expert_cache_bytes, cache, "{what}");
+            assert_plan_matches(&plan, &model, &what);
             assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk + expert cache: {what}");
             assert_eq!((info.kv_bytes, info.scratch_bytes), (plan.state_bytes, plan.scratch_bytes), "{what}");
             assert!(plan.resident_bytes() + cache <= budget, "{what}");
         }
+    }
+}
+
+/// Every option of a run that changes its memory (threads, a CPU list, the chunk, int8
+/// activations, I/O threads, a cache size) is an option of `waste plan`, which then shows the
+/// bytes that run holds.
+#[test]
+fn cli_plan_takes_every_option_that_changes_the_plan() {
+    let (dir, _) = make_container("plan-cli-options", "qwen3_moe_f32", DType::Q8B32);
+    let d = dir.to_str().unwrap();
+    let stories = root().join("models/stories260K");
+    let s = stories.to_str().unwrap();
+    for (model, args) in [
+        (s, vec!["--ctx", "40", "--threads", "3", "--chunk", "5", "--int8-act"]),
+        (s, vec!["--ctx", "40", "--cpus", "0", "--scalar", "--verify", "--lookahead"]),
+        (d, vec!["--ctx", "24", "--threads", "2", "--io-threads", "1", "--chunk", "3"]),
+        (d, vec!["--ctx", "24", "--threads", "1", "--io-threads", "0", "--cache", "3M"]),
+    ] {
+        let mut plan_args = vec![model];
+        plan_args.extend(&args);
+        let doc = plan_json(&plan_args);
+        let mut info_args = vec!["info", model, "--json"];
+        info_args.extend(&args);
+        let (status, out, err) = waste(&info_args);
+        assert_eq!(status, 0, "{info_args:?}: {err}");
+        let info = json::parse(out.as_bytes()).unwrap();
+        let what = format!("{args:?}");
+        assert_eq!(num(&doc, "scratch_bytes"), num(&info, "scratch_bytes"), "{what}");
+        assert_eq!(num(&doc, "state_bytes"), num(&info, "kv_bytes"), "{what}");
+        let (budget, used) = (num(&info, "budget_bytes"), num(&info, "memory_used_bytes"));
+        assert!(used <= budget, "{what}: used {used}, budget {budget}");
+        if model == s {
+            // Dense: the budget is the floor, which exceeds what is held by the tokenizer's margin at most.
+            assert!(budget - used <= tokenizer_margin(Path::new(model)), "{what}: used {used}, budget {budget}");
+        }
+        if args.contains(&"--cache") {
+            // The budget a cache size makes is exactly what the model then holds.
+            assert_eq!((num(&doc, "budget_bytes"), budget), (used, used), "{what}");
+        }
+    }
+    // A run's floor error names the `waste plan` command that shows it, context included (a
+    // bench's context is its prompt + decode length, not the plan's default).
+    let (status, _, err) = waste(&["bench", s, "--prompt-tokens", "20", "-n", "7", "--threads", "2", "--int8-act", "--budget", "1K"]);
+    assert_eq!(status, 1, "{err}");
+    let cmd = err.split('`').nth(1).unwrap_or_else(|| panic!("no command in {err}"));
+    assert!(cmd.starts_with("waste plan ") && cmd.contains("--ctx 27") && cmd.contains("--threads 2") && cmd.contains("--int8-act"), "{err}");
+    let floor = err.split("floor of ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u64>().ok()).unwrap();
+    let args: Vec<&str> = cmd.split(' ').skip(2).collect();
+    assert_eq!(num(&plan_json(&args), "floor_bytes"), floor, "{cmd}");
+}
+
+/// The tokenizer's share of the plan is an allowance from file sizes: every fixture vocabulary
+/// (rank files, tokenizer.json, llama2.c) holds at most that, and at most the stated margin less.
+#[test]
+fn tokenizer_allowance_bounds_every_fixture_vocabulary() {
+    let mut files = vec![root().join("models/stories260K/tok512.bin")];
+    for dir in [fixture("tokenizers"), fixture("tokenizers/hf")] {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+            if ext == "tiktoken" || (ext == "json" && p.parent().is_some_and(|d| d.ends_with("hf")) && !p.ends_with("golden.json")) {
+                files.push(p);
+            }
+        }
+    }
+    let shared = root().join("../shared/data/tokenizers/deepseek_v3_tokenizer.json");
+    if shared.is_file() {
+        files.push(shared);
+    }
+    assert!(files.len() >= 12, "{files:?}");
+    for f in &files {
+        let t = waste::Tokenizer::from_file(f).unwrap();
+        let (held, allowance) = (t.heap_bytes(), waste::tokenizer::plan_bytes(f).unwrap());
+        let size = std::fs::metadata(f).unwrap().len();
+        println!("{}: {size} bytes of file, {held} held, allowance {allowance} ({:.2} x the file over)",
+            f.display(), (allowance - held) as f64 / size as f64);
+        assert!(held <= allowance, "{}: {held} > {allowance}", f.display());
+        assert!(allowance - held <= tokenizer_file_margin(f), "{}: allowance {allowance} - held {held} over the margin", f.display());
     }
 }

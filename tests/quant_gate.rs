@@ -110,8 +110,7 @@ fn quantized_fixtures_run_through_the_model() {
         // 1-D tensors keep their stored type (F16 would widen to F32).
         let norm_dtype = SafeTensors::open(&src.join("model.safetensors")).unwrap().get("model.norm.weight").unwrap().dtype;
         let mut float = Model::open(&src, &opts()).unwrap();
-        let mut want = Vec::new();
-        float.eval_all(&prompt, &mut want).unwrap();
+        let want = all_logits(&mut float, &prompt).unwrap();
         let mut errors = Vec::new();
         for (width, near) in [(Width::Q8, 0.06f32), (Width::Q4, 0.8)] {
             let dir = temp_dir(&format!("fixture-{fixture_name}-{}", width.bits()));
@@ -122,11 +121,9 @@ fn quantized_fixtures_run_through_the_model() {
                 let mut qm = Model::open(&q, &Options { threads, ..opts() }).unwrap();
                 let info = qm.info();
                 assert_eq!(info.dtypes, [width.dtype().name(), norm_dtype.name()]);
-                let mut got = Vec::new();
-                qm.eval_all(&prompt, &mut got).unwrap();
+                let got = all_logits(&mut qm, &prompt).unwrap();
                 let mut twin = Model::open(dir.join("twin"), &Options { threads, ..opts() }).unwrap();
-                let mut exact = Vec::new();
-                twin.eval_all(&prompt, &mut exact).unwrap();
+                let exact = all_logits(&mut twin, &prompt).unwrap();
                 let to_twin = rel_max_diff(&got, &exact);
                 let to_float = rel_max_diff(&got, &want);
                 println!("{fixture_name} {width:?} x{threads}: vs dequantized twin {to_twin:.2e}, vs float {to_float:.2e}");
@@ -283,16 +280,14 @@ fn quantized_containers_run_through_the_model() {
     use waste::format::convert::{convert, ConvertOptions, Encoding};
     let dir = fixture("oracles/qwen3_moe_f32");
     let prompt = ids_of(read_json(&dir.join("input_ids.json")).get("prompt_ids").unwrap());
-    let mut want = Vec::new();
-    Model::open(dir.join("model"), &opts()).unwrap().eval_all(&prompt, &mut want).unwrap();
+    let want = all_logits(&mut Model::open(dir.join("model"), &opts()).unwrap(), &prompt).unwrap();
     let mut errors = Vec::new();
     for (tag, trunk, experts, near) in [("q8", Encoding::Q8, Encoding::Q8, 0.06f32), ("q4", Encoding::Q4, Encoding::Q4, 0.8)] {
         let out = temp_dir(&format!("container-{tag}")).join("model.waste");
         let o = ConvertOptions { trunk, experts, ..ConvertOptions::new(dir.join("model"), &out) };
         convert(&o, &mut |_| {}).unwrap();
         let mut m = Model::open(&out, &opts()).unwrap();
-        let mut got = Vec::new();
-        m.eval_all(&prompt, &mut got).unwrap();
+        let got = all_logits(&mut m, &prompt).unwrap();
         let rel = rel_max_diff(&got, &want);
         println!("qwen3_moe_f32 container {tag}: logits vs float {rel:.2e}");
         assert!(rel > 0.0 && rel < near, "{tag}: {rel}");

@@ -239,9 +239,25 @@ fn missing_controller_mount_or_files_fall_back_to_physical() {
     let t = Tree::new("no-mountinfo");
     t.cgroup("0::/a\n");
     assert_eq!(t.usable(), PHYS);
-    // The cgroup's directory is not in the mount (another namespace's view).
+    // The cgroup's directory is not in the mount (another namespace's view): its visible
+    // ancestors still limit it, from the deepest that exists up — here the mount root.
     let t = Tree::new("no-dir");
-    t.cgroup("0::/gone\n").mountinfo(&[v2_mount("/", "/sys/fs/cgroup")]).file("/sys/fs/cgroup/memory.max", "1\n");
+    t.cgroup("0::/gone/deeper\n").mountinfo(&[v2_mount("/", "/sys/fs/cgroup")]).file("/sys/fs/cgroup/memory.max", "1\n");
+    let r = t.read().unwrap();
+    assert_eq!(r.usable_bytes, 1);
+    assert_eq!(r.limit.as_ref().unwrap().file, t.fs("/sys/fs/cgroup/memory.max"));
+    assert!(r.notes.iter().any(|n| n.contains("does not exist") && n.contains("up")), "{:?}", r.notes);
+    // A partly visible path: the deepest existing ancestor's limit counts, and its parent's.
+    let t = Tree::new("part-dir");
+    t.cgroup("4:memory:/a/b/c\n").mountinfo(&[v1_mount("/", "/cg", "rw,memory")])
+        .file("/cg/a/memory.limit_in_bytes", "3000\n").file("/cg/memory.limit_in_bytes", "5000\n");
+    let r = t.read().unwrap();
+    assert_eq!(r.usable_bytes, 3000);
+    assert_eq!(r.limit.as_ref().unwrap().file, t.fs("/cg/a/memory.limit_in_bytes"));
+    // Nothing of it visible and no limit file at all: physical RAM, with a note.
+    let t = Tree::new("no-dir-no-limit");
+    t.cgroup("0::/gone\n").mountinfo(&[v2_mount("/", "/sys/fs/cgroup")]);
+    std::fs::create_dir_all(t.fs("/sys/fs/cgroup")).unwrap();
     let r = t.read().unwrap();
     assert_eq!(r.usable_bytes, PHYS);
     assert!(r.notes.iter().any(|n| n.contains("does not exist")), "{:?}", r.notes);

@@ -26,7 +26,8 @@ use std::time::Duration;
 /// How the cache is sized and fed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheOptions {
-    /// Bytes of slots. Must hold at least 2 × top-k records (the floor's double buffer).
+    /// Bytes of the cache: its slots and their bookkeeping ([`plan::ExpertShape::cache_bytes`]).
+    /// Must pay for at least [`plan::ExpertShape::min_slots`] slots.
     pub bytes: u64,
     /// Reader threads; 0 reads on the computing thread.
     pub io_threads: usize,
@@ -90,6 +91,8 @@ pub struct ExpertCache {
     bufs: Vec<Option<Slot>>,
     slot_bytes: usize,
     io: Option<IoPool>,
+    /// Threads of `io` (0 without).
+    io_threads: usize,
     verify: bool,
     stats: CacheStats,
     /// Reads under way (this layer's and look-ahead ones).
@@ -101,10 +104,10 @@ pub struct ExpertCache {
     misses: Vec<(u32, usize)>,
 }
 
-/// The smallest cache for a model: two records per routed slot (double buffering).
+/// The smallest cache for a model ([`plan::ExpertShape::min_slots`] slots and the
+/// bookkeeping); 0 when nothing streams. The one rule, shared with the memory plan.
 pub fn min_cache_bytes(manifest: &Manifest) -> u64 {
-    let top_k = manifest.config.moe.as_ref().map_or(0, |m| m.top_k);
-    2 * top_k as u64 * manifest.max_record_bytes() as u64
+    plan::ExpertShape::of(manifest).map_or(0, |e| e.cache_bytes(e.min_slots()))
 }
 
 impl ExpertCache {
@@ -112,15 +115,16 @@ impl ExpertCache {
     pub fn open(manifest: &Manifest, opts: &CacheOptions) -> Result<ExpertCache> {
         let cfg = &manifest.config;
         let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no experts to cache"))?;
+        let shape = plan::ExpertShape::of(manifest).ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no expert banks"))?;
         let slot_bytes = manifest.max_record_bytes();
-        let min = min_cache_bytes(manifest);
-        if opts.bytes < min {
+        let slots = shape.slots_within(opts.bytes);
+        if slots < shape.min_slots() {
             return Err(Error::new(ErrorKind::RamBudget, format!(
-                "an expert cache of {} bytes is below the minimum of {min} bytes (2 × top-k {} × record {slot_bytes}); see `waste plan`",
-                opts.bytes, moe.top_k)));
+                "an expert cache of {} bytes is below the minimum of {} bytes ({} slots of {slot_bytes}-byte records, and the bookkeeping); see `waste plan`",
+                opts.bytes, shape.cache_bytes(shape.min_slots()), shape.min_slots())));
         }
+        let slots = slots as usize;
         let total_keys = manifest.banks.len() * moe.experts;
-        let slots = ((opts.bytes / slot_bytes as u64) as usize).min(total_keys).max(2 * moe.top_k);
         let mut files = Vec::with_capacity(cfg.layers);
         let mut layouts = vec![None; cfg.layers];
         let mut key_base = vec![usize::MAX; cfg.layers];
@@ -136,7 +140,9 @@ impl ExpertCache {
             key_base[b.layer] = i * moe.experts;
         }
         let banks = Arc::new(files);
-        let bufs = SlotArena::slots(slot_bytes, slots)?.into_iter().map(Some).collect();
+        // Exactly `slots` handles (the plan counts them; a collected Result would round up).
+        let mut bufs = Vec::with_capacity(slots);
+        bufs.extend(SlotArena::slots(slot_bytes, slots)?.into_iter().map(Some));
         let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks))?) } else { None };
         let policy = opts.policy.unwrap_or_else(|| Policy::default_for(moe.top_k * manifest.banks.len()));
         Ok(ExpertCache {
@@ -147,18 +153,34 @@ impl ExpertCache {
             bufs,
             slot_bytes,
             io,
+            io_threads: opts.io_threads,
             verify: opts.verify,
             stats: CacheStats { direct_io: buffered == 0, slots, banks: manifest.banks.len(), buffered_banks: buffered, ..CacheStats::default() },
             loading: 0,
             prefetched: vec![false; slots],
-            hits: Vec::new(),
-            misses: Vec::new(),
+            // A layer wants at most every one of its experts at once.
+            hits: Vec::with_capacity(moe.experts),
+            misses: Vec::with_capacity(moe.experts),
         })
     }
 
     /// Bytes of the slots.
     pub fn slot_bytes(&self) -> u64 {
         (self.slot_bytes * self.bufs.len()) as u64
+    }
+
+    /// Bytes the cache holds, measured: its slots and every bookkeeping vector (by capacity).
+    /// The plan predicts it with [`plan::ExpertShape::cache_bytes`].
+    pub fn memory_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)
+            + self.index.heap_bytes() + vec_bytes(&self.bufs) + vec_bytes(&self.prefetched)
+            + vec_bytes(&self.hits) + vec_bytes(&self.misses)
+    }
+
+    /// Bytes of its I/O threads, at [`crate::kernels::pool::THREAD_BYTES`] each.
+    pub fn thread_bytes(&self) -> u64 {
+        self.io_threads as u64 * crate::kernels::pool::THREAD_BYTES
     }
 
     /// Statistics so far.

@@ -1,33 +1,44 @@
 //! The memory plan: what a model needs resident (its floor), what one token's experts weigh
 //! (the working set), and how a RAM budget is chosen and split (seed 001 §3). Computed from
-//! headers alone — config and tensor shapes — so it runs before any weight is read.
+//! headers alone — config, tensor shapes, file sizes — so it runs before any weight is read.
 //!
-//! The parts, each equal to what the engine will hold:
+//! The parts, each what the engine will hold ([`MemoryUse`] is the same parts measured on an
+//! open model; docs/MEMORY.md has the rule for each):
 //! - **trunk**: every weight kept resident (embeddings, attention, dense FFNs, routers, shared
 //!   experts, norms, head), matrices at their stored size and 1-D vectors widened to f32, as
 //!   `model::weights` loads them — plus, for a Hugging Face MoE checkpoint, which loads whole,
 //!   every routed expert as a resident record;
 //! - **state**: the KV cache for the context (later MLA latents and recurrent state);
-//! - **scratch**: activations, logits, per-thread score rows, routing buffers (later expert
-//!   I/O buffers) — state and scratch both from [`State::plan_bytes`], the formula the
-//!   allocation uses;
-//! - **minimum expert cache**: top-k × the largest expert record × 2 (one layer's experts
-//!   in use while the next layer's are read), 0 when no expert streams.
+//! - **scratch**: activations of a prefill chunk, per-thread score rows, routing buffers, the
+//!   logits rows, the sampler's buffers and the generation history ([`State::plan_bytes`],
+//!   [`SampleBuffers::plan_bytes`]), the int8 path's buffer when on, a constant per compute
+//!   or I/O thread ([`THREAD_BYTES`]) and one for the model's metadata ([`METADATA_BYTES`]);
+//! - **tokenizer**: an allowance from the tokenizer file's size that the loader enforces
+//!   ([`crate::tokenizer::plan_bytes`]) — the one part that is an upper bound, not exact;
+//! - **minimum expert cache**: the fewest slots the cache runs with (2 × top-k records — one
+//!   layer's experts in use while the next layer's are read — or every record when there are
+//!   fewer), plus the cache's bookkeeping; 0 when no expert streams. Records are read straight
+//!   into their slots, so there are no separate I/O buffers.
 //!
 //! FLOOR is their sum; nothing runs below it. Everything above it is expert cache, worth having
-//! in whole **working sets** (top-k × record × MoE layers: one token's experts), hence
+//! in whole **working sets** (top-k slots × MoE layers: one token's experts), hence
 //! recommended = floor + 3 working sets.
 //!
 //! Each kind of model on disk is a [`ModelKind`] and a branch of [`Footprint::read`] that
 //! fills a [`Footprint`]; everything after that is shared.
 
+use crate::cache::io::BankFile;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
-use crate::format::container;
+use crate::format::container::{self, Manifest, RecordLayout};
 use crate::format::safetensors::Checkpoint;
+use crate::kernels::pool::THREAD_BYTES;
 use crate::model::state::State;
 use crate::model::weights::{load_trunk, Loader};
+use crate::sample::SampleBuffers;
+use crate::sys::Slot;
 use crate::Options;
+use std::mem::size_of;
 use std::path::{Path, PathBuf};
 
 /// The kinds of model directory or file the planner reads.
@@ -42,19 +53,73 @@ pub enum ModelKind {
     Container,
 }
 
-/// The routed experts of a MoE model, as far as memory is concerned.
+/// The routed experts of a container, as far as memory is concerned: everything the expert
+/// cache's size follows from. [`crate::cache::ExpertCache`] sizes itself with the same
+/// functions, so the plan and the cache cannot disagree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExpertShape {
     /// Experts each token uses per MoE layer.
     pub top_k: usize,
-    /// Layers with routed experts.
+    /// Experts per MoE layer.
+    pub experts: usize,
+    /// Layers with routed experts (one bank each).
     pub moe_layers: usize,
+    /// All layers of the model (the cache keeps a few words per layer).
+    pub layers: usize,
     /// Bytes of the largest expert record (what one cache slot must hold).
     pub largest_record_bytes: u64,
     /// Expert records in all banks (a cache never needs more slots than this).
     pub records: u64,
-    /// Read buffers the expert loader holds outside the cache (counted as scratch).
-    pub io_buffer_bytes: u64,
+}
+
+impl ExpertShape {
+    /// The streamed experts of a container; `None` when it has none.
+    pub fn of(m: &Manifest) -> Option<ExpertShape> {
+        let moe = m.config.moe.as_ref().filter(|_| !m.banks.is_empty())?;
+        Some(ExpertShape {
+            top_k: moe.top_k,
+            experts: moe.experts,
+            moe_layers: m.banks.len(),
+            layers: m.config.layers,
+            largest_record_bytes: m.max_record_bytes() as u64,
+            records: m.banks.iter().map(|b| b.experts as u64).sum(),
+        })
+    }
+
+    /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
+    /// handle.
+    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()) as u64;
+
+    /// What one slot costs: the largest record and its bookkeeping.
+    pub fn slot_bytes(&self) -> u64 {
+        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
+    }
+
+    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
+    /// policy priority; per layer, its bank, record layout and first key; per expert of a
+    /// layer, one hit and one miss entry.
+    pub fn fixed_bytes(&self) -> u64 {
+        let per_key = size_of::<u32>() + size_of::<f64>();
+        let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
+        let per_expert = 2 * size_of::<(u32, usize)>();
+        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
+    }
+
+    /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
+    /// while the next layer's are read), or every record when there are fewer.
+    pub fn min_slots(&self) -> u64 {
+        (2 * self.top_k as u64).min(self.records)
+    }
+
+    /// Bytes of a cache of `slots` slots, bookkeeping included.
+    pub fn cache_bytes(&self, slots: u64) -> u64 {
+        self.fixed_bytes().saturating_add(slots.saturating_mul(self.slot_bytes()))
+    }
+
+    /// The most slots `bytes` pays for (bookkeeping included), never more than every record.
+    pub fn slots_within(&self, bytes: u64) -> u64 {
+        (bytes.saturating_sub(self.fixed_bytes()) / self.slot_bytes().max(1)).min(self.records)
+    }
 }
 
 /// What the plan needs from a model on disk: its shape, its resident bytes, its experts.
@@ -65,6 +130,8 @@ pub struct Footprint {
     pub cfg: ModelConfig,
     /// Bytes of resident weights as the engine holds them.
     pub trunk_bytes: u64,
+    /// The tokenizer's allowance (0 when the model has no tokenizer file).
+    pub tokenizer_bytes: u64,
     /// Streamed routed experts; `None` when there are none (a dense model, or a Hugging Face
     /// MoE checkpoint whose experts are resident and counted in `trunk_bytes`).
     pub experts: Option<ExpertShape>,
@@ -74,20 +141,52 @@ pub struct Footprint {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
     pub kind: ModelKind,
+    /// The model it is the plan of.
+    pub path: PathBuf,
     /// Context length in tokens (after resolving 0 against the model).
     pub ctx: usize,
     pub threads: usize,
     pub prefill_chunk: usize,
+    /// I/O threads reading expert records (0 when no expert streams).
+    pub io_threads: usize,
+    /// The int8 path's activation buffer is counted.
+    pub int8_activations: bool,
     pub trunk_bytes: u64,
     pub state_bytes: u64,
     pub scratch_bytes: u64,
+    /// The tokenizer's allowance: an upper bound of what it holds (docs/MEMORY.md).
+    pub tokenizer_bytes: u64,
+    /// The fewest slots, with the cache's bookkeeping.
     pub min_expert_cache_bytes: u64,
-    /// One token's experts over every MoE layer; 0 for a dense model.
+    /// One token's experts over every MoE layer (top-k slots per MoE layer); 0 for a dense model.
     pub working_set_bytes: u64,
-    /// Bytes of one expert-cache slot (the largest record); 0 when no expert streams.
+    /// Bytes one expert-cache slot costs (the largest record and its bookkeeping); 0 when no
+    /// expert streams.
     pub expert_slot_bytes: u64,
+    /// The cache's bookkeeping whatever its number of slots.
+    pub expert_cache_fixed_bytes: u64,
     /// Expert records in the model: the cache never holds more.
     pub expert_records: u64,
+}
+
+/// What an open model holds, part by part ([`crate::Model::memory_use`]), or what a plan says
+/// it will ([`MemoryPlan::expected_use`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    pub trunk: u64,
+    /// The KV cache.
+    pub state: u64,
+    pub scratch: u64,
+    pub tokenizer: u64,
+    /// Slots and bookkeeping of the expert cache (0 when no expert streams).
+    pub expert_cache: u64,
+}
+
+impl MemoryUse {
+    /// The sum of the parts.
+    pub fn total(&self) -> u64 {
+        self.trunk + self.state + self.scratch + self.tokenizer + self.expert_cache
+    }
 }
 
 /// How the budget was chosen.
@@ -99,6 +198,9 @@ pub enum BudgetSource {
     WorkingSets(u32),
     /// Chosen: the floor (a dense model, or no whole working set fits under 7/8 of usable RAM).
     Floor,
+    /// An expert-cache size was given without a budget: the budget is what the model holds
+    /// with that cache.
+    Cache,
 }
 
 /// A resolved RAM budget and the expert cache it leaves.
@@ -107,8 +209,9 @@ pub struct Budget {
     pub bytes: u64,
     pub expert_cache_bytes: u64,
     pub source: BudgetSource,
-    /// Something the host should tell the user (the library never prints): the floor is above
-    /// 7/8 of usable RAM, or an explicit budget is above usable RAM.
+    /// Something the host should tell the user (the library never prints): the floor (or a
+    /// budget enlarged by an expert-cache size) is above 7/8 of usable RAM, or an explicit
+    /// budget is above usable RAM.
     pub warning: Option<String>,
 }
 
@@ -126,13 +229,14 @@ pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<Memory
 }
 
 impl Footprint {
-    /// Reads the footprint of the model at `path` (headers only, no weights).
+    /// Reads the footprint of the model at `path` (headers and file sizes only, no weights).
     pub fn read(path: &Path) -> Result<Footprint> {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
+        let tokenizer_bytes = crate::tokenizer::plan_bytes_in_dir(path)?;
         if container::is_container(path) {
-            return Footprint::container(path);
+            return Footprint::container(path, tokenizer_bytes);
         }
         let cfg = ModelConfig::load(path)?;
         let ckpt = Checkpoint::open(path)?;
@@ -141,71 +245,88 @@ impl Footprint {
         let mut ld = Loader::counting(&ckpt);
         load_trunk(&mut ld, &cfg)?;
         crate::model::experts::load_resident(&mut ld, &cfg)?;
-        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes: ld.bytes, experts: None })
+        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes: ld.bytes,
+            tokenizer_bytes, experts: None })
     }
 
     /// A container: the trunk from its trunk files' headers, the experts from its banks.
-    fn container(dir: &Path) -> Result<Footprint> {
-        let m = container::Manifest::open(dir)?;
+    fn container(dir: &Path, tokenizer_bytes: u64) -> Result<Footprint> {
+        let m = Manifest::open(dir)?;
         let ckpt = Checkpoint::open_files(dir, &m.trunk_files)?;
         let mut ld = Loader::counting(&ckpt);
         load_trunk(&mut ld, &m.config)?;
         let trunk_bytes = ld.bytes;
-        let experts = match m.config.moe.as_ref() {
-            Some(moe) if !m.banks.is_empty() => Some(ExpertShape {
-                top_k: moe.top_k,
-                moe_layers: m.banks.len(),
-                largest_record_bytes: m.max_record_bytes() as u64,
-                records: m.banks.iter().map(|b| b.experts as u64).sum(),
-                io_buffer_bytes: 0,
-            }),
-            _ => None,
-        };
-        Ok(Footprint { path: dir.to_path_buf(), kind: ModelKind::Container, cfg: m.config, trunk_bytes, experts })
+        let experts = ExpertShape::of(&m);
+        Ok(Footprint { path: dir.to_path_buf(), kind: ModelKind::Container, cfg: m.config, trunk_bytes, tokenizer_bytes, experts })
     }
 }
 
+/// What the plan counts for a model's fixed metadata — its config, the structs of its layers
+/// and weights, paths, the EOS list, thread handles: this much, plus
+/// [`METADATA_BYTES_PER_LAYER`] per layer. A constant, like [`THREAD_BYTES`]: the fixture
+/// models measure 3–7 KiB for 4–5 layers (`tests/accounting.rs` checks it stays under).
+pub const METADATA_BYTES: u64 = 16 << 10;
+/// See [`METADATA_BYTES`].
+pub const METADATA_BYTES_PER_LAYER: u64 = 1 << 10;
+
+/// [`METADATA_BYTES`] for a model of `layers` layers.
+pub fn metadata_bytes(layers: usize) -> u64 {
+    METADATA_BYTES + METADATA_BYTES_PER_LAYER * layers as u64
+}
+
+/// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
+/// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on,
+/// [`THREAD_BYTES`] per compute worker (the caller is participant 0) and per I/O thread, and
+/// the metadata allowance.
+fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, int8: bool) -> u64 {
+    let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
+    let int8 = if int8 { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
+    let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
+    rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + threads + metadata_bytes(cfg.layers)
+}
+
 impl MemoryPlan {
-    /// The plan of a model for the context, threads and chunk of `opts`.
+    /// The plan of a model for the context, threads, chunk and I/O threads of `opts`.
     pub fn new(m: &Footprint, opts: &Options) -> MemoryPlan {
         let threads = opts.resolved_threads().max(1);
         let ctx = opts.resolved_ctx(m.cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
-        let (kv, mut scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
-        if opts.int8_activations {
-            scratch += State::int8_scratch_bytes(&m.cfg, chunk);
-        }
-        let (min_cache, working_set, io, slot, records) = match &m.experts {
+        let io_threads = if m.experts.is_some() { opts.io_threads } else { 0 };
+        let (kv, scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
+        let scratch = scratch + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts.int8_activations);
+        let (min_cache, working_set, slot, fixed, records) = match &m.experts {
             None => (0, 0, 0, 0, 0),
-            Some(e) => {
-                let per_layer = (e.top_k as u64).saturating_mul(e.largest_record_bytes);
-                (per_layer.saturating_mul(2), per_layer.saturating_mul(e.moe_layers as u64), e.io_buffer_bytes,
-                 e.largest_record_bytes, e.records)
-            }
+            Some(e) => (e.cache_bytes(e.min_slots()), (e.top_k as u64 * e.moe_layers as u64).saturating_mul(e.slot_bytes()),
+                        e.slot_bytes(), e.fixed_bytes(), e.records),
         };
         MemoryPlan {
             kind: m.kind,
+            path: m.path.clone(),
             ctx,
             threads,
             prefill_chunk: chunk,
+            io_threads,
+            int8_activations: opts.int8_activations,
             trunk_bytes: m.trunk_bytes,
             state_bytes: kv,
-            scratch_bytes: scratch.saturating_add(io),
+            scratch_bytes: scratch,
+            tokenizer_bytes: m.tokenizer_bytes,
             min_expert_cache_bytes: min_cache,
             working_set_bytes: working_set,
             expert_slot_bytes: slot,
+            expert_cache_fixed_bytes: fixed,
             expert_records: records,
         }
     }
 
-    /// Trunk + state + scratch + minimum expert cache: nothing runs in less.
+    /// Trunk + state + scratch + tokenizer + minimum expert cache: nothing runs in less.
     pub fn floor_bytes(&self) -> u64 {
         self.resident_bytes().saturating_add(self.min_expert_cache_bytes)
     }
 
     /// Everything except the expert cache.
     pub fn resident_bytes(&self) -> u64 {
-        self.trunk_bytes.saturating_add(self.state_bytes).saturating_add(self.scratch_bytes)
+        self.trunk_bytes.saturating_add(self.state_bytes).saturating_add(self.scratch_bytes).saturating_add(self.tokenizer_bytes)
     }
 
     /// Floor + 3 working sets (seed 001 §3).
@@ -223,22 +344,50 @@ impl MemoryPlan {
         self.min_expert_cache_bytes > 0 && self.expert_slot_bytes > 0
     }
 
-    /// The expert cache a budget leaves, as the cache allocates it: whole slots in what is
-    /// left above trunk, state and scratch (so it includes the minimum expert cache), never
-    /// more slots than the model has records. When no expert streams there is no cache and
-    /// the rest of the budget stays unused. A budget under the floor is an error (see
-    /// [`MemoryPlan::check_budget`]).
+    /// The expert cache `bytes` pays for, as the cache allocates it: the bookkeeping and whole
+    /// slots, never more slots than the model has records (0 when no expert streams).
+    pub fn cache_within(&self, bytes: u64) -> u64 {
+        if !self.has_experts() {
+            return 0;
+        }
+        let slots = (bytes.saturating_sub(self.expert_cache_fixed_bytes) / self.expert_slot_bytes).min(self.expert_records);
+        self.expert_cache_fixed_bytes + slots * self.expert_slot_bytes
+    }
+
+    /// The expert cache a budget leaves: what is left above trunk, state, scratch and
+    /// tokenizer, in whole slots (so it includes the minimum expert cache). When no expert
+    /// streams there is no cache and the rest of the budget stays unused. A budget under the
+    /// floor is an error (see [`MemoryPlan::check_budget`]).
     pub fn expert_cache_bytes(&self, budget: u64) -> Result<u64> {
         self.check_budget(budget)?;
-        if !self.has_experts() {
-            return Ok(0);
+        Ok(self.cache_within(budget - self.resident_bytes()))
+    }
+
+    /// What an open model holds under this plan with `expert_cache_bytes` of cache, part by
+    /// part; [`crate::Model::memory_use`] measures the same parts (the tokenizer's is the
+    /// allowance here, what it holds there).
+    pub fn expected_use(&self, expert_cache_bytes: u64) -> MemoryUse {
+        MemoryUse { trunk: self.trunk_bytes, state: self.state_bytes, scratch: self.scratch_bytes,
+            tokenizer: self.tokenizer_bytes, expert_cache: expert_cache_bytes }
+    }
+
+    /// The `waste plan` command line that shows this plan.
+    pub fn command(&self) -> String {
+        let mut c = format!("waste plan {} --ctx {} --threads {}", self.path.display(), self.ctx, self.threads);
+        if self.prefill_chunk != Options::default().prefill_chunk {
+            c.push_str(&format!(" --chunk {}", self.prefill_chunk));
         }
-        let slots = ((budget - self.resident_bytes()) / self.expert_slot_bytes).min(self.expert_records);
-        Ok(slots * self.expert_slot_bytes)
+        if self.io_threads != Options::default().io_threads && self.kind == ModelKind::Container {
+            c.push_str(&format!(" --io-threads {}", self.io_threads));
+        }
+        if self.int8_activations {
+            c.push_str(" --int8-act");
+        }
+        c
     }
 
     /// Fails with [`ErrorKind::RamBudget`] when `budget` is under the floor; the message gives
-    /// the floor in bytes and points to `waste plan`.
+    /// the floor in bytes and the `waste plan` command that shows it.
     pub fn check_budget(&self, budget: u64) -> Result<()> {
         let floor = self.floor_bytes();
         if budget >= floor {
@@ -246,8 +395,9 @@ impl MemoryPlan {
         }
         Err(Error::new(ErrorKind::RamBudget, format!(
             "a budget of {budget} bytes is under this model's floor of {floor} bytes \
-(trunk {} + state {} + scratch {} + minimum expert cache {} at a context of {} tokens); \
-see `waste plan MODEL`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.min_expert_cache_bytes, self.ctx)))
+(trunk {} + state {} + scratch {} + tokenizer {} + minimum expert cache {} at a context of {} tokens); \
+see `{}`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.tokenizer_bytes, self.min_expert_cache_bytes,
+            self.ctx, self.command())))
     }
 }
 
@@ -263,7 +413,7 @@ pub fn resolve_budget(plan: &MemoryPlan, usable_ram: u64, explicit: Option<u64>)
             "the budget of {bytes} bytes is above the {usable_ram} bytes of usable RAM"));
         return Ok(Budget { bytes, expert_cache_bytes, source: BudgetSource::Explicit, warning });
     }
-    let cap = (usable_ram as u128 * 7 / 8) as u64;
+    let cap = seven_eighths(usable_ram);
     let chosen = if plan.working_set_bytes == 0 {
         None
     } else {
@@ -280,6 +430,41 @@ running at the floor"));
     Ok(Budget { bytes, expert_cache_bytes: plan.expert_cache_bytes(bytes)?, source, warning })
 }
 
+fn seven_eighths(bytes: u64) -> u64 {
+    (bytes as u128 * 7 / 8) as u64
+}
+
+/// The budget a model opens with under `opts`: [`resolve_budget`], then an explicit
+/// expert-cache size (`opts.cache_bytes`), which overrides what the budget leaves but may not
+/// exceed it. Without a budget, a cache size makes its own budget (what the model then holds,
+/// [`BudgetSource::Cache`]), with a warning when that is above 7/8 of usable RAM.
+pub fn resolve_budget_opts(plan: &MemoryPlan, usable_ram: u64, opts: &Options) -> Result<Budget> {
+    let mut budget = resolve_budget(plan, usable_ram, opts.budget)?;
+    if opts.cache_bytes == 0 || !plan.has_experts() {
+        return Ok(budget);
+    }
+    if opts.budget.is_some() && opts.cache_bytes > budget.expert_cache_bytes {
+        return Err(Error::new(ErrorKind::RamBudget, format!(
+            "an expert cache of {} bytes does not fit the budget of {} bytes, which leaves {} bytes for it; see `{}`",
+            opts.cache_bytes, budget.bytes, budget.expert_cache_bytes, plan.command())));
+    }
+    if opts.cache_bytes < plan.min_expert_cache_bytes {
+        return Err(Error::new(ErrorKind::RamBudget, format!(
+            "an expert cache of {} bytes is below the minimum of {} bytes (2 × top-k records and the bookkeeping); see `{}`",
+            opts.cache_bytes, plan.min_expert_cache_bytes, plan.command())));
+    }
+    budget.expert_cache_bytes = plan.cache_within(opts.cache_bytes);
+    if opts.budget.is_none() {
+        budget.bytes = plan.resident_bytes() + budget.expert_cache_bytes;
+        budget.source = BudgetSource::Cache;
+        let cap = seven_eighths(usable_ram);
+        budget.warning = (budget.bytes > cap).then(|| format!(
+            "an expert cache of {} bytes makes a budget of {} bytes, above 7/8 of the {usable_ram} bytes of usable RAM ({cap} bytes)",
+            budget.expert_cache_bytes, budget.bytes));
+    }
+    Ok(budget)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,9 +472,10 @@ mod tests {
 
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
-        MemoryPlan { kind: ModelKind::Container, ctx: 16, threads: 1, prefill_chunk: 1, trunk_bytes: 1000,
-            state_bytes: 200, scratch_bytes: 100, min_expert_cache_bytes: 50, working_set_bytes: ws,
-            expert_slot_bytes: 25, expert_records: 1000 }
+        MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
+            io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, scratch_bytes: 60,
+            tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
+            expert_cache_fixed_bytes: 0, expert_records: 1000 }
     }
 
     #[test]
@@ -306,7 +492,43 @@ mod tests {
         assert_eq!(few.expert_cache_bytes(1 << 40).must(), 1500);
         let e = p.expert_cache_bytes(1349).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::RamBudget);
-        assert!(e.message().contains("1350 bytes") && e.message().contains("waste plan"), "{e}");
+        assert!(e.message().contains("1350 bytes") && e.message().contains("waste plan m --ctx 16 --threads 1 --chunk 1"), "{e}");
+        // The bookkeeping comes first, then whole slots.
+        let kept = MemoryPlan { expert_cache_fixed_bytes: 7, min_expert_cache_bytes: 57, ..p.clone() };
+        assert_eq!(kept.expert_cache_bytes(1357).must(), 57);
+        assert_eq!(kept.expert_cache_bytes(1381).must(), 57);
+        assert_eq!(kept.expert_cache_bytes(1382).must(), 82);
+    }
+
+    #[test]
+    fn the_minimum_cache_never_counts_more_slots_than_records() {
+        // One MoE layer of 4 experts, 3 per token: 2 × top-k would be 6 slots, but every
+        // record fits in 4.
+        let e = ExpertShape { top_k: 3, experts: 4, moe_layers: 1, layers: 1, largest_record_bytes: 4096, records: 4 };
+        assert_eq!(e.min_slots(), 4);
+        assert_eq!(e.slot_bytes(), 4096 + ExpertShape::SLOT_BOOKKEEPING);
+        assert_eq!(e.cache_bytes(4), e.fixed_bytes() + 4 * e.slot_bytes());
+        assert_eq!(e.slots_within(1 << 40), 4);
+        assert_eq!(e.slots_within(e.cache_bytes(3) + e.slot_bytes() - 1), 3);
+        let wide = ExpertShape { records: 64, experts: 64, ..e };
+        assert_eq!(wide.min_slots(), 6);
+    }
+
+    #[test]
+    fn a_cache_size_without_a_budget_makes_its_own_budget() {
+        let p = moe_plan(400);
+        let opts = Options { cache_bytes: 500, ..Options::default() };
+        let b = resolve_budget_opts(&p, 1 << 40, &opts).must();
+        assert_eq!((b.bytes, b.expert_cache_bytes, b.source), (1300 + 500, 500, BudgetSource::Cache));
+        assert!(b.warning.is_none());
+        // Above 7/8 of usable RAM: a warning.
+        let b = resolve_budget_opts(&p, 2000, &opts).must();
+        assert!(b.warning.as_deref().must().contains("7/8"), "{b:?}");
+        // Under the minimum, or above what an explicit budget leaves: errors.
+        let small = Options { cache_bytes: 49, ..Options::default() };
+        assert_eq!(resolve_budget_opts(&p, 1 << 40, &small).unwrap_err().kind(), ErrorKind::RamBudget);
+        let tight = Options { budget: Some(1400), ..opts };
+        assert_eq!(resolve_budget_opts(&p, 1 << 40, &tight).unwrap_err().kind(), ErrorKind::RamBudget);
     }
 
     #[test]
@@ -354,17 +576,21 @@ mod tests {
             "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
             "max_position_embeddings":64}"#).must();
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
-        let e = ExpertShape { top_k: 4, moe_layers: 2, largest_record_bytes: 1000, records: 16, io_buffer_bytes: 7 };
-        let m = Footprint { path: PathBuf::new(), kind: ModelKind::HfCheckpoint, cfg: cfg.clone(), trunk_bytes: 5, experts: Some(e) };
+        let e = ExpertShape { top_k: 4, experts: 8, moe_layers: 2, layers: 2, largest_record_bytes: 1000, records: 16 };
+        let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
+            experts: Some(e) };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = State::plan_bytes(&cfg, 8, 4, 2);
-        assert_eq!((p.state_bytes, p.scratch_bytes), (kv, scratch + 7));
-        assert_eq!(p.min_expert_cache_bytes, 8000);
-        assert_eq!(p.working_set_bytes, 8000);
-        assert_eq!(p.floor_bytes(), 5 + kv + scratch + 7 + 8000);
-        assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24000);
-        assert_eq!((p.expert_slot_bytes, p.expert_records), (1000, 16));
-        assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).must(), 16000);
+        // Besides the state: RoPE, the sampler, one compute worker and 4 I/O threads, metadata.
+        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + 5 * THREAD_BYTES + metadata_bytes(2);
+        assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
+        let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING;
+        assert_eq!(p.min_expert_cache_bytes, e.fixed_bytes() + 8 * slot);
+        assert_eq!(p.working_set_bytes, 8 * slot);
+        assert_eq!(p.floor_bytes(), 5 + kv + scratch + rest + 3 + e.fixed_bytes() + 8 * slot);
+        assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24 * slot);
+        assert_eq!((p.expert_slot_bytes, p.expert_records), (slot, 16));
+        assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).must(), e.fixed_bytes() + 16 * slot);
     }
 }

@@ -93,6 +93,12 @@ impl CacheIndex {
         self.slot_key.len()
     }
 
+    /// Heap bytes held: per slot its key and pin, per key its slot and priority.
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        vec_bytes(&self.slot_key) + vec_bytes(&self.key_slot) + vec_bytes(&self.pinned) + vec_bytes(&self.priority)
+    }
+
     /// Records an access to `key` and returns where it is. A hit pins its slot.
     pub fn access(&mut self, key: usize) -> Lookup {
         self.clock += 1;

@@ -16,7 +16,8 @@
 //!   limit is always counted, which can only make the reading smaller (safe), never larger.
 //! - A mount shows the hierarchy from its own root (`/docker/<id>` in a container without a
 //!   cgroup namespace), so the cgroup path is made relative to that root before it is joined
-//!   to the mount point; ancestors above the mount root are invisible and not read.
+//!   to the mount point; ancestors above the mount root are invisible and not read. When the
+//!   cgroup's own directory is not visible, the walk starts at its deepest visible ancestor.
 //!
 //! Failure policy. Something *absent* is skipped with a note in [`RamReading::notes`]: no
 //! `/proc/self/cgroup`, no memory controller, a limit file that does not exist (a v2 root has
@@ -187,9 +188,16 @@ impl RamProbe {
         };
         let mount_dir = self.fs_root.join(mount.mount_point.trim_start_matches('/'));
         let leaf = join_rel(&mount_dir, rel);
-        if !leaf.is_dir() {
-            notes.push(format!("{name}: the cgroup directory {} does not exist", leaf.display()));
+        // When the cgroup's own directory is not visible (a view that stops above it), its
+        // visible ancestors still limit it: the walk starts from the deepest one that exists.
+        // Skipping them would over-estimate usable RAM, the error that gets a process killed.
+        let Some(start) = rel.ancestors().find(|a| join_rel(&mount_dir, a).is_dir()) else {
+            notes.push(format!("{name}: neither the cgroup directory {} nor the mount {} exists", leaf.display(), mount_dir.display()));
             return Ok(None);
+        };
+        if start != rel {
+            notes.push(format!("{name}: the cgroup directory {} does not exist; limits read from {} up",
+                leaf.display(), join_rel(&mount_dir, start).display()));
         }
         let files: &[&str] = match version {
             CgroupVersion::V2 => &["memory.max", "memory.high"],
@@ -197,8 +205,9 @@ impl RamProbe {
         };
         let mut best: Option<CgroupLimit> = None;
         let mut any_file = false;
-        // Leaf first, then each ancestor up to the mount root (rel's ancestors end with "").
-        for anc in rel.ancestors() {
+        // The deepest existing directory first, then each ancestor up to the mount root (the
+        // ancestors end with "").
+        for anc in start.ancestors() {
             let dir = join_rel(&mount_dir, anc);
             for f in files {
                 let file = dir.join(f);

@@ -203,21 +203,26 @@ fn peak_rss() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Tells the user (on stderr) the budget the engine chose, and any warning about it.
+/// Tells the user (on stderr) the budget the model runs under and how it was chosen, and any
+/// warning about it: one line for every command that opens a model.
 fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         errln!("waste: warning: {w}");
     }
-    if model.plan().has_experts() {
-        let how = match b.source {
-            waste::BudgetSource::Explicit => "given".to_string(),
-            waste::BudgetSource::WorkingSets(n) => format!("chosen: floor + {n} working set{}", if n == 1 { "" } else { "s" }),
-            waste::BudgetSource::Floor => "chosen: the floor".to_string(),
-        };
-        let h = super::plan::human;
-        errln!("[budget {} ({how}), expert cache {}, holding {}]", h(b.bytes).trim(), h(b.expert_cache_bytes).trim(), h(model.memory_used()).trim());
-    }
+    let how = match b.source {
+        waste::BudgetSource::Explicit => "given".to_string(),
+        waste::BudgetSource::WorkingSets(n) => format!("chosen: floor + {n} working set{}", if n == 1 { "" } else { "s" }),
+        waste::BudgetSource::Floor => "chosen: the floor".to_string(),
+        waste::BudgetSource::Cache => "from --cache: the floor's parts + that cache".to_string(),
+    };
+    let h = super::plan::human;
+    let cache = if model.plan().has_experts() {
+        format!("expert cache {}", h(b.expert_cache_bytes).trim())
+    } else {
+        "no expert cache (nothing streams)".to_string()
+    };
+    errln!("[budget {} ({how}), {cache}, holding {}]", h(b.bytes).trim(), h(model.memory_used()).trim());
 }
 
 pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
@@ -226,12 +231,43 @@ pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
         .collect()
 }
 
-fn write_f32_file(path: &Path, values: &[f32]) -> Outcome {
-    let mut bytes = Vec::with_capacity(values.len() * 4);
-    for v in values {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    waste::format::safetensors::write_atomic(path, &bytes).map_err(Failure::Run)
+/// Writes every position's logits of `ids` to `path` (raw little-endian f32, positions ×
+/// vocab) as the model computes them, one row at a time: nothing of the whole is held.
+fn dump_logits(model: &mut Model, ids: &[u32], path: &Path) -> Outcome {
+    use std::io::Write;
+    use waste::format::safetensors::{commit_file, temp_sibling};
+    let tmp = temp_sibling(path);
+    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+    let mut w = std::io::BufWriter::new(file);
+    model.eval_each(ids, |_, logits| {
+        logits.iter().try_for_each(|v| w.write_all(&v.to_le_bytes())).map_err(|e| waste::Error::io(&tmp, "write", e))
+    })?;
+    let file = w.into_inner().map_err(|e| io_err(&tmp, "write", e.into_error()))?;
+    commit_file(file, &tmp, path).map_err(Failure::Run)
+}
+
+/// Writes the hidden states of `ids` to `path` (raw little-endian f32, [layers + 2] ×
+/// positions × hidden) as the model streams them, each chunk's rows at their place in the
+/// file: nothing of the whole is held.
+fn dump_hidden(model: &mut Model, ids: &[u32], path: &Path) -> Outcome {
+    use std::os::unix::fs::FileExt;
+    use waste::format::safetensors::{commit_file, temp_sibling};
+    let tmp = temp_sibling(path);
+    let (slots, hidden) = (model.info().layers as u64 + 2, model.info().hidden as u64);
+    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
+    file.set_len(slots * ids.len() as u64 * hidden * 4).map_err(|e| io_err(&tmp, "size", e))?;
+    let mut bytes = Vec::with_capacity(64 << 10);
+    model.hidden_states_each(ids, |slot, first, rows| {
+        let mut at = (slot as u64 * ids.len() as u64 + first as u64) * hidden * 4;
+        for part in rows.chunks(16 << 10) {
+            bytes.clear();
+            bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
+            file.write_all_at(&bytes, at).map_err(|e| waste::Error::io(&tmp, "write", e))?;
+            at += bytes.len() as u64;
+        }
+        Ok(())
+    })?;
+    commit_file(file, &tmp, path).map_err(Failure::Run)
 }
 
 fn eval(a: &Args) -> Outcome {
@@ -255,19 +291,19 @@ fn eval(a: &Args) -> Outcome {
     if ids.is_empty() {
         return Err(Failure::Usage("the prompt has no tokens".into()));
     }
-    let vocab = model.info().vocab;
-    let mut all = Vec::new();
+    report_budget(&model);
+    // The dumps stream to their files: eval holds nothing of size positions × vocab.
     if let Some(path) = a.path("dump-hidden") {
-        let hidden = model.hidden_states(&ids)?;
-        write_f32_file(path, &hidden)?;
+        dump_hidden(&mut model, &ids, path)?;
         model.reset();
     }
-    model.eval_all(&ids, &mut all)?;
-    if let Some(path) = a.path("dump-logits") {
-        write_f32_file(path, &all)?;
+    match a.path("dump-logits") {
+        Some(path) => dump_logits(&mut model, &ids, path)?,
+        None => {
+            model.eval(&ids)?;
+        }
     }
-    let last = &all[(ids.len() - 1) * vocab..];
-    let cands = waste::sample::top_k_distribution(last, top);
+    let cands = waste::sample::top_k_distribution(model.logits(), top);
     let text = |id: u32| -> String {
         model.tokenizer().ok().and_then(|t| t.token_bytes(id).ok().map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default()
     };

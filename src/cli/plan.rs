@@ -2,7 +2,7 @@
 //! what a budget leaves for the expert cache — next to the RAM this machine can give it.
 
 use super::args::{flag, val, Args, Command};
-use super::commands::{budget, model_options, model_path, Failure};
+use super::commands::{model_options, model_path, Failure};
 use super::out::{errln, outln};
 use super::HELP_OPT;
 use waste::format::json::Json;
@@ -11,33 +11,41 @@ use waste::{BudgetSource, MemoryPlan, RamReading};
 
 pub const PLAN: Command = Command {
     name: "plan",
-    usage: "plan MODEL [--budget SIZE] [--ctx N] [--json]",
-    about: "Show the RAM a model needs: its floor (trunk, state and KV cache, scratch, minimum expert cache), \
+    usage: "plan MODEL [--budget SIZE] [--ctx N] [--threads N | --cpus LIST] [--chunk N] [--int8-act] [--cache SIZE] [--json]",
+    about: "Show the RAM a model needs: its floor (trunk, state and KV cache, scratch, tokenizer, minimum expert cache), \
 the recommended budget, and the expert cache a budget leaves; plus this machine's physical and usable RAM \
-(usable = physical, or the cgroup memory limit when smaller). Reads headers only, no weights.",
+(usable = physical, or the cgroup memory limit when smaller). Reads headers only, no weights. \
+Takes every option run, eval and bench take, so the same options show the plan of that run.",
     opts: &[&[
         val("budget", "SIZE", "RAM budget: bytes, or K, M, G or T, optionally with i and B, in binary units: 1K = 1024, 4G = 4Gi = 4GiB = 4GB"),
         val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
-        val("threads", "N", "compute threads, which size the scratch (default: one per available CPU)"),
+        val("threads", "N", "compute threads, which size the scratch (default: one per available CPU, or per CPU of --cpus)"),
+        val("cpus", "LIST", "the CPUs a run binds to: one compute thread each unless --threads says otherwise"),
         val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
+        flag("int8-act", "count the int8-activation path's buffer"),
+        val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
+        val("io-threads", "N", "threads reading expert records (default 4)"),
+        flag("scalar", "accepted for a run's command line; does not change the plan"),
+        flag("verify", "accepted for a run's command line; does not change the plan"),
+        flag("lookahead", "accepted for a run's command line; does not change the plan"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &["MODEL"],
 };
 
 pub fn run(a: &Args) -> Result<(), Failure> {
-    let budget = budget(a)?;
     let opts = model_options(a)?;
     let path = model_path(a)?;
     let plan = waste::plan_memory_opts(path, &opts)?;
     let ram = waste::cache::ram::read_ram()?;
     // An explicit budget under the floor fails here, before anything else is printed.
-    let chosen = waste::resolve_budget(&plan, ram.usable_bytes, budget)?;
+    let chosen = waste::cache::plan::resolve_budget_opts(&plan, ram.usable_bytes, &opts)?;
     if a.flag("json") {
         let mut m = vec![
             ("trunk_bytes", plan.trunk_bytes),
             ("state_bytes", plan.state_bytes),
             ("scratch_bytes", plan.scratch_bytes),
+            ("tokenizer_bytes", plan.tokenizer_bytes),
             ("min_expert_cache_bytes", plan.min_expert_cache_bytes),
             ("floor_bytes", plan.floor_bytes()),
             ("working_set_bytes", plan.working_set_bytes),
@@ -45,7 +53,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("physical_ram_bytes", ram.physical_bytes),
             ("usable_ram_bytes", ram.usable_bytes),
         ];
-        if budget.is_some() {
+        if opts.budget.is_some() || chosen.source == BudgetSource::Cache {
             m.push(("budget_bytes", chosen.bytes));
             m.push(("expert_cache_bytes", chosen.expert_cache_bytes));
         }
@@ -75,6 +83,7 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
     row("resident trunk", plan.trunk_bytes)?;
     row("state + KV cache", plan.state_bytes)?;
     row("scratch", plan.scratch_bytes)?;
+    row("tokenizer (allowance)", plan.tokenizer_bytes)?;
     row("minimum expert cache", plan.min_expert_cache_bytes)?;
     outln!("  {}", "-".repeat(62));
     row("FLOOR", plan.floor_bytes())?;
@@ -84,6 +93,7 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
         BudgetSource::Explicit => String::new(),
         BudgetSource::WorkingSets(n) => format!(" (no --budget: floor + {n} working sets)"),
         BudgetSource::Floor => " (no --budget: the floor)".to_string(),
+        BudgetSource::Cache => " (no --budget: the floor's parts + the --cache)".to_string(),
     };
     let dense = if plan.has_experts() { "" } else { " (no experts stream: nothing to cache)" };
     outln!("  budget {}{how} -> expert cache {}{dense}", human(chosen.bytes), human(chosen.expert_cache_bytes));

@@ -345,6 +345,11 @@ impl Kernels {
         Kernels { int8: Some(Int8Path::new(isa, values)), ..self }
     }
 
+    /// Heap bytes held: the int8 path's activation buffer, when it is on.
+    pub fn heap_bytes(&self) -> u64 {
+        self.scratch().map_or(0, |s| s.bytes() as u64)
+    }
+
     /// The int8 path's kernels, when it is on.
     pub fn int8_isa(&self) -> Option<Int8Isa> {
         self.int8.as_ref().map(|p| p.isa)

@@ -17,12 +17,13 @@ pub mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
-use crate::cache::plan::{Budget, MemoryPlan};
-use crate::cache::{min_cache_bytes, CacheOptions, CacheStats, ExpertCache};
+use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
+use crate::cache::{CacheOptions, CacheStats, ExpertCache};
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
 use crate::kernels::{self, Kernels, Pool};
+use crate::sample::SampleBuffers;
 use crate::tokenizer::Tokenizer;
 use crate::Options;
 use state::State;
@@ -45,6 +46,8 @@ pub struct Model {
     /// text is needed, so `eval --ids` still works).
     tokenizer_error: Option<Error>,
     pub(crate) eos: Vec<u32>,
+    /// The sampler's buffers, lent to each generation.
+    pub(crate) sample_buffers: SampleBuffers,
     plan: MemoryPlan,
     budget: Budget,
     /// Router look-ahead for streamed experts (Options::lookahead).
@@ -96,12 +99,21 @@ pub struct ModelInfo {
     pub io_mode: Option<&'static str>,
 }
 
+/// Receives each position's logits: (index of the token in the call, its logits).
+type LogitsFn<'a> = dyn FnMut(usize, &[f32]) -> Result<()> + 'a;
+
+/// Receives hidden states: (slot, index of the chunk's first token in the call, the chunk's
+/// rows, tokens × hidden). Slot 0 is the embeddings, slot l the residual stream after layer l,
+/// slot layers + 1 the final normed state.
+type HiddenFn<'a> = dyn FnMut(usize, usize, &[f32]) -> Result<()> + 'a;
+
 /// Which logits a forward pass produces.
-enum LogitsOut<'a> {
-    /// Only the last position's, into the state.
+enum LogitsOut<'a, 'b> {
+    /// Only the last position's, into row 0 of the state's logits.
     Last,
-    /// Every position's, row-major into the slice (tokens × vocab).
-    All(&'a mut [f32]),
+    /// Every position's, handed to the callback a group of rows at a time (and the last
+    /// position's left in row 0).
+    Each(&'a mut LogitsFn<'b>),
 }
 
 impl Model {
@@ -126,19 +138,26 @@ impl Model {
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
-        // wp-container: with `verify`, the trunk files' CRC-32s too (one pass over the trunk).
+        let cfg = match &manifest {
+            Some(m) => m.config.clone(),
+            None => ModelConfig::load(path)?,
+        };
+        // The tokenizer before the weights: its load briefly holds the file (and a
+        // tokenizer.json's parsed document) besides its tables, and nothing large is held yet.
+        let (tokenizer, tokenizer_error) = open_tokenizer(path, manifest.as_ref(), cfg.vocab)?;
+        // With `verify`, the trunk files' CRC-32s too (one pass over the trunk).
         if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
             m.verify_trunk()?;
         }
-        let (cfg, ckpt) = match &manifest {
-            Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
-            None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
+        let ckpt = match &manifest {
+            Some(m) => Checkpoint::open_files(path, &m.trunk_files)?,
+            None => Checkpoint::open(path)?,
         };
         let mut loader = weights::Loader::new(&ckpt);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
         let experts = match &manifest {
             Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &CacheOptions {
-                bytes: budget.expert_cache_bytes.max(min_cache_bytes(m)),
+                bytes: budget.expert_cache_bytes,
                 io_threads: opts.io_threads,
                 verify: opts.verify,
                 policy: None,
@@ -149,30 +168,6 @@ impl Model {
         };
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
-        let mut tokenizer_error = None;
-        let loaded = Tokenizer::from_model_dir(path);
-        // The manifest names the kind the converter found; it is checked against what the files
-        // load as, before (and whether or not) the tokenizer fits this model's vocabulary.
-        if let Some(m) = &manifest {
-            m.check_tokenizer(loaded.as_ref().ok().map(Tokenizer::kind_name))?;
-        }
-        let tokenizer = match loaded {
-            // A tokenizer that does not fit the model is kept out (and reported when text is
-            // needed), so it cannot produce or be asked to decode ids the model lacks.
-            Ok(t) => match tokenizer_fits(&t, cfg.vocab) {
-                Ok(()) => Some(t),
-                Err(e) => {
-                    tokenizer_error = Some(e);
-                    None
-                }
-            },
-            Err(e) if e.message().contains("no tokenizer file found") => None,
-            Err(e) if e.kind() == ErrorKind::Unsupported => {
-                tokenizer_error = Some(e);
-                None
-            }
-            Err(e) => return Err(e),
-        };
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
@@ -181,6 +176,7 @@ impl Model {
         if opts.int8_activations {
             kernels = kernels.with_int8_activations(State::int8_values(&cfg, chunk));
         }
+        let cfg_vocab = cfg.vocab;
         let mut eos = cfg.eos_tokens.clone();
         eos.extend(generation_eos(path)?);
         if let Some(t) = &tokenizer {
@@ -200,6 +196,7 @@ impl Model {
             tokenizer,
             tokenizer_error,
             eos,
+            sample_buffers: SampleBuffers::new(cfg_vocab),
             plan,
             budget,
             lookahead: opts.lookahead,
@@ -214,7 +211,7 @@ impl Model {
     /// Static facts about the model.
     pub fn info(&self) -> ModelInfo {
         let c = &self.cfg;
-        let (kv, scratch) = self.state_bytes();
+        let used = self.memory_use();
         ModelInfo {
             path: self.path.clone(),
             architecture: c.class.clone(),
@@ -228,9 +225,9 @@ impl Model {
             experts: c.moe.as_ref().map(|m| (m.experts, m.top_k)),
             parameters: self.weights.params,
             dtypes: self.weights.dtypes.iter().map(|d| d.name().to_string()).collect(),
-            weight_bytes: self.weights.bytes + self.experts.resident_bytes(),
-            kv_bytes: kv,
-            scratch_bytes: scratch,
+            weight_bytes: used.trunk + used.expert_cache,
+            kv_bytes: used.state,
+            scratch_bytes: used.scratch,
             context: self.state.ctx,
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
@@ -265,19 +262,35 @@ impl Model {
         Ok(ids)
     }
 
-    /// Bytes the engine holds for this model: weights (trunk and resident or cached experts),
-    /// KV cache and scratch. Equals the plan's resident bytes plus the expert cache the budget
-    /// left ([`Model::budget`]).
+    /// Bytes the engine holds for this model, measured from what it allocated: the sum of
+    /// [`Model::memory_use`]. After open it is at most the plan's resident bytes plus the
+    /// expert cache the budget left, and differs from it only by the tokenizer's allowance
+    /// (docs/MEMORY.md).
     pub fn memory_used(&self) -> u64 {
-        let (kv, scratch) = self.state_bytes();
-        self.weights.bytes + self.experts.resident_bytes() + kv + scratch
+        self.memory_use().total()
     }
 
-    /// (KV cache, scratch) bytes, the int8 path's activation buffer included.
-    fn state_bytes(&self) -> (u64, u64) {
-        let (kv, scratch) = State::plan_bytes(&self.cfg, self.state.ctx, self.state.chunk, self.pool.threads());
-        let int8 = if self.kernels.int8_isa().is_some() { State::int8_scratch_bytes(&self.cfg, self.state.chunk) } else { 0 };
-        (kv, scratch + int8)
+    /// What the engine holds, part by part, each measured from the buffers themselves (vector
+    /// capacities, aligned buffers, the cache's slots); the threads and the model's small fixed
+    /// metadata at their documented constants.
+    pub fn memory_use(&self) -> MemoryUse {
+        let (kv, state_scratch) = self.state.heap_bytes();
+        let mut threads = self.pool.memory_bytes();
+        let (trunk, expert_cache) = match &self.experts {
+            Experts::Streamed(c) => {
+                threads += c.thread_bytes();
+                (self.weights.bytes, c.memory_bytes())
+            }
+            e => (self.weights.bytes + e.resident_bytes(), 0),
+        };
+        MemoryUse {
+            trunk,
+            state: kv,
+            scratch: state_scratch + crate::sys::vec_bytes(&self.inv_freq) + self.kernels.heap_bytes()
+                + self.sample_buffers.heap_bytes() + threads + crate::cache::plan::metadata_bytes(self.cfg.layers),
+            tokenizer: self.tokenizer.as_ref().map_or(0, Tokenizer::heap_bytes),
+            expert_cache,
+        }
     }
 
     /// The memory plan the model was opened with.
@@ -319,29 +332,52 @@ impl Model {
             return Err(Error::arg("eval: no tokens"));
         }
         self.run(tokens, LogitsOut::Last, None)?;
-        Ok(&self.state.logits)
+        Ok(self.logits())
     }
 
-    /// Appends `tokens` and writes the logits of every one of them into `out`
-    /// (tokens × vocab, row-major).
-    pub fn eval_all(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
-        out.clear();
-        out.resize(tokens.len() * self.cfg.vocab, 0.0);
-        self.run(tokens, LogitsOut::All(out), None)
+    /// The logits after the last token evaluated (zeros before any).
+    pub fn logits(&self) -> &[f32] {
+        &self.state.logits[..self.cfg.vocab]
     }
 
-    /// Appends `tokens` and returns the hidden states for debugging numerics: index 0 is the
-    /// embeddings, index l the residual stream after layer l, and the last entry the final
-    /// normed state (the layout of the reference's `output_hidden_states`): (layers + 2) ×
-    /// tokens × hidden.
-    pub fn hidden_states(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let mut trace = vec![0.0f32; (self.cfg.layers + 2) * tokens.len() * self.cfg.hidden];
-        self.run(tokens, LogitsOut::Last, Some(&mut trace))?;
-        Ok(trace)
+    /// Appends `tokens` and calls `f(i, logits)` with the logits after each `tokens[i]`, in
+    /// order, as each prefill chunk computes them: nothing of size tokens × vocab is ever held
+    /// (a chunk's logits are computed a group of rows at a time, in a buffer the memory plan
+    /// counts). An error from `f` stops the evaluation and is returned; the session then holds
+    /// the tokens up to the end of the prefill chunk being reported. Afterwards
+    /// [`Model::logits`] is the last token's.
+    ///
+    /// ```no_run
+    /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
+    /// let mut best = Vec::new();
+    /// model.eval_each(&[1, 403, 407], |_, logits| {
+    ///     best.push(logits.iter().enumerate().fold(0, |b, (i, &v)| if v > logits[b] { i } else { b }));
+    ///     Ok(())
+    /// })?;
+    /// # Ok::<(), waste::Error>(())
+    /// ```
+    pub fn eval_each(&mut self, tokens: &[u32], mut f: impl FnMut(usize, &[f32]) -> Result<()>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::arg("eval: no tokens"));
+        }
+        self.run(tokens, LogitsOut::Each(&mut f), None)
+    }
+
+    /// Appends `tokens` and streams the hidden states for debugging numerics: `f(slot, i,
+    /// rows)` for each prefill chunk and slot, where slot 0 is the embeddings, slot l the
+    /// residual stream after layer l and slot layers + 1 the final normed state (the layout of
+    /// the reference's `output_hidden_states`), and `rows` holds tokens `i..` of the chunk
+    /// (chunk × hidden). Calls come chunk by chunk, each chunk's slots in order; nothing is
+    /// held beyond the state.
+    pub fn hidden_states_each(&mut self, tokens: &[u32], mut f: impl FnMut(usize, usize, &[f32]) -> Result<()>) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::arg("eval: no tokens"));
+        }
+        self.run(tokens, LogitsOut::Last, Some(&mut f))
     }
 
     /// Runs `tokens` through the model in chunks.
-    fn run(&mut self, tokens: &[u32], mut out: LogitsOut, mut trace: Option<&mut [f32]>) -> Result<()> {
+    fn run(&mut self, tokens: &[u32], mut out: LogitsOut, mut trace: Option<&mut HiddenFn>) -> Result<()> {
         if self.state.pos + tokens.len() > self.state.ctx {
             return Err(Error::new(ErrorKind::Context, format!(
                 "{} tokens at position {} exceed the context of {}", tokens.len(), self.state.pos, self.state.ctx)));
@@ -353,24 +389,19 @@ impl Model {
         // (once) to the CPU list, if there is one.
         self.pool.bind_caller()?;
         let total = tokens.len();
-        let vocab = self.cfg.vocab;
         for (i, chunk) in tokens.chunks(self.state.chunk).enumerate() {
             let start = i * self.state.chunk;
-            let rows = match &mut out {
-                LogitsOut::All(buf) => Some(&mut buf[start * vocab..(start + chunk.len()) * vocab]),
-                LogitsOut::Last => None,
-            };
             let last = start + chunk.len() == total;
-            let tr = trace.as_deref_mut().map(|t| (t, start, total));
-            self.forward_chunk(chunk, rows, last, tr)?;
+            self.forward_chunk(chunk, start, &mut out, last, trace.as_deref_mut())?;
         }
         Ok(())
     }
 
-    /// One forward pass over `tokens` at the session's position. Writes every row's logits to
-    /// `all` when given, and the last row's to the state when `last`.
-    fn forward_chunk(&mut self, tokens: &[u32], all: Option<&mut [f32]>, last: bool,
-                     mut trace: Option<(&mut [f32], usize, usize)>) -> Result<()> {
+    /// One forward pass over `tokens` (starting at index `start` of the call) at the
+    /// session's position. With `LogitsOut::Each` every row's logits go to the callback; the
+    /// last row's are left in row 0 of the state's logits when `last`.
+    fn forward_chunk(&mut self, tokens: &[u32], start: usize, out: &mut LogitsOut, last: bool,
+                     mut trace: Option<&mut HiddenFn>) -> Result<()> {
         let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
         let half = cfg.rope.dim / 2;
@@ -378,7 +409,7 @@ impl Model {
             w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
             rope::angles(inv_freq, pos0 + t, &mut st.cos[t * half..(t + 1) * half], &mut st.sin[t * half..(t + 1) * half]);
         }
-        record(&mut trace, 0, &st.x, n, h);
+        record(&mut trace, 0, start, &st.x[..n * h])?;
         for (l, layer) in w.layers.iter().enumerate() {
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.attn_norm, cfg.rms_eps);
@@ -396,21 +427,37 @@ impl Model {
                 }
             }
             add_rows(&mut st.x, &st.out, n * h);
-            record(&mut trace, l + 1, &st.x, n, h);
+            record(&mut trace, l + 1, start, &st.x[..n * h])?;
         }
         for t in 0..n {
             kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &w.norm, cfg.rms_eps);
         }
-        record(&mut trace, cfg.layers + 1, &st.h, n, h);
-        if let Some(rows) = all {
-            k.matmul(pool, w.head().view(), &st.h, n, rows);
-            if last {
-                st.logits.copy_from_slice(&rows[(n - 1) * cfg.vocab..n * cfg.vocab]);
-            }
-        } else if last {
-            k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits);
-        }
+        record(&mut trace, cfg.layers + 1, start, &st.h[..n * h])?;
         st.pos += n;
+        let vocab = cfg.vocab;
+        match out {
+            LogitsOut::Each(f) => {
+                // A group of rows at a time; every row's dot products are the same whatever
+                // the group, so the logits equal a one-token pass's bit for bit.
+                let rows = st.logit_rows.max(1);
+                let mut done = 0;
+                while done < n {
+                    let g = rows.min(n - done);
+                    k.matmul(pool, w.head().view(), &st.h[done * h..(done + g) * h], g, &mut st.logits[..g * vocab]);
+                    for r in 0..g {
+                        f(start + done + r, &st.logits[r * vocab..(r + 1) * vocab])?;
+                    }
+                    done += g;
+                    if last && done == n && g > 1 {
+                        st.logits.copy_within((g - 1) * vocab..g * vocab, 0);
+                    }
+                }
+            }
+            LogitsOut::Last if last => {
+                k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits[..vocab]);
+            }
+            LogitsOut::Last => {}
+        }
         Ok(())
     }
 }
@@ -423,11 +470,11 @@ fn next_router(layers: &[weights::Layer], l: usize) -> moe::NextRouter<'_> {
     })
 }
 
-/// Copies the chunk's rows of `x` into slot `slot` of a hidden-state trace.
-fn record(trace: &mut Option<(&mut [f32], usize, usize)>, slot: usize, x: &[f32], n: usize, h: usize) {
-    if let Some((buf, start, total)) = trace {
-        let at = (slot * *total + *start) * h;
-        buf[at..at + n * h].copy_from_slice(&x[..n * h]);
+/// Hands the chunk's rows of slot `slot` to the hidden-state callback, if there is one.
+fn record(trace: &mut Option<&mut HiddenFn>, slot: usize, start: usize, rows: &[f32]) -> Result<()> {
+    match trace {
+        Some(f) => f(slot, start, rows),
+        None => Ok(()),
     }
 }
 
@@ -463,12 +510,12 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
     let eps = cfg.rms_eps;
     match (cfg.qk_norm, &a.q_norm, &a.k_norm) {
         (QkNorm::PerHead, Some(qn), Some(kn)) => {
-            norm_in_place(&mut st.q[..n * qd], hd, qn, eps);
-            norm_in_place(&mut st.k[..n * kvd], hd, kn, eps);
+            norm_in_place(&mut st.q[..n * qd], hd, qn, eps, &mut st.norm_tmp);
+            norm_in_place(&mut st.k[..n * kvd], hd, kn, eps, &mut st.norm_tmp);
         }
         (QkNorm::Whole, Some(qn), Some(kn)) => {
-            norm_in_place(&mut st.q[..n * qd], qd, qn, eps);
-            norm_in_place(&mut st.k[..n * kvd], kvd, kn, eps);
+            norm_in_place(&mut st.q[..n * qd], qd, qn, eps, &mut st.norm_tmp);
+            norm_in_place(&mut st.k[..n * kvd], kvd, kn, eps, &mut st.norm_tmp);
         }
         _ => {}
     }
@@ -506,17 +553,13 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
     linear(k, pool, &a.o, &st.att, n, &mut st.out);
 }
 
-/// RMS-normalises each `width`-long group of `x` in place with weight `w`.
-fn norm_in_place(x: &mut [f32], width: usize, w: &[f32], eps: f32) {
-    let mut tmp = [0.0f32; 1024];
+/// RMS-normalises each `width`-long group of `x` in place with weight `w`, through `tmp`
+/// (at least `width` long: the state's norm buffer).
+fn norm_in_place(x: &mut [f32], width: usize, w: &[f32], eps: f32, tmp: &mut [f32]) {
+    let tmp = &mut tmp[..width];
     for g in x.chunks_exact_mut(width) {
-        if width <= tmp.len() {
-            kernels::rmsnorm(&mut tmp[..width], g, w, eps);
-            g.copy_from_slice(&tmp[..width]);
-        } else {
-            let copy = g.to_vec();
-            kernels::rmsnorm(g, &copy, w, eps);
-        }
+        kernels::rmsnorm(tmp, g, w, eps);
+        g.copy_from_slice(tmp);
     }
 }
 
@@ -532,7 +575,7 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
 
 /// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
 /// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
-/// leaves but may not exceed it.
+/// leaves but may not exceed it ([`crate::cache::plan::resolve_budget_opts`]).
 fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
     // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
     // stop a run whose ceiling the user already chose.
@@ -540,25 +583,7 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
         Some(_) => crate::cache::ram::usable_ram_bytes().unwrap_or(u64::MAX),
         None => crate::cache::ram::usable_ram_bytes()?,
     };
-    let mut budget = crate::cache::plan::resolve_budget(plan, usable, opts.budget)?;
-    if opts.cache_bytes > 0 && plan.has_experts() {
-        if opts.budget.is_some() && opts.cache_bytes > budget.expert_cache_bytes {
-            return Err(Error::new(ErrorKind::RamBudget, format!(
-                "an expert cache of {} bytes does not fit the budget of {} bytes, which leaves {} bytes for it; see `waste plan`",
-                opts.cache_bytes, budget.bytes, budget.expert_cache_bytes)));
-        }
-        if opts.cache_bytes < plan.min_expert_cache_bytes {
-            return Err(Error::new(ErrorKind::RamBudget, format!(
-                "an expert cache of {} bytes is below the minimum of {} bytes (2 × top-k records); see `waste plan`",
-                opts.cache_bytes, plan.min_expert_cache_bytes)));
-        }
-        let slots = (opts.cache_bytes / plan.expert_slot_bytes).min(plan.expert_records);
-        budget.expert_cache_bytes = slots * plan.expert_slot_bytes;
-        if opts.budget.is_none() {
-            budget.bytes = plan.resident_bytes() + budget.expert_cache_bytes;
-        }
-    }
-    Ok(budget)
+    crate::cache::plan::resolve_budget_opts(plan, usable, opts)
 }
 
 /// Parameters of a container's routed experts (their matrices' elements).
@@ -569,6 +594,28 @@ fn expert_params(m: &Manifest) -> u64 {
 /// Checks a tokenizer against the model's `vocab_size`: no id may reach past the embedding
 /// rows, and a llama2.c `tok*.bin` (which has no record count of its own: llama2.c reads
 /// exactly `vocab_size` records) must hold exactly that many.
+/// The model directory's tokenizer, and why there is none when its file is one the engine cannot
+/// use or does not fit `vocab` ids (reported when text is needed, so `eval --ids` still works).
+/// A container's manifest names the kind the converter found: it is checked against what the
+/// files load as, whether or not the tokenizer fits.
+fn open_tokenizer(path: &Path, manifest: Option<&Manifest>, vocab: usize) -> Result<(Option<Tokenizer>, Option<Error>)> {
+    let loaded = Tokenizer::from_model_dir(path);
+    if let Some(m) = manifest {
+        m.check_tokenizer(loaded.as_ref().ok().map(Tokenizer::kind_name))?;
+    }
+    match loaded {
+        // A tokenizer that does not fit the model is kept out, so it cannot produce or be
+        // asked to decode ids the model lacks.
+        Ok(t) => match tokenizer_fits(&t, vocab) {
+            Ok(()) => Ok((Some(t), None)),
+            Err(e) => Ok((None, Some(e))),
+        },
+        Err(e) if e.message().contains("no tokenizer file found") => Ok((None, None)),
+        Err(e) if e.kind() == ErrorKind::Unsupported => Ok((None, Some(e))),
+        Err(e) => Err(e),
+    }
+}
+
 fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
     let n = t.vocab_size();
     let file = t.path().display();

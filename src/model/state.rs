@@ -1,9 +1,13 @@
 //! The run state of a decoder: the KV cache and the scratch buffers of a forward pass, sized
 //! once at open so that decoding allocates nothing.
+//!
+//! Two views of the same bytes: [`State::plan_bytes`] predicts them from the config (the
+//! memory plan, nothing allocated) and [`State::heap_bytes`] sums the capacities of the
+//! buffers actually allocated. `tests/budget.rs` checks that they agree for every model.
 
 use crate::error::Result;
-use crate::format::config::ModelConfig;
-use crate::sys::AlignedBuf;
+use crate::format::config::{ModelConfig, QkNorm};
+use crate::sys::{vec_bytes, AlignedBuf};
 
 /// KV cache and scratch activations.
 pub struct State {
@@ -38,8 +42,10 @@ pub struct State {
     /// RoPE tables for the chunk's positions, chunk × rope_dim/2 each.
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
-    /// Logits of the last position.
+    /// Logits: `logit_rows` rows of vocab; row 0 holds the last position's after a pass.
     pub logits: Vec<f32>,
+    /// Rows of `logits` (the prefill chunk, capped so the buffer stays near 8 MiB).
+    pub logit_rows: usize,
     /// MoE: router logits (chunk × experts), then each token's chosen experts and weights
     /// (chunk × top_k), the distinct experts of the chunk, the rows gathered for one expert
     /// and the (token, slot) they came from, that expert's output, and every (token, slot)
@@ -56,15 +62,82 @@ pub struct State {
     /// they pick.
     pub ahead_logits: Vec<f32>,
     pub ahead_ids: Vec<u32>,
+    /// One q/k norm group, for normalising in place (head_dim, or q/k width for a whole norm).
+    pub norm_tmp: Vec<f32>,
+    /// Token history of a generation (prompt and generated ids): room for the whole context.
+    pub history: Vec<u32>,
+}
+
+/// The logits buffer is at most about this large: a pass over a prefill chunk computes every
+/// row's logits (for [`crate::Model::eval_each`]) a group of rows at a time.
+const LOGIT_BUFFER_BYTES: usize = 8 << 20;
+
+/// The element counts of every buffer of a [`State`], by field; the one description both
+/// the plan and the allocation read.
+struct Sizes {
+    kv: usize,
+    f32s: [usize; 20],
+    u32s: [usize; 4],
+    usizes: usize,
+}
+
+impl Sizes {
+    fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Sizes {
+        let (h, qd, kvd) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim());
+        let ffn = State::ffn_width(cfg);
+        let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
+        let moe_rows = if experts > 0 { chunk } else { 0 };
+        let half = chunk * cfg.rope.dim / 2;
+        Sizes {
+            kv: cfg.layers * ctx * kvd * 4,
+            // x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w,
+            // xs, ys, expert_out, ahead_logits, norm_tmp
+            f32s: [chunk * h, chunk * h, chunk * qd, chunk * kvd, chunk * kvd, chunk * qd, chunk * h,
+                chunk * ffn, chunk * ffn, threads * ctx, half, half, State::logit_rows(cfg, chunk) * cfg.vocab,
+                chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
+                State::norm_width(cfg)],
+            // route_ids, wanted, ahead_ids, history
+            u32s: [chunk * top_k, chunk * top_k, top_k, ctx + 1],
+            usizes: moe_rows,
+        }
+    }
 }
 
 impl State {
     /// Bytes the state will hold for a model of `cfg` with context `ctx`, prefill `chunk` and
-    /// `threads` pool participants (the memory plan uses this without allocating).
+    /// `threads` pool participants: (KV cache, scratch). The memory plan uses this without
+    /// allocating; [`State::heap_bytes`] measures the same after [`State::new`].
     pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> (u64, u64) {
-        let kv = 2 * cfg.layers as u64 * ctx as u64 * cfg.kv_dim() as u64 * 4;
-        let scratch = Self::scratch_floats(cfg, ctx, chunk, threads) as u64 * 4;
-        (kv, scratch)
+        let s = Sizes::new(cfg, ctx, chunk, threads);
+        let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4 + s.usizes * std::mem::size_of::<usize>();
+        (2 * s.kv as u64, scratch as u64)
+    }
+
+    /// Bytes this state holds, from its buffers: (KV cache, scratch), every vector counted by
+    /// its capacity.
+    pub fn heap_bytes(&self) -> (u64, u64) {
+        let f32s = [&self.x, &self.h, &self.q, &self.k, &self.v, &self.att, &self.out, &self.gate, &self.up,
+            &self.scores, &self.cos, &self.sin, &self.logits, &self.router, &self.route_w, &self.xs, &self.ys,
+            &self.expert_out, &self.ahead_logits, &self.norm_tmp];
+        let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids, &self.history];
+        let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
+            + vec_bytes(&self.xs_slot);
+        ((self.k_cache.len() + self.v_cache.len()) as u64, scratch)
+    }
+
+    /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
+    /// within about 8 MiB (at least one row).
+    pub fn logit_rows(cfg: &ModelConfig, chunk: usize) -> usize {
+        chunk.min((LOGIT_BUFFER_BYTES / (4 * cfg.vocab.max(1))).max(1))
+    }
+
+    /// Width of one q/k norm group (0 without q/k norm).
+    fn norm_width(cfg: &ModelConfig) -> usize {
+        match cfg.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead => cfg.head_dim,
+            QkNorm::Whole => cfg.q_dim().max(cfg.kv_dim()),
+        }
     }
 
     /// Bytes of the int8 path's activation buffer (`Options::int8_activations`): one prefill
@@ -83,54 +156,32 @@ impl State {
         cfg.intermediate.max(moe)
     }
 
-    fn scratch_floats(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> usize {
-        let ffn = Self::ffn_width(cfg);
-        let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
-        let moe = if experts == 0 { 0 } else {
-            // router, route ids (u32) and weights, wanted (u32), xs, xs_slot (usize = 2 floats), ys, expert_out
-            chunk * experts + 2 * chunk * top_k + chunk * top_k + 2 * chunk * cfg.hidden + 2 * chunk + chunk * top_k * cfg.hidden
-                + experts + top_k
-        };
-        chunk * (3 * cfg.hidden + 2 * cfg.q_dim() + 2 * cfg.kv_dim() + 2 * ffn + cfg.rope.dim)
-            + threads * ctx
-            + cfg.vocab
-            + moe
-    }
-
     /// Allocates the state.
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Result<State> {
-        let kv_bytes = cfg.layers * ctx * cfg.kv_dim() * 4;
-        let ffn = Self::ffn_width(cfg);
-        let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
+        let s = Sizes::new(cfg, ctx, chunk, threads);
+        let [x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w, xs, ys, expert_out,
+            ahead_logits, norm_tmp] = s.f32s.map(|n| vec![0.0f32; n]);
+        let [route_ids, wanted, ahead_ids, history] = s.u32s;
         Ok(State {
-            k_cache: AlignedBuf::zeroed(kv_bytes, 64)?,
-            v_cache: AlignedBuf::zeroed(kv_bytes, 64)?,
+            k_cache: AlignedBuf::zeroed(s.kv, 64)?,
+            v_cache: AlignedBuf::zeroed(s.kv, 64)?,
             ctx,
             pos: 0,
             chunk,
-            x: vec![0.0; chunk * cfg.hidden],
-            h: vec![0.0; chunk * cfg.hidden],
-            q: vec![0.0; chunk * cfg.q_dim()],
-            k: vec![0.0; chunk * cfg.kv_dim()],
-            v: vec![0.0; chunk * cfg.kv_dim()],
-            att: vec![0.0; chunk * cfg.q_dim()],
-            out: vec![0.0; chunk * cfg.hidden],
-            gate: vec![0.0; chunk * ffn],
-            up: vec![0.0; chunk * ffn],
-            scores: vec![0.0; threads * ctx],
-            cos: vec![0.0; chunk * cfg.rope.dim / 2],
-            sin: vec![0.0; chunk * cfg.rope.dim / 2],
-            logits: vec![0.0; cfg.vocab],
-            router: vec![0.0; chunk * experts],
-            route_ids: vec![0; chunk * top_k],
-            route_w: vec![0.0; chunk * top_k],
-            wanted: Vec::with_capacity(chunk * top_k),
-            xs: vec![0.0; if experts > 0 { chunk * cfg.hidden } else { 0 }],
-            xs_slot: vec![0; if experts > 0 { chunk } else { 0 }],
-            ys: vec![0.0; if experts > 0 { chunk * cfg.hidden } else { 0 }],
-            expert_out: vec![0.0; chunk * top_k * cfg.hidden],
-            ahead_logits: vec![0.0; experts],
-            ahead_ids: vec![0; top_k],
+            x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits,
+            logit_rows: Self::logit_rows(cfg, chunk),
+            router,
+            route_ids: vec![0; route_ids],
+            route_w,
+            wanted: Vec::with_capacity(wanted),
+            xs,
+            xs_slot: vec![0; s.usizes],
+            ys,
+            expert_out,
+            ahead_logits,
+            ahead_ids: vec![0; ahead_ids],
+            norm_tmp,
+            history: Vec::with_capacity(history),
         })
     }
 }

@@ -60,6 +60,24 @@ impl TokenTable {
         self.spans.len()
     }
 
+    /// Heap bytes held (capacities of the byte store, the spans and the lookup index).
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        vec_bytes(&self.data) + vec_bytes(&self.spans) + vec_bytes(&self.slots)
+    }
+
+    /// Reserves room for `ids` ids and `bytes` token bytes.
+    pub fn reserve(&mut self, ids: usize, bytes: usize) {
+        self.spans.reserve(ids.saturating_sub(self.spans.len()));
+        self.data.reserve(bytes.saturating_sub(self.data.len()));
+    }
+
+    /// Gives back spare capacity (after building), so the table holds what it uses.
+    pub fn shrink_to_fit(&mut self) {
+        self.spans.shrink_to_fit();
+        self.data.shrink_to_fit();
+    }
+
     /// Sets the bytes of `id` (growing the id range if needed).
     pub fn set(&mut self, id: u32, bytes: &[u8]) {
         let i = id as usize;

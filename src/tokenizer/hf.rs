@@ -273,6 +273,23 @@ impl HfTokenizer {
         self.byte_level
     }
 
+    /// Heap bytes held: both token tables, the merge ranks, added tokens, the pipeline's
+    /// strings, control flags and the EOS list.
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::{hash_map_bytes, vec_bytes};
+        let step = |s: &PreStep| match s {
+            PreStep::SplitLiteral { literal, .. } => literal.capacity() as u64,
+            PreStep::Metaspace { replacement, .. } => replacement.capacity() as u64,
+            _ => 0,
+        };
+        self.normalizer.as_ref().map_or(0, Normalizer::heap_bytes)
+            + vec_bytes(&self.steps) + self.steps.iter().map(step).sum::<u64>()
+            + self.model_table.heap_bytes() + self.decode_table.heap_bytes()
+            + hash_map_bytes(self.pairs.capacity(), std::mem::size_of::<(u64, (u32, u32))>())
+            + vec_bytes(&self.added) + self.added.iter().map(|a| a.content.capacity() as u64).sum::<u64>()
+            + self.markup.heap_bytes() + vec_bytes(&self.control) + vec_bytes(&self.eos)
+    }
+
     /// Every added token (special or not): what markup may spell.
     pub fn markup_tokens(&self) -> Vec<(String, u32)> {
         self.markup.entries().to_vec()

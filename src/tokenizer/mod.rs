@@ -59,26 +59,11 @@ impl Tokenizer {
     /// `tiktoken.model`/`tokenizer.model` (Kimi), a `*.tiktoken` rank file, or a llama2.c
     /// `tokenizer.bin`/`tok512.bin`.
     pub fn from_model_dir(dir: &Path) -> Result<Tokenizer> {
-        for name in DIR_CANDIDATES {
-            let p = dir.join(name);
-            if p.is_file() {
-                if name == "tokenizer.model" && !looks_like_ranks(&p) {
-                    continue; // a SentencePiece protobuf; its tokenizer.json (if any) was tried first
-                }
-                return Tokenizer::from_file(&p);
-            }
+        match find_in_dir(dir) {
+            Some(p) => Tokenizer::from_file(&p),
+            None => Err(Error::new(ErrorKind::Tokenizer, format!(
+                "{}: no tokenizer file found (looked for {}, *.tiktoken)", dir.display(), DIR_CANDIDATES.join(", ")))),
         }
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            let mut ranks: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "tiktoken") && p.is_file())
-                .collect();
-            ranks.sort();
-            if let Some(p) = ranks.first() {
-                return Tokenizer::from_file(p);
-            }
-        }
-        Err(Error::new(ErrorKind::Tokenizer, format!(
-            "{}: no tokenizer file found (looked for {}, *.tiktoken)", dir.display(), DIR_CANDIDATES.join(", "))))
     }
 
     /// Loads a tokenizer file, choosing the kind from its name and contents.
@@ -101,7 +86,20 @@ impl Tokenizer {
         } else {
             Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
         };
-        Ok(Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() })
+        // The file's bytes are not kept: gone before the character classes are built.
+        let file_bytes = bytes.len();
+        drop(bytes);
+        let t = Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() };
+        // The memory plan counts a tokenizer by the rule of `plan_bytes`, from the file size:
+        // a file that would hold more is refused rather than exceed the plan.
+        let allowance = plan_bytes(path)?;
+        if t.heap_bytes() > allowance {
+            return Err(Error::new(ErrorKind::Tokenizer, format!(
+                "{}: its tables hold {} bytes, more than the {allowance} bytes the memory plan allows a tokenizer \
+file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
+                path.display(), t.heap_bytes(), file_bytes)));
+        }
+        Ok(t)
     }
 
     /// The vocabulary kind, as a container's manifest names it: `tiktoken` (a rank file or
@@ -119,6 +117,18 @@ impl Tokenizer {
     /// The file the tokenizer was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Heap bytes the tokenizer holds: its vocabulary tables and the character classes
+    /// (capacities, so what was allocated rather than what is used; allocator overhead is
+    /// not included). docs/MEMORY.md: the memory plan bounds this from the file size.
+    pub fn heap_bytes(&self) -> u64 {
+        let kind = match &self.kind {
+            Kind::SentencePiece(sp) => sp.heap_bytes(),
+            Kind::Tiktoken(t) => t.heap_bytes(),
+            Kind::Hf(h) => h.heap_bytes(),
+        };
+        kind + self.classes.heap_bytes() + self.path.capacity() as u64
     }
 
     /// Number of token ids (the largest id + 1).
@@ -298,6 +308,87 @@ pub fn pre_tokenize<'a>(pattern: &str, text: &'a str) -> Result<Vec<&'a str>> {
     Ok(out)
 }
 
+/// The tokenizer file of a model directory, by the rule of [`Tokenizer::from_model_dir`]:
+/// the first of `tokenizer.json`, `tiktoken.model`, `tokenizer.model` (a rank file only),
+/// `tokenizer.bin`, `tok512.bin`, then the first `*.tiktoken` by name.
+pub fn find_in_dir(dir: &Path) -> Option<PathBuf> {
+    for name in DIR_CANDIDATES {
+        let p = dir.join(name);
+        if p.is_file() {
+            if name == "tokenizer.model" && !looks_like_ranks(&p) {
+                continue; // a SentencePiece protobuf; its tokenizer.json (if any) was tried first
+            }
+            return Some(p);
+        }
+    }
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut ranks: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "tiktoken") && p.is_file())
+        .collect();
+    ranks.sort();
+    ranks.into_iter().next()
+}
+
+/// Bytes of [`unicode::CharClasses`], which every tokenizer holds (checked by a unit test).
+const CHAR_CLASSES_BYTES: u64 = 50176;
+
+/// Room in the allowance for the specials, the pipeline and the path (Kimi's 256 reserved
+/// specials take about 20 KiB).
+const ALLOWANCE_BASE: u64 = 64 << 10;
+
+/// Bytes of tables per byte of file the allowance grants each kind (docs/MEMORY.md): a rank
+/// file or a `tokenizer.json` holds 1.6–3.6 times its size on every published vocabulary
+/// measured, and up to about 5 when its lookup table's power-of-two size falls badly; a
+/// llama2.c file of n records (8 + len bytes each) can hold at most 17 bytes per file byte.
+const PER_FILE_BYTE: [(FileKind, u64); 3] = [(FileKind::Json, 5), (FileKind::Ranks, 5), (FileKind::Llama2c, 17)];
+
+/// How a tokenizer file is read, decided from its name and first bytes as [`Tokenizer::from_file`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FileKind {
+    Json,
+    Ranks,
+    Llama2c,
+    /// A SentencePiece protobuf: refused when loaded, so it holds nothing.
+    Unsupported,
+}
+
+fn file_kind(path: &Path) -> FileKind {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
+    let head = &head[..n];
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let ext = path.extension().and_then(|n| n.to_str()).unwrap_or("");
+    if ext == "json" || (ext != "bin" && head.first() == Some(&b'{')) {
+        FileKind::Json
+    } else if ext == "tiktoken" {
+        FileKind::Ranks
+    } else if ext == "model" || name.ends_with(".model") {
+        if is_rank_text(head) { FileKind::Ranks } else { FileKind::Unsupported }
+    } else {
+        FileKind::Llama2c
+    }
+}
+
+/// The memory plan's allowance for the tokenizer loaded from `path`, from file sizes alone
+/// (nothing is parsed): 64 KiB + the character classes + the `tokenizer_config.json` beside
+/// it + 5 × the file (a rank file or `tokenizer.json`) or 17 × the file (llama2.c). Loading
+/// refuses a file whose tables would exceed it, so it is an upper bound of
+/// [`Tokenizer::heap_bytes`].
+pub fn plan_bytes(path: &Path) -> Result<u64> {
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| Error::io(p, "stat", e));
+    let kind = file_kind(path);
+    let Some(&(_, k)) = PER_FILE_BYTE.iter().find(|(fk, _)| *fk == kind) else { return Ok(0) };
+    let config = path.with_file_name("tokenizer_config.json");
+    let config_bytes = if config.is_file() { size(&config)? } else { 0 };
+    Ok(ALLOWANCE_BASE + CHAR_CLASSES_BYTES + config_bytes + k.saturating_mul(size(path)?))
+}
+
+/// [`plan_bytes`] for the tokenizer of a model directory; 0 when it has none.
+pub fn plan_bytes_in_dir(dir: &Path) -> Result<u64> {
+    find_in_dir(dir).map_or(Ok(0), |p| plan_bytes(&p))
+}
+
 /// The `tokenizer_config.json` beside a tokenizer file, if there is one.
 fn read_config(path: &Path) -> Result<Option<(PathBuf, Json)>> {
     let p = path.with_file_name("tokenizer_config.json");
@@ -391,6 +482,11 @@ fn incomplete_tail(b: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{incomplete_tail, is_rank_text};
+
+    #[test]
+    fn char_classes_take_what_the_allowance_says() {
+        assert_eq!(super::unicode::CharClasses::new().heap_bytes(), super::CHAR_CLASSES_BYTES);
+    }
 
     #[test]
     fn incomplete_tails() {

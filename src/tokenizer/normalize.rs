@@ -22,6 +22,16 @@ pub enum Normalizer {
 }
 
 impl Normalizer {
+    /// Heap bytes held by its strings and sub-normalizers.
+    pub fn heap_bytes(&self) -> u64 {
+        match self {
+            Normalizer::Nfc => 0,
+            Normalizer::Prepend(s) => s.capacity() as u64,
+            Normalizer::Replace { from, to } => (from.capacity() + to.capacity()) as u64,
+            Normalizer::Sequence(v) => crate::sys::vec_bytes(v) + v.iter().map(Normalizer::heap_bytes).sum::<u64>(),
+        }
+    }
+
     /// Normalizes `s`; borrows when nothing changes.
     pub fn apply<'a>(&self, s: Cow<'a, str>) -> Cow<'a, str> {
         match self {

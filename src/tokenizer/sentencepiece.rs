@@ -95,6 +95,13 @@ impl SentencePiece {
         self.bytes.len()
     }
 
+    /// Heap bytes held: each id's bytes, the piece table, ranks and control flags.
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        vec_bytes(&self.bytes) + self.bytes.iter().map(vec_bytes).sum::<u64>() + self.table.heap_bytes()
+            + vec_bytes(&self.rank) + vec_bytes(&self.control)
+    }
+
     pub fn bos(&self) -> u32 {
         BOS
     }

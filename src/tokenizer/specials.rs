@@ -30,6 +30,13 @@ impl SpecialMatcher {
         self.entries.is_empty()
     }
 
+    /// Heap bytes held: the entries and their strings, the per-byte index.
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        vec_bytes(&self.entries) + self.entries.iter().map(|(s, _)| s.capacity() as u64).sum::<u64>()
+            + vec_bytes(&self.by_first) + self.by_first.iter().map(vec_bytes).sum::<u64>()
+    }
+
     /// Every `(text, id)`.
     pub fn entries(&self) -> &[(String, u32)] {
         &self.entries

@@ -67,14 +67,22 @@ fn bad(path: &Path, line: usize, msg: impl std::fmt::Display) -> Error {
 
 /// Decodes standard base64 (padding optional; a lone `=` is the empty token Whisper's
 /// multilingual file ends with).
+#[cfg(test)]
 fn base64(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    base64_into(s, &mut out).then_some(out)
+}
+
+/// Decodes standard base64 into `out` (cleared first); false when `s` is not base64.
+fn base64_into(s: &[u8], out: &mut Vec<u8>) -> bool {
+    out.clear();
     let s = match s.iter().position(|&c| c == b'=') {
         Some(p) if s[p..].iter().all(|&c| c == b'=') && s.len() - p <= 2 => &s[..p],
-        Some(_) => return None,
+        Some(_) => return false,
         None => s,
     };
     if s.len() % 4 == 1 {
-        return None;
+        return false;
     }
     let val = |c: u8| -> Option<u32> {
         Some(match c {
@@ -86,66 +94,109 @@ fn base64(s: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     };
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
     for chunk in s.chunks(4) {
         let mut acc = 0u32;
         for &c in chunk {
-            acc = (acc << 6) | val(c)?;
+            let Some(v) = val(c) else { return false };
+            acc = (acc << 6) | v;
         }
         acc <<= 6 * (4 - chunk.len()) as u32;
         let bytes = [(acc >> 16) as u8, (acc >> 8) as u8, acc as u8];
         out.extend_from_slice(&bytes[..chunk.len() - 1]);
     }
-    Some(out)
+    true
 }
 
-/// Parses a rank file into `(bytes, rank)` in file order, rejecting malformed lines and
-/// duplicate ranks or tokens.
-pub fn parse_ranks(path: &Path, data: &[u8]) -> Result<Vec<(Vec<u8>, u32)>> {
-    let mut out = Vec::new();
-    let mut by_rank: HashMap<u32, usize> = HashMap::new();
-    let mut by_bytes: HashMap<Vec<u8>, usize> = HashMap::new();
+/// The ranks of a rank file, read straight into a token table: the file's tokens cost their
+/// bytes and one span each, with no per-token allocation and no copy kept on the side (the
+/// load's peak is the file plus the table; docs/MEMORY.md).
+pub struct Ranks {
+    pub table: TokenTable,
+    /// Number of ranks (lines) in the file.
+    pub count: usize,
+}
+
+impl std::fmt::Debug for Ranks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ranks({} ranks)", self.count)
+    }
+}
+
+/// Parses a rank file, rejecting malformed lines and duplicate ranks or tokens; errors name
+/// the line.
+pub fn parse_ranks(path: &Path, data: &[u8]) -> Result<Ranks> {
+    let lines = data.iter().filter(|&&b| b == b'\n').count() + 1;
+    let mut table = TokenTable::new(0);
+    table.reserve(lines, data.len() / 2);
+    let mut count = 0;
+    let mut bytes = Vec::new();
     for (n, line) in data.split(|&b| b == b'\n').enumerate() {
         let line_no = n + 1;
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            continue;
+        let Some((tok, rank)) = rank_line(path, line, line_no)? else { continue };
+        if !base64_into(tok, &mut bytes) {
+            return Err(bad(path, line_no, format!("invalid base64 `{}`", String::from_utf8_lossy(tok))));
         }
-        let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
-        let (Some(tok), Some(rank), None) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad(path, line_no, "expected `base64-token rank`"));
-        };
-        let bytes = base64(tok).ok_or_else(|| bad(path, line_no, format!("invalid base64 `{}`", String::from_utf8_lossy(tok))))?;
-        let rank: u32 = std::str::from_utf8(rank).ok().filter(|r| r.bytes().all(|c| c.is_ascii_digit()))
-            .and_then(|r| r.parse().ok())
-            .ok_or_else(|| bad(path, line_no, format!("rank `{}` is not a number", String::from_utf8_lossy(rank))))?;
         if rank as usize >= data.len().min(1 << 30) {
             return Err(bad(path, line_no, format!("rank {rank} is beyond the file size, implausibly large")));
         }
-        if let Some(prev) = by_rank.insert(rank, line_no) {
+        if table.bytes(rank).is_some() {
+            let prev = line_of_rank(data, rank);
             return Err(bad(path, line_no, format!("duplicate rank {rank} (first on line {prev})")));
         }
-        if let Some(prev) = by_bytes.insert(bytes.clone(), line_no) {
-            return Err(bad(path, line_no, format!("duplicate token (first on line {prev})")));
-        }
-        out.push((bytes, rank));
+        table.set(rank, &bytes);
+        count += 1;
     }
-    if out.is_empty() {
+    if count == 0 {
         return Err(Error::new(ErrorKind::Tokenizer, format!("{}: no tokens in the rank file", path.display())));
     }
-    Ok(out)
+    table.shrink_to_fit();
+    Ok(Ranks { table, count })
+}
+
+/// The `(base64 token, rank)` of one line; `None` for an empty line.
+fn rank_line<'a>(path: &Path, line: &'a [u8], line_no: usize) -> Result<Option<(&'a [u8], u32)>> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        return Ok(None);
+    }
+    let mut parts = line.split(|&b| b == b' ').filter(|p| !p.is_empty());
+    let (Some(tok), Some(rank), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad(path, line_no, "expected `base64-token rank`"));
+    };
+    let rank: u32 = std::str::from_utf8(rank).ok().filter(|r| r.bytes().all(|c| c.is_ascii_digit()))
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| bad(path, line_no, format!("rank `{}` is not a number", String::from_utf8_lossy(rank))))?;
+    Ok(Some((tok, rank)))
+}
+
+/// The line of the first well-formed entry with `rank` (for error messages; 0 if none).
+fn line_of_rank(data: &[u8], rank: u32) -> usize {
+    data.split(|&b| b == b'\n').enumerate()
+        .find(|(n, l)| matches!(rank_line(Path::new(""), l, n + 1), Ok(Some((_, r))) if r == rank))
+        .map_or(0, |(n, _)| n + 1)
 }
 
 impl Tiktoken {
-    /// Builds an encoding from ranks, a pattern and specials.
+    /// Builds an encoding from `(bytes, rank)` pairs, a pattern and specials.
+    #[cfg(test)]
     pub fn new(path: &Path, ranks: Vec<(Vec<u8>, u32)>, pattern: SplitPattern, specials: Vec<(String, u32)>) -> Result<Tiktoken> {
-        let max_rank = ranks.iter().map(|r| r.1).max().unwrap_or(0);
-        let n = specials.iter().map(|s| s.1).chain([max_rank]).max().unwrap_or(0) as usize + 1;
-        let mut table = TokenTable::new(n);
-        let mut control = vec![true; n];
+        let mut table = TokenTable::new(0);
         for (bytes, rank) in &ranks {
             table.set(*rank, bytes);
-            control[*rank as usize] = false;
+        }
+        Tiktoken::from_ranks(path, Ranks { table, count: ranks.len() }, pattern, specials, None)
+    }
+
+    /// Builds an encoding from parsed ranks, a pattern and specials. A token that two ranks
+    /// share is an error naming both lines of `data` (the rank file), when given.
+    fn from_ranks(path: &Path, ranks: Ranks, pattern: SplitPattern, specials: Vec<(String, u32)>,
+                  data: Option<&[u8]>) -> Result<Tiktoken> {
+        let mut table = ranks.table;
+        let max_rank = table.len().saturating_sub(1) as u32;
+        let n = specials.iter().map(|s| s.1).chain([max_rank]).max().unwrap_or(0) as usize + 1;
+        let mut control = vec![true; n];
+        for (id, c) in control.iter_mut().enumerate().take(table.len()) {
+            *c = table.bytes(id as u32).is_none();
         }
         for (s, id) in &specials {
             if !control[*id as usize] {
@@ -153,7 +204,12 @@ impl Tiktoken {
                     "{}: special token {s:?} has id {id}, which is also a rank of the vocabulary", path.display())));
             }
         }
-        table.index(|id| !control[id as usize], |_, _| {});
+        let mut dup = None;
+        table.index(|id| !control[id as usize], |a, b| { dup.get_or_insert((a, b)); });
+        if let Some((a, b)) = dup {
+            let (la, lb) = data.map_or((0, 0), |d| (line_of_rank(d, a), line_of_rank(d, b)));
+            return Err(bad(path, la.max(lb), format!("duplicate token (first on line {})", la.min(lb))));
+        }
         let mut byte_ids = [0u32; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {
             *slot = table.find(&[b as u8]).ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
@@ -168,19 +224,19 @@ impl Tiktoken {
     pub fn from_rank_file(path: &Path, data: &[u8]) -> Result<Tiktoken> {
         let ranks = parse_ranks(path, data)?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-        let known = KNOWN.iter().find(|k| k.stem == stem).or_else(|| KNOWN.iter().find(|k| k.ranks == ranks.len()))
+        let known = KNOWN.iter().find(|k| k.stem == stem).or_else(|| KNOWN.iter().find(|k| k.ranks == ranks.count))
             .ok_or_else(|| Error::new(ErrorKind::Tokenizer, format!(
                 "{}: unknown tiktoken encoding ({} ranks); known: r50k_base, p50k_base, cl100k_base, o200k_base, multilingual",
-                path.display(), ranks.len())))?;
+                path.display(), ranks.count)))?;
         let specials = known.specials.iter().map(|&(s, id)| (s.to_string(), id)).collect();
-        Tiktoken::new(path, ranks, known.pattern, specials)
+        Tiktoken::from_ranks(path, ranks, known.pattern, specials, Some(data))
     }
 
     /// Loads Kimi's `tiktoken.model`, naming its specials from `config` (the parsed
     /// `tokenizer_config.json`, if present).
     pub fn from_kimi(path: &Path, data: &[u8], config: Option<(&Path, &Json)>) -> Result<Tiktoken> {
         let ranks = parse_ranks(path, data)?;
-        let base = ranks.len();
+        let base = ranks.count;
         let mut names: HashMap<u32, String> = HashMap::new();
         let mut last = base + KIMI_RESERVED;
         if let Some((cpath, cfg)) = config {
@@ -202,7 +258,7 @@ impl Tiktoken {
             let id = i as u32;
             (names.remove(&id).unwrap_or_else(|| format!("<|reserved_token_{id}|>")), id)
         }).collect();
-        let mut t = Tiktoken::new(path, ranks, SplitPattern::O200k { kimi: true }, specials)?;
+        let mut t = Tiktoken::from_ranks(path, ranks, SplitPattern::O200k { kimi: true }, specials, Some(data))?;
         if let Some((cpath, cfg)) = config {
             let token = |key: &str| -> Result<Option<u32>> {
                 let Some(v) = cfg.get(key) else { return Ok(None) };
@@ -229,6 +285,12 @@ impl Tiktoken {
 
     pub fn vocab_size(&self) -> usize {
         self.control.len()
+    }
+
+    /// Heap bytes held: the token table, the specials, the control flags, the EOS list.
+    pub fn heap_bytes(&self) -> u64 {
+        use crate::sys::vec_bytes;
+        self.table.heap_bytes() + self.specials.heap_bytes() + vec_bytes(&self.control) + vec_bytes(&self.eos)
     }
 
     pub fn is_control(&self, id: u32) -> bool {

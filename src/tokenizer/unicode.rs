@@ -105,6 +105,11 @@ impl CharClasses {
         CharClasses { index, blocks }
     }
 
+    /// Heap bytes held by the expanded tables.
+    pub fn heap_bytes(&self) -> u64 {
+        crate::sys::vec_bytes(&self.index) + crate::sys::vec_bytes(&self.blocks)
+    }
+
     /// The class of `c`.
     #[inline]
     pub fn of(&self, c: char) -> Class {

@@ -142,6 +142,62 @@ pub fn argmax(v: &[f32]) -> u32 {
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
 }
 
+/// What the tokenizer allowance may exceed the tables of the tokenizer file `file` by
+/// (docs/MEMORY.md): 64 KiB plus 3.5 × the file for a rank file or tokenizer.json, 17 × for
+/// llama2.c.
+pub fn tokenizer_file_margin(file: &Path) -> u64 {
+    let size = std::fs::metadata(file).unwrap().len();
+    let twice_per_byte = if file.extension().is_some_and(|e| e == "bin") { 34 } else { 7 };
+    (64 << 10) + twice_per_byte * size / 2
+}
+
+/// [`tokenizer_file_margin`] for the tokenizer of a model directory (0 without one).
+pub fn tokenizer_margin(dir: &Path) -> u64 {
+    waste::tokenizer::find_in_dir(dir).map_or(0, |f| tokenizer_file_margin(&f))
+}
+
+/// The plan's parts against what an open model measures, part by part: trunk, state, scratch
+/// and expert cache exactly, the tokenizer at most its allowance and within its margin.
+pub fn assert_plan_matches(plan: &waste::MemoryPlan, m: &waste::Model, what: &str) {
+    let used = m.memory_use();
+    let want = plan.expected_use(m.budget().expert_cache_bytes);
+    assert_eq!(used.trunk, want.trunk, "trunk: {what}");
+    assert_eq!(used.state, want.state, "state: {what}");
+    assert_eq!(used.scratch, want.scratch, "scratch: {what}");
+    assert_eq!(used.expert_cache, want.expert_cache, "expert cache: {what}");
+    assert!(used.tokenizer <= want.tokenizer, "tokenizer {} over its allowance {}: {what}", used.tokenizer, want.tokenizer);
+    let margin = tokenizer_margin(&plan.path);
+    assert!(want.tokenizer - used.tokenizer <= margin, "tokenizer allowance {} - held {} > margin {margin}: {what}",
+        want.tokenizer, used.tokenizer);
+    assert_eq!(m.memory_used(), used.total());
+    assert!(m.memory_used() <= m.budget().bytes, "over budget: {what}");
+}
+
+/// Logits of every position of `tokens` (tokens × vocab, row-major), collected from the
+/// streaming [`waste::Model::eval_each`].
+pub fn all_logits(m: &mut waste::Model, tokens: &[u32]) -> waste::Result<Vec<f32>> {
+    let mut out = Vec::new();
+    m.eval_each(tokens, |_, logits| {
+        out.extend_from_slice(logits);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The hidden states of `tokens`, (layers + 2) × tokens × hidden (slot 0 the embeddings, slot
+/// l the residual after layer l, the last the final normed state), collected from
+/// [`waste::Model::hidden_states_each`].
+pub fn hidden_states(m: &mut waste::Model, tokens: &[u32]) -> waste::Result<Vec<f32>> {
+    let (slots, h, t) = (m.info().layers + 2, m.info().hidden, tokens.len());
+    let mut out = vec![0.0f32; slots * t * h];
+    m.hidden_states_each(tokens, |slot, first, rows| {
+        let at = (slot * t + first) * h;
+        out[at..at + rows.len()].copy_from_slice(rows);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// Logits of every prompt position: in one call, or fed one token at a time.
 pub fn prompt_logits(m: &mut waste::Model, prompt: &[u32], one_at_a_time: bool) -> Vec<f32> {
     if one_at_a_time {
@@ -151,9 +207,7 @@ pub fn prompt_logits(m: &mut waste::Model, prompt: &[u32], one_at_a_time: bool) 
         }
         out
     } else {
-        let mut all = Vec::new();
-        m.eval_all(prompt, &mut all).unwrap();
-        all
+        all_logits(m, prompt).unwrap()
     }
 }
 
