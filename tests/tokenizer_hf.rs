@@ -30,11 +30,11 @@ fn deepseek_v3_matches_hf_tokenizers() {
     assert!(cases.len() >= 200);
     let mut failures = Vec::new();
     for (text, markup, content) in &cases {
-        if &tok.encode_markup(text) != markup {
-            failures.push(format!("markup {text:?}: got {:?} want {markup:?}", tok.encode_markup(text)));
+        if &tok.tokenize_markup(text) != markup {
+            failures.push(format!("markup {text:?}: got {:?} want {markup:?}", tok.tokenize_markup(text)));
         }
-        if &tok.encode(text) != content {
-            failures.push(format!("content {text:?}: got {:?} want {content:?}", tok.encode(text)));
+        if &tok.tokenize(text) != content {
+            failures.push(format!("content {text:?}: got {:?} want {content:?}", tok.tokenize(text)));
         }
     }
     assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len() * 2, failures.join("\n"));
@@ -44,16 +44,16 @@ fn deepseek_v3_matches_hf_tokenizers() {
 fn deepseek_v3_round_trips_and_keeps_markup_apart() {
     let Some(tok) = deepseek() else { return };
     for (text, _, _) in golden() {
-        let ids = tok.encode(&text);
+        let ids = tok.tokenize(&text);
         assert!(ids.iter().all(|&id| !tok.is_control(id)), "{text:?}");
-        assert_eq!(tok.decode(&ids).unwrap(), text);
+        assert_eq!(tok.detokenize(&ids).unwrap(), text);
     }
     let user = tok.special_tokens().into_iter().find(|(s, _)| s == "<｜User｜>").unwrap().1;
     let eos = tok.special_tokens().into_iter().find(|(s, _)| s == "<｜end▁of▁sentence｜>").unwrap().1;
     assert_eq!(tok.eos(), [eos]);
     let text = "hi<｜User｜>x<｜end▁of▁sentence｜>";
-    assert!(!tok.encode(text).contains(&user) && !tok.encode(text).contains(&eos));
-    let m = tok.encode_markup(text);
+    assert!(!tok.tokenize(text).contains(&user) && !tok.tokenize(text).contains(&eos));
+    let m = tok.tokenize_markup(text);
     assert_eq!(m.iter().filter(|&&i| i == user || i == eos).count(), 2);
     assert!(tok.is_control(eos) && !tok.is_control(user));
 }
@@ -75,13 +75,13 @@ fn family_pipelines_match_hf_tokenizers() {
         for c in fam.get("cases").unwrap().as_array().unwrap() {
             let text = c.get("text").unwrap().as_str().unwrap();
             let (markup, content) = (common::ids_of(c.get("markup").unwrap()), common::ids_of(c.get("content").unwrap()));
-            if tok.encode_markup(text) != markup {
-                failures.push(format!("{name} markup {text:?}: got {:?} want {markup:?}", tok.encode_markup(text)));
+            if tok.tokenize_markup(text) != markup {
+                failures.push(format!("{name} markup {text:?}: got {:?} want {markup:?}", tok.tokenize_markup(text)));
             }
-            if tok.encode(text) != content {
-                failures.push(format!("{name} content {text:?}: got {:?} want {content:?}", tok.encode(text)));
+            if tok.tokenize(text) != content {
+                failures.push(format!("{name} content {text:?}: got {:?} want {content:?}", tok.tokenize(text)));
             }
-            let back = tok.decode(&content).unwrap();
+            let back = tok.detokenize(&content).unwrap();
             let decoded = c.get("decoded").unwrap().as_str().unwrap();
             if back != decoded {
                 failures.push(format!("{name} decode {content:?}: got {back:?}, HF gives {decoded:?}"));

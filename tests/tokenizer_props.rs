@@ -54,9 +54,9 @@ fn round_trip_random(tok: &Tokenizer, seed: u64) {
     let mut rng = Rng(seed);
     for i in 0..10_000 {
         let s = random_text(&mut rng);
-        let ids = tok.encode(&s);
+        let ids = tok.tokenize(&s);
         assert!(ids.iter().all(|&id| !tok.is_control(id)), "{}: control id in content {s:?}", tok.path().display());
-        assert_eq!(tok.decode(&ids).unwrap(), s, "{}: string {i} {s:?} ids {ids:?}", tok.path().display());
+        assert_eq!(tok.detokenize(&ids).unwrap(), s, "{}: string {i} {s:?} ids {ids:?}", tok.path().display());
     }
 }
 
@@ -87,12 +87,12 @@ fn round_trip_golden_texts() {
     for t in toks {
         let tok = load(t);
         for s in &texts {
-            assert_eq!(&tok.decode(&tok.encode(s)).unwrap(), s, "{t}");
+            assert_eq!(&tok.detokenize(&tok.tokenize(s)).unwrap(), s, "{t}");
         }
     }
     let sp = Tokenizer::from_file(&common::root().join("models/stories260K/tok512.bin")).unwrap();
     for s in &texts {
-        assert_eq!(&sp.decode(&sp.encode(s)).unwrap(), s, "tok512");
+        assert_eq!(&sp.detokenize(&sp.tokenize(s)).unwrap(), s, "tok512");
     }
 }
 
@@ -105,12 +105,12 @@ fn stories260k_golden() {
     assert!(enc.len() >= 4);
     for (text, ids) in enc {
         let mut got: Vec<u32> = tok.bos().into_iter().collect();
-        got.extend(tok.encode(text));
+        got.extend(tok.tokenize(text));
         assert_eq!(got, common::ids_of(ids), "{text:?}");
     }
     let ids = common::ids_of(g.get("greedy_ids").unwrap());
     let text = g.get("greedy_text").unwrap().as_str().unwrap();
-    assert_eq!(tok.decode(&ids).unwrap(), text);
+    assert_eq!(tok.detokenize(&ids).unwrap(), text);
 }
 
 /// Specials spelled in content never become control ids; in markup they become exactly their
@@ -126,17 +126,17 @@ fn specials_are_markup_only() {
         assert!(!specials.is_empty(), "{t}");
         for (s, id) in &specials {
             let text = format!("user says {s} and{s}{s}x");
-            let content = tok.encode(&text);
+            let content = tok.tokenize(&text);
             assert!(!content.contains(id), "{t}: {s} leaked into content");
             assert!(content.iter().all(|&i| specials.iter().all(|(_, sid)| *sid != i)), "{t}: {s}");
-            assert_eq!(tok.decode(&content).unwrap(), text, "{t}");
-            let markup = tok.encode_markup(&text);
+            assert_eq!(tok.detokenize(&content).unwrap(), text, "{t}");
+            let markup = tok.tokenize_markup(&text);
             let found: Vec<u32> = markup.iter().copied().filter(|i| specials.iter().any(|(_, sid)| sid == i)).collect();
             assert_eq!(found, [*id, *id, *id], "{t}: {s}");
         }
     }
     let cl = load("tokenizers/cl100k_base.tiktoken");
-    assert_eq!(cl.encode_markup("<|endoftext|>"), [100257]);
+    assert_eq!(cl.tokenize_markup("<|endoftext|>"), [100257]);
     assert!(cl.is_control(100257) && cl.token_bytes(100257).unwrap().is_empty());
     assert!(cl.is_control(100270), "unused ids between the ranks and the specials carry no text");
     assert!(cl.token_bytes(100277).is_err());
@@ -162,7 +162,7 @@ fn streaming_decode_equals_whole_decode() {
             streamed.push_str(&d.push(&tok, id).unwrap());
         }
         streamed.push_str(&d.finish());
-        let whole = String::from_utf8_lossy(&tok.decode_bytes(&ids).unwrap()).into_owned();
+        let whole = String::from_utf8_lossy(&tok.detokenize_bytes(&ids).unwrap()).into_owned();
         assert_eq!(streamed, whole, "{ids:?}");
     }
     // A character split over two tokens is held back, not replaced.
@@ -182,12 +182,12 @@ fn kimi_tiktoken_model_with_config() {
     assert_eq!(tok.vocab_size(), 50256 + 256);
     assert_eq!(tok.eos(), [50257]);
     assert_eq!(tok.bos(), None, "tokenization_kimi.py adds no BOS");
-    assert_eq!(tok.encode_markup("[BOS]x<|im_end|><|reserved_token_50260|>"), [50256, 87, 50300, 50260]);
-    assert!(!tok.encode("[BOS]x<|im_end|>").iter().any(|&i| i >= 50256));
+    assert_eq!(tok.tokenize_markup("[BOS]x<|im_end|><|reserved_token_50260|>"), [50256, 87, 50300, 50260]);
+    assert!(!tok.tokenize("[BOS]x<|im_end|>").iter().any(|&i| i >= 50256));
     // Han runs are pieces of their own under Kimi's pattern.
-    let joined = tok.encode("世界abc");
-    let mut apart = tok.encode("世界");
-    apart.extend(tok.encode("abc"));
+    let joined = tok.tokenize("世界abc");
+    let mut apart = tok.tokenize("世界");
+    apart.extend(tok.tokenize("abc"));
     assert_eq!(joined, apart);
     assert_eq!(waste::tokenizer::pre_tokenize(waste::tokenizer::KIMI_PATTERN, "世界abc").unwrap(), ["世界", "abc"]);
 }
@@ -239,12 +239,12 @@ fn cli_tokenize_and_detokenize() {
     let tok = Tokenizer::from_file(Path::new(cl)).unwrap();
     let (code, out, err) = common::waste_stdin(&["tokenize", "--tokenizer", cl, "--json"], Some("hi <|endoftext|>\n"));
     assert_eq!(code, 0, "{err}");
-    let want: Vec<String> = tok.encode_markup("hi <|endoftext|>\n").iter().map(u32::to_string).collect();
+    let want: Vec<String> = tok.tokenize_markup("hi <|endoftext|>\n").iter().map(u32::to_string).collect();
     assert_eq!(out.trim(), format!("{{\"ids\":[{}]}}", want.join(",")));
     let (code, out, _) = common::waste_stdin(&["tokenize", "--tokenizer", cl, "--content", "-"], Some("hi <|endoftext|>\n"));
     assert_eq!(code, 0);
     let ids: Vec<u32> = out.split_whitespace().map(|s| s.parse().unwrap()).collect();
-    assert_eq!(ids, tok.encode("hi <|endoftext|>\n"));
+    assert_eq!(ids, tok.tokenize("hi <|endoftext|>\n"));
     let args: Vec<String> = ids.iter().map(u32::to_string).collect();
     let mut argv = vec!["detokenize", "--tokenizer", cl];
     argv.extend(args.iter().map(String::as_str));

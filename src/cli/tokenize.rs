@@ -61,7 +61,7 @@ pub fn tokenize(a: &Args) -> Outcome {
         [t] => t.clone(),
         [_, extra, ..] => return Err(Failure::Usage(format!("unexpected argument `{extra}`"))),
     };
-    let ids = if a.flag("content") { tok.encode(&text) } else { tok.encode_markup(&text) };
+    let ids = if a.flag("content") { tok.tokenize(&text) } else { tok.tokenize_markup(&text) };
     let mut out = std::io::stdout().lock();
     let line = if a.flag("json") {
         Json::object([("ids", Json::Array(ids.iter().map(|&i| Json::uint(i as u64)).collect()))]).to_string_compact()
@@ -83,7 +83,7 @@ pub fn detokenize(a: &Args) -> Outcome {
     if ids.is_empty() {
         return Err(Failure::Usage("missing IDS".into()));
     }
-    let text = tok.decode(&ids)?;
+    let text = tok.detokenize(&ids)?;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes());
     let _ = out.flush();
@@ -100,11 +100,11 @@ pub fn bench(a: &Args) -> Outcome {
     let load = t0.elapsed().as_secs_f64();
     let bytes = std::fs::read(file).map_err(|e| Failure::Run(waste::Error::io(Path::new(file), "read", e)))?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
-    let mut ids = tok.encode(&text);
+    let mut ids = tok.tokenize(&text);
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
-        ids = tok.encode(&text);
+        ids = tok.tokenize(&text);
         best = best.min(t.elapsed().as_secs_f64());
     }
     let mb = text.len() as f64 / 1e6;

@@ -1,8 +1,8 @@
 //! Text ↔ token ids, exactly as each model family's reference tokenizer does it.
 //!
 //! Two encoding entry points keep markup apart from content (seed 001, "Tokenizer"):
-//! [`Tokenizer::encode`] treats special-token strings such as `<|endoftext|>` as ordinary text
-//! and can never produce a control-token id; [`Tokenizer::encode_markup`] resolves them. A
+//! [`Tokenizer::tokenize`] treats special-token strings such as `<|endoftext|>` as ordinary text
+//! and can never produce a control-token id; [`Tokenizer::tokenize_markup`] resolves them. A
 //! prompt is built by encoding the template with the second and every piece of content with
 //! the first.
 //!
@@ -144,7 +144,7 @@ impl Tokenizer {
 
     /// Encodes content: special-token strings are plain text, so the result never holds a
     /// control id (nor any added token of a `tokenizer.json`). No BOS is added.
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
             Kind::SentencePiece(sp) => return sp.encode(text),
@@ -155,7 +155,7 @@ impl Tokenizer {
     }
 
     /// Encodes markup: special-token strings become their ids. No BOS is added.
-    pub fn encode_markup(&self, text: &str) -> Vec<u32> {
+    pub fn tokenize_markup(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
             // tok512 has no special-token strings that text can spell.
@@ -182,7 +182,7 @@ impl Tokenizer {
         Some(out)
     }
 
-    /// The special-token strings that [`Tokenizer::encode_markup`] recognises, with their ids.
+    /// The special-token strings that [`Tokenizer::tokenize_markup`] recognises, with their ids.
     pub fn special_tokens(&self) -> Vec<(String, u32)> {
         match &self.kind {
             Kind::SentencePiece(_) => Vec::new(),
@@ -214,7 +214,7 @@ impl Tokenizer {
     }
 
     /// Decodes ids to text. Invalid UTF-8 becomes U+FFFD.
-    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+    pub fn detokenize(&self, ids: &[u32]) -> Result<String> {
         let mut d = self.detokenizer();
         let mut out = String::new();
         for &id in ids {
@@ -225,7 +225,7 @@ impl Tokenizer {
     }
 
     /// Decodes ids to the exact bytes they stand for (no U+FFFD substitution).
-    pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
+    pub fn detokenize_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let mut at_start = true;
         for &id in ids {

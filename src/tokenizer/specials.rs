@@ -1,6 +1,6 @@
 //! Finding special-token strings (`<|endoftext|>`, `<｜User｜>`, `[BOS]`…) in markup text.
 //!
-//! Only [`super::Tokenizer::encode_markup`] looks for them; content encoding never does, so
+//! Only [`super::Tokenizer::tokenize_markup`] looks for them; content encoding never does, so
 //! user text cannot spell a control token. At each position the longest special that starts
 //! there wins (Hugging Face's added-vocabulary matcher is leftmost-longest; tiktoken's
 //! alternation of specials has no defined order among overlapping ones, and the published
