@@ -98,3 +98,37 @@ fn family_pipelines_match_hf_tokenizers() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
     assert!(checked >= 7 * 160);
 }
+
+fn family(name: &str) -> Tokenizer {
+    Tokenizer::from_file(&common::fixture(&format!("tokenizers/hf/{name}.json"))).unwrap()
+}
+
+/// Qwen's `<think>` is an added token with `normalized: true`: the library matches it on the
+/// NFC-normalized text, where `>` + U+0338 has become `≯`, so it is no longer there. Expected
+/// ids are the `tokenizers` library's (0.23.3).
+#[test]
+fn normalized_added_tokens_match_on_normalized_text() {
+    let tok = family("qwen2");
+    assert_eq!(tok.tokenize_markup("<think>\u{338}"), [27, 350, 267, 74, 158, 231, 107]);
+    assert_eq!(tok.tokenize_markup("a<think>\u{338}b"), [64, 27, 350, 267, 74, 158, 231, 107, 65]);
+    assert_eq!(tok.tokenize_markup("<think>"), [1003]);
+    // `<|im_end|>` is `normalized: false`: found in the raw text, before NFC could merge its `>`.
+    assert_eq!(tok.tokenize_markup("x<|im_end|>\u{338}<think>\u{338}"), [87, 1002, 136, 116, 27, 350, 267, 74, 158, 231, 107]);
+}
+
+/// `lstrip`/`rstrip` take Unicode White_Space (the library's `\s`), not ASCII whitespace:
+/// U+3000 and U+0085 go, U+001C (not White_Space, though Python's `isspace` says so) stays.
+/// gpt2.json with its `<|endoftext|>` set to strip on both sides; ids from `tokenizers` 0.23.3.
+#[test]
+fn added_token_strip_takes_unicode_whitespace() {
+    let src = std::fs::read_to_string(common::fixture("tokenizers/hf/gpt2.json")).unwrap();
+    let edited = src.replacen("\"lstrip\": false,\n      \"rstrip\": false,", "\"lstrip\": true,\n      \"rstrip\": true,", 1);
+    assert_ne!(edited, src, "gpt2.json's added token no longer has the expected layout");
+    let dir = common::temp_dir("strip");
+    let p = dir.join("tokenizer.json");
+    std::fs::write(&p, edited).unwrap();
+    let tok = Tokenizer::from_file(&p).unwrap();
+    assert_eq!(tok.tokenize_markup("a\u{3000}<|endoftext|>\u{3000}b"), [64, 1000, 65]);
+    assert_eq!(tok.tokenize_markup("a\u{1c}<|endoftext|>\u{85}b"), [64, 216, 1000, 65]);
+    assert_eq!(tok.tokenize_markup(" <|endoftext|> <|endoftext|> x"), [1000, 1000, 87]);
+}

@@ -50,6 +50,8 @@ struct Added {
     special: bool,
     lstrip: bool,
     rstrip: bool,
+    /// Matched on normalized text (with its content normalized), not on the raw text.
+    normalized: bool,
 }
 
 /// A `tokenizer.json` BPE tokenizer.
@@ -69,7 +71,14 @@ pub struct HfTokenizer {
     fuse_unk: bool,
     ignore_merges: bool,
     added: Vec<Added>,
+    /// Every added token, for id lookups and listing.
     markup: SpecialMatcher,
+    /// Added tokens matched on the raw text, and their `(lstrip, rstrip)` per entry.
+    raw_markup: SpecialMatcher,
+    raw_flags: Vec<(bool, bool)>,
+    /// Added tokens matched on normalized text (contents normalized), and their flags.
+    norm_markup: SpecialMatcher,
+    norm_flags: Vec<(bool, bool)>,
     control: Vec<bool>,
     /// What the decoder does to the spaces of the first token (SentencePiece's dummy prefix).
     pub leading: Leading,
@@ -211,6 +220,11 @@ impl HfTokenizer {
             }
         }
         let markup = SpecialMatcher::new(added.iter().map(|a| (a.content.clone(), a.id)));
+        let (raw_markup, raw_flags) = added_matcher(added.iter().filter(|a| !a.normalized), |c| c.to_string());
+        let (norm_markup, norm_flags) = added_matcher(added.iter().filter(|a| a.normalized), |c| match &normalizer {
+            Some(n) => n.apply(Cow::Borrowed(c)).into_owned(),
+            None => c.to_string(),
+        });
 
         let mut t = HfTokenizer {
             normalizer,
@@ -226,6 +240,10 @@ impl HfTokenizer {
             ignore_merges: d.bool_or(model, "model", "ignore_merges", false)?,
             added,
             markup,
+            raw_markup,
+            raw_flags,
+            norm_markup,
+            norm_flags,
             control,
             leading: dec.leading,
             bos: None,
@@ -284,48 +302,69 @@ impl HfTokenizer {
         Some(self.decode_table.bytes(id).unwrap_or(&[]))
     }
 
-    /// Encodes text: with `markup`, added tokens are cut out first and become their ids;
-    /// without, the whole text is content.
+    /// Encodes text: with `markup`, added tokens become their ids; without, the whole text
+    /// is content.
+    ///
+    /// Markup follows the library's `extract_and_normalize`: tokens marked `normalized: false`
+    /// are cut out of the raw text; each stretch between them is normalized, and tokens marked
+    /// `normalized: true` (their contents normalized the same way) are cut out of that. What
+    /// is left is pre-tokenized and encoded. All byte offsets of the second pass are into the
+    /// normalized stretch, which is what the pre-tokenizer then sees.
     pub fn encode(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
-        let mut scratch = Work::default();
-        if !markup || self.markup.is_empty() {
-            self.encode_segment(text, true, cc, &mut scratch, out);
+        let mut w = Work::default();
+        if !markup || self.added.is_empty() {
+            let norm = self.normalize(text);
+            self.encode_normalized(&norm, true, cc, &mut w, out);
             return;
         }
-        let b = text.as_bytes();
-        let (mut at, mut first) = (0usize, true);
-        while let Some((mut s, mut e, id)) = self.markup.find(text, at) {
-            if let Some(a) = self.added.iter().find(|a| a.id == id) {
-                if a.lstrip {
-                    while s > at && b[s - 1].is_ascii_whitespace() {
-                        s -= 1;
-                    }
-                }
-                if a.rstrip {
-                    while e < b.len() && b[e].is_ascii_whitespace() {
-                        e += 1;
-                    }
-                }
+        self.split_added(&self.raw_markup, &self.raw_flags, text, &mut |cut| match cut {
+            Cut::Token(id) => out.push(id),
+            Cut::Text(seg, first) => {
+                let norm = self.normalize(seg);
+                self.split_added(&self.norm_markup, &self.norm_flags, &norm, &mut |cut| match cut {
+                    Cut::Token(id) => out.push(id),
+                    Cut::Text(piece, first_n) => self.encode_normalized(piece, first && first_n, cc, &mut w, out),
+                });
             }
+        });
+    }
+
+    /// Cuts the added tokens of `m` out of `text`, calling `f` for each stretch of text
+    /// between them and for each token. `lstrip`/`rstrip` take the adjacent whitespace
+    /// (`char::is_whitespace`: the Unicode White_Space property that the library's `\s`
+    /// means) into the token, but lstrip never reaches back into an earlier token.
+    fn split_added(&self, m: &SpecialMatcher, flags: &[(bool, bool)], text: &str, f: &mut dyn FnMut(Cut)) {
+        let (mut at, mut search) = (0usize, 0usize);
+        while let Some((s0, e0, k)) = m.find_entry(text, search) {
+            let (lstrip, rstrip) = flags.get(k).copied().unwrap_or((false, false));
+            let mut s = s0;
+            if lstrip {
+                s = text[..s0].trim_end_matches(char::is_whitespace).len().max(at);
+            }
+            let e = if rstrip { text.len() - text[e0..].trim_start_matches(char::is_whitespace).len() } else { e0 };
             if s > at {
-                self.encode_segment(&text[at..s], first, cc, &mut scratch, out);
+                f(Cut::Text(&text[at..s], at == 0));
             }
-            out.push(id);
-            first = false;
-            at = e;
+            f(Cut::Token(m.entries()[k].1));
+            // The library's matcher resumes after the token itself, not after what rstrip took.
+            search = e0;
+            at = at.max(e);
         }
         if at < text.len() {
-            self.encode_segment(&text[at..], first, cc, &mut scratch, out);
+            f(Cut::Text(&text[at..], at == 0));
         }
     }
 
-    /// Normalizes, pre-tokenizes and encodes one stretch of text between added tokens.
-    fn encode_segment(&self, text: &str, first: bool, cc: &CharClasses, w: &mut Work, out: &mut Vec<u32>) {
-        let text: Cow<str> = match &self.normalizer {
+    fn normalize<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.normalizer {
             Some(n) => n.apply(Cow::Borrowed(text)),
             None => Cow::Borrowed(text),
-        };
-        let (s, pieces) = self.pre_tokenize(&text, first, cc);
+        }
+    }
+
+    /// Pre-tokenizes and encodes one normalized stretch of text between added tokens.
+    fn encode_normalized(&self, text: &str, first: bool, cc: &CharClasses, w: &mut Work, out: &mut Vec<u32>) {
+        let (s, pieces) = self.pre_tokenize(text, first, cc);
         for &(a, b) in &pieces {
             self.encode_piece(&s[a..b], w, out);
         }
@@ -466,6 +505,13 @@ impl PairRule for HfTokenizer {
     }
 }
 
+/// What [`HfTokenizer::split_added`] finds: a stretch of text (and whether it starts the
+/// text), or an added token's id.
+enum Cut<'t> {
+    Text(&'t str, bool),
+    Token(u32),
+}
+
 #[derive(Default)]
 struct Work {
     init: Vec<Sym>,
@@ -588,6 +634,21 @@ fn parse_merges(d: &Doc, model: &Json, by_key: &HashMap<&str, u32>) -> Result<Ha
     Ok(pairs)
 }
 
+/// A matcher over `tokens` with contents mapped by `content`, and the strip flags of each
+/// matcher entry (a content given twice keeps its first token, as the matcher does).
+fn added_matcher<'a>(tokens: impl Iterator<Item = &'a Added>, content: impl Fn(&str) -> String) -> (SpecialMatcher, Vec<(bool, bool)>) {
+    let list: Vec<(String, u32, (bool, bool))> = tokens.map(|a| (content(&a.content), a.id, (a.lstrip, a.rstrip))).collect();
+    let m = SpecialMatcher::new(list.iter().map(|(c, id, _)| (c.clone(), *id)));
+    // The matcher keeps entries in the order given, skipping empty and repeated contents.
+    let mut flags = Vec::with_capacity(m.entries().len());
+    for (c, id, f) in &list {
+        if m.entries().get(flags.len()).is_some_and(|(c2, id2)| c2 == c && id2 == id) {
+            flags.push(*f);
+        }
+    }
+    (m, flags)
+}
+
 fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
     let path = d.path;
     let mut added = Vec::new();
@@ -600,8 +661,11 @@ fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
             if d.bool_or(a, &key, "single_word", false)? {
                 return Err(unsupported(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
             }
+            let special = d.bool_or(a, &key, "special", false)?;
             added.push(Added {
-                special: d.bool_or(a, &key, "special", false)?,
+                // The library's own default for a token added without the flag.
+                normalized: d.bool_or(a, &key, "normalized", !special)?,
+                special,
                 lstrip: d.bool_or(a, &key, "lstrip", false)?,
                 rstrip: d.bool_or(a, &key, "rstrip", false)?,
                 content,
