@@ -132,3 +132,52 @@ fn added_token_strip_takes_unicode_whitespace() {
     assert_eq!(tok.tokenize_markup("a\u{1c}<|endoftext|>\u{85}b"), [64, 216, 1000, 65]);
     assert_eq!(tok.tokenize_markup(" <|endoftext|> <|endoftext|> x"), [1000, 1000, 87]);
 }
+
+/// Streams `ids` through a [`waste::Detokenizer`], returning every push's output.
+fn streamed(tok: &Tokenizer, ids: &[u32]) -> Vec<String> {
+    let mut d = tok.detokenizer();
+    let mut parts: Vec<String> = ids.iter().map(|&id| d.push(tok, id).unwrap()).collect();
+    parts.push(d.finish());
+    parts
+}
+
+/// `ByteFallback`: a run of `<0xXX>` tokens that is not valid UTF-8 as a whole becomes one
+/// U+FFFD per token (the library's rule), not a lossy decoding of its bytes. Expected text
+/// from `tokenizers` 0.23.3 on llama2.json (1000 + b is `<0xb>`, 62 is `V`, 1 and 2 `<s>` `</s>`).
+#[test]
+fn byte_fallback_runs_decode_like_the_library() {
+    let tok = family("llama2");
+    let cases: [(&[u32], &str); 7] = [
+        (&[1228, 1065], "\u{FFFD}\u{FFFD}"),
+        (&[62, 1242, 1018], "V\u{FFFD}\u{FFFD}"),
+        (&[1228, 1184, 1173, 62], "中V"),
+        (&[1228, 1184, 1173, 1128], "\u{FFFD}\u{FFFD}\u{FFFD}\u{FFFD}"),
+        (&[1228, 1184, 1173], "中"),
+        (&[1032, 1228, 1184, 1173], "中"),
+        (&[1, 1228, 1184, 1173, 2, 62], "中V"),
+    ];
+    for (ids, want) in cases {
+        assert_eq!(tok.detokenize(ids).unwrap(), want, "{ids:?}");
+        let parts = streamed(&tok, ids);
+        assert_eq!(parts.concat(), want, "{ids:?} streamed");
+        // A byte token's push gives nothing: its run is held until it ends, so a U+FFFD (or
+        // a character that could still turn into U+FFFDs) never comes out early.
+        for (k, &id) in ids.iter().enumerate() {
+            if (1000..1256).contains(&id) {
+                assert_eq!(parts[k], "", "{ids:?}: push {k}");
+            }
+        }
+    }
+    // A run is held back whole: nothing of 中 comes out before the run ends.
+    assert_eq!(streamed(&tok, &[1228, 1184, 1173, 62]), ["", "", "", "中V", ""]);
+}
+
+/// A `Metaspace` decoder drops the `▁` of the first token's string, before `ByteFallback`:
+/// a leading `<0x20>` byte token is a real space (llama2_metaspace.json; HF gives " x").
+#[test]
+fn metaspace_keeps_a_first_byte_token_space() {
+    let tok = family("llama2_metaspace");
+    assert_eq!(tok.detokenize(&[1032, 96]).unwrap(), " x");
+    assert_eq!(tok.detokenize(&[96, 1032, 96]).unwrap(), "x x");
+    assert_eq!(streamed(&tok, &[1032, 96]).concat(), " x");
+}

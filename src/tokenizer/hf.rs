@@ -64,6 +64,10 @@ pub struct HfTokenizer {
     /// Model-space bytes → id, for the model's own vocabulary; decode bytes per id.
     model_table: TokenTable,
     decode_table: TokenTable,
+    /// Decode bytes of the ids whose bytes differ as the first text token (Metaspace).
+    first_table: TokenTable,
+    /// Ids that the `ByteFallback` decoder turns into single bytes.
+    fallback: Vec<bool>,
     pairs: HashMap<u64, (u32, u32), IdBuildHasher>,
     byte_ids: [Option<u32>; 256],
     byte_fallback: bool,
@@ -180,7 +184,7 @@ impl HfTokenizer {
 
         let b2c = byte_to_char();
         let inverse: HashMap<char, u8> = b2c.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-        let Vocab { by_key, model_table, mut decode_table } = parse_vocab(&d, model, byte_level, &dec, &inverse)?;
+        let Vocab { by_key, model_table, mut decode_table, mut first_table, mut fallback } = parse_vocab(&d, model, byte_level, &dec, &inverse)?;
         let pairs = parse_merges(&d, model, &by_key)?;
         let byte_fallback = d.bool_or(model, "model", "byte_fallback", false)?;
         let mut byte_ids = [None; 256];
@@ -211,6 +215,14 @@ impl HfTokenizer {
                 decode_table.set(a.id, &[]);
             } else {
                 decode_table.set(a.id, &dec.bytes(&a.content, &inverse));
+                if let Some(b) = dec.first_bytes(&a.content, &inverse) {
+                    first_table.set(a.id, &b);
+                }
+                if dec.is_fallback_byte(&a.content) {
+                    mark(&mut fallback, a.id);
+                } else if let Some(f) = fallback.get_mut(a.id as usize) {
+                    *f = false; // an added token shadows the vocabulary entry of its id
+                }
             }
         }
         // Ids that no vocabulary entry or added token names decode to nothing.
@@ -232,6 +244,8 @@ impl HfTokenizer {
             byte_level,
             model_table,
             decode_table,
+            first_table,
+            fallback,
             pairs,
             byte_ids,
             byte_fallback,
@@ -300,6 +314,18 @@ impl HfTokenizer {
             return None;
         }
         Some(self.decode_table.bytes(id).unwrap_or(&[]))
+    }
+
+    /// The bytes of `id` as the first text token, where the decoder treats it differently
+    /// (Metaspace drops its replacement character there).
+    pub fn first_token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.first_table.bytes(id)
+    }
+
+    /// True for a `<0xXX>` token under a `ByteFallback` decoder: a run of them decodes as one
+    /// byte string, and when that is not valid UTF-8 every token of the run becomes U+FFFD.
+    pub fn is_fallback_byte(&self, id: u32) -> bool {
+        self.fallback.get(id as usize).copied().unwrap_or(false)
     }
 
     /// Encodes text: with `markup`, added tokens become their ids; without, the whole text
@@ -578,6 +604,10 @@ struct Vocab<'j> {
     by_key: HashMap<&'j str, u32>,
     model_table: TokenTable,
     decode_table: TokenTable,
+    /// First-position decode bytes of the ids where they differ (see [`DecodeRule::first_bytes`]).
+    first_table: TokenTable,
+    /// Ids the decoder treats as `ByteFallback` bytes.
+    fallback: Vec<bool>,
 }
 
 fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule, inverse: &HashMap<char, u8>) -> Result<Vocab<'j>> {
@@ -586,6 +616,8 @@ fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule,
     let mut by_key: HashMap<&str, u32> = HashMap::with_capacity(vocab.len());
     let mut model_table = TokenTable::new(0);
     let mut decode_table = TokenTable::new(0);
+    let mut first_table = TokenTable::new(0);
+    let mut fallback = Vec::new();
     let mut in_model = Vec::new();
     for (k, v) in vocab {
         let id = d.id(v, &format!("model.vocab.{k}"))?;
@@ -601,13 +633,26 @@ fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule,
             in_model[id as usize] = true;
         }
         decode_table.set(id, &dec.bytes(k, inverse));
+        if let Some(b) = dec.first_bytes(k, inverse) {
+            first_table.set(id, &b);
+        }
+        if dec.is_fallback_byte(k) {
+            mark(&mut fallback, id);
+        }
     }
     let mut dup = None;
     model_table.index(|id| in_model.get(id as usize).copied().unwrap_or(false), |a, b| dup = Some((a, b)));
     if let Some((a, b)) = dup {
         return Err(err(path, "model.vocab", format!("ids {b} and {a} stand for the same bytes")));
     }
-    Ok(Vocab { by_key, model_table, decode_table })
+    Ok(Vocab { by_key, model_table, decode_table, first_table, fallback })
+}
+
+fn mark(flags: &mut Vec<bool>, id: u32) {
+    if flags.len() <= id as usize {
+        flags.resize(id as usize + 1, false);
+    }
+    flags[id as usize] = true;
 }
 
 /// `model.merges`: rank = position in the list; each pair and its concatenation must be in
@@ -762,8 +807,6 @@ pub enum Leading {
     Keep,
     /// `Strip` of one leading space from the fused text.
     StripOne,
-    /// `Metaspace`: every `▁` of the first token is dropped, not turned into a space.
-    DropFirstTokenSpaces,
 }
 
 /// How the decoder turns one vocabulary string into bytes.
@@ -774,16 +817,41 @@ struct DecodeRule {
     replace: Vec<(String, String)>,
     byte_fallback: bool,
     leading: Leading,
+    /// `Metaspace` with a prepend scheme: in the first token the replacement is dropped, not
+    /// turned into a space. It acts on the token's string, before `ByteFallback` makes bytes,
+    /// so a `<0x20>` byte token keeps its space.
+    first_drop: Option<String>,
+}
+
+/// The byte of a `<0xXX>` byte-fallback token string.
+fn fallback_byte(token: &str) -> Option<u8> {
+    let t = token.as_bytes();
+    if t.len() == 6 && t.starts_with(b"<0x") && t[5] == b'>' {
+        return u8::from_str_radix(&token[3..5], 16).ok();
+    }
+    None
 }
 
 impl DecodeRule {
+    /// True when the decoder turns `token` into a byte of a `ByteFallback` run.
+    fn is_fallback_byte(&self, token: &str) -> bool {
+        self.byte_fallback && fallback_byte(token).is_some()
+    }
+
+    /// The bytes of `token` as the first text token of a sequence, when they differ from
+    /// [`DecodeRule::bytes`].
+    fn first_bytes(&self, token: &str, inverse: &HashMap<char, u8>) -> Option<Vec<u8>> {
+        let drop = self.first_drop.as_deref()?;
+        if self.is_fallback_byte(token) || !token.contains(drop) {
+            return None;
+        }
+        Some(self.bytes(&token.replace(drop, ""), inverse))
+    }
+
     fn bytes(&self, token: &str, inverse: &HashMap<char, u8>) -> Vec<u8> {
         if self.byte_fallback {
-            let t = token.as_bytes();
-            if t.len() == 6 && t.starts_with(b"<0x") && t[5] == b'>' {
-                if let Ok(b) = u8::from_str_radix(&token[3..5], 16) {
-                    return vec![b];
-                }
+            if let Some(b) = fallback_byte(token) {
+                return vec![b];
             }
         }
         if self.byte_level {
@@ -840,7 +908,7 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
                 let prepend = v.get("prepend_scheme").and_then(Json::as_str).map(|s| s != "never")
                     .unwrap_or(d.bool_or(v, &key, "add_prefix_space", true)?);
                 if prepend {
-                    rule.leading = Leading::DropFirstTokenSpaces;
+                    rule.first_drop = Some(r.to_string());
                 }
             }
             other => return Err(unsupported(d.path, &format!("{key}.type"), format!("decoder `{other}` is not supported"))),

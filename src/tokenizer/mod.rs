@@ -234,7 +234,7 @@ impl Tokenizer {
                 continue;
             }
             if at_start {
-                out.extend_from_slice(&self.first_piece(b));
+                out.extend_from_slice(self.first_piece(id, b));
             } else {
                 out.extend_from_slice(b);
             }
@@ -245,32 +245,37 @@ impl Tokenizer {
 
     /// A streaming decoder for a sequence from its start.
     pub fn detokenizer(&self) -> Detokenizer {
-        Detokenizer { pending: Vec::new(), at_start: true }
+        Detokenizer { pending: Vec::new(), at_start: true, run: 0 }
     }
 
     /// A streaming decoder for the tokens that follow `prefix` (a prompt already shown): the
     /// first piece keeps its leading space unless `prefix` held no text token.
     pub fn detokenizer_after(&self, prefix: &[u32]) -> Detokenizer {
         let at_start = prefix.iter().all(|&id| self.is_control(id));
-        Detokenizer { pending: Vec::new(), at_start }
+        Detokenizer { pending: Vec::new(), at_start, run: 0 }
     }
 
     /// The bytes of the first text token of a sequence: SentencePiece vocabularies drop the
-    /// dummy-prefix space (one leading space; HF `Metaspace` decoders drop every space of
-    /// that token).
-    fn first_piece<'a>(&self, b: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-        use std::borrow::Cow;
+    /// dummy-prefix space (one leading space); HF `Metaspace` decoders drop the replacement
+    /// characters of that token's string (not spaces that a `<0x20>` byte token stands for).
+    fn first_piece<'a>(&'a self, id: u32, b: &'a [u8]) -> &'a [u8] {
         let leading = match &self.kind {
             Kind::SentencePiece(_) => hf::Leading::StripOne,
             Kind::Tiktoken(_) => hf::Leading::Keep,
-            Kind::Hf(h) => h.leading,
+            Kind::Hf(h) => match h.first_token_bytes(id) {
+                Some(first) => return first,
+                None => h.leading,
+            },
         };
         match leading {
-            hf::Leading::Keep => Cow::Borrowed(b),
-            hf::Leading::StripOne => Cow::Borrowed(b.strip_prefix(b" ").unwrap_or(b)),
-            hf::Leading::DropFirstTokenSpaces if b.contains(&b' ') => Cow::Owned(b.iter().copied().filter(|&c| c != b' ').collect()),
-            hf::Leading::DropFirstTokenSpaces => Cow::Borrowed(b),
+            hf::Leading::Keep => b,
+            hf::Leading::StripOne => b.strip_prefix(b" ").unwrap_or(b),
         }
+    }
+
+    /// True for a token whose byte joins a `ByteFallback` run (see [`Detokenizer`]).
+    fn is_fallback_byte(&self, id: u32) -> bool {
+        matches!(&self.kind, Kind::Hf(h) if h.is_fallback_byte(id))
     }
 }
 
@@ -317,9 +322,19 @@ fn looks_like_ranks(path: &Path) -> bool {
 }
 
 /// Streaming detokenizer: feed ids one at a time, get back text that is complete UTF-8.
+///
+/// A piece that ends inside a UTF-8 character is held back until the character completes, and
+/// invalid bytes become U+FFFD only once nothing can complete them. Under a Hugging Face
+/// `ByteFallback` decoder a run of `<0xXX>` tokens is decoded as one byte string: valid UTF-8
+/// gives its text, anything else one U+FFFD per token of the run (the library's rule). Whether
+/// a run is valid is known only when it ends, so the whole run is held until the next other
+/// token (or [`Detokenizer::finish`]): an early character could otherwise turn out to be part
+/// of a run that decodes to U+FFFDs.
 pub struct Detokenizer {
     pending: Vec<u8>,
     at_start: bool,
+    /// Number of `ByteFallback` tokens whose bytes are the whole of `pending`.
+    run: usize,
 }
 
 impl Detokenizer {
@@ -330,20 +345,47 @@ impl Detokenizer {
             return Ok(String::new());
         }
         let bytes = tok.token_bytes(id)?;
-        if self.at_start {
-            self.pending.extend_from_slice(&tok.first_piece(bytes));
-        } else {
-            self.pending.extend_from_slice(bytes);
-        }
+        let bytes = if self.at_start { tok.first_piece(id, bytes) } else { bytes };
         self.at_start = false;
-        Ok(self.take_complete())
+        if tok.is_fallback_byte(id) {
+            let mut out = String::new();
+            if self.run == 0 && !self.pending.is_empty() {
+                // A run decodes apart from the text before it.
+                out = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+            }
+            self.pending.extend_from_slice(bytes);
+            self.run += 1;
+            return Ok(out);
+        }
+        let mut out = self.end_run();
+        self.pending.extend_from_slice(bytes);
+        out.push_str(&self.take_complete());
+        Ok(out)
     }
 
     /// Returns what is left at the end of the sequence; incomplete characters become U+FFFD.
     pub fn finish(&mut self) -> String {
+        if self.run > 0 {
+            return self.end_run();
+        }
         let s = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         s
+    }
+
+    /// Decodes a finished `ByteFallback` run (empty when there is none).
+    fn end_run(&mut self) -> String {
+        if self.run == 0 {
+            return String::new();
+        }
+        let out = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.to_string(),
+            Err(_) => "\u{FFFD}".repeat(self.run),
+        };
+        self.pending.clear();
+        self.run = 0;
+        out
     }
 
     /// Emits the longest prefix that cannot change: everything except a trailing incomplete
