@@ -148,7 +148,7 @@ impl Tokenizer {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
             Kind::SentencePiece(sp) => return sp.encode(text),
-            Kind::Tiktoken(t) => t.encode_ordinary(text, self.classes(), &mut out),
+            Kind::Tiktoken(t) => t.encode(text, false, self.classes(), &mut out),
             Kind::Hf(h) => h.encode(text, false, self.classes(), &mut out),
         }
         out
@@ -160,14 +160,7 @@ impl Tokenizer {
         match &self.kind {
             // tok512 has no special-token strings that text can spell.
             Kind::SentencePiece(sp) => return sp.encode(text),
-            Kind::Tiktoken(t) => {
-                for seg in t.specials.split(text) {
-                    match seg {
-                        specials::Segment::Text(s) => t.encode_ordinary(s, self.classes(), &mut out),
-                        specials::Segment::Special(id) => out.push(id),
-                    }
-                }
-            }
+            Kind::Tiktoken(t) => t.encode(text, true, self.classes(), &mut out),
             Kind::Hf(h) => h.encode(text, true, self.classes(), &mut out),
         }
         out

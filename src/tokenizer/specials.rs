@@ -155,6 +155,7 @@ impl SpecialMatcher {
     }
 
     /// Splits `text` into ordinary segments and specials, in order.
+    #[cfg(test)]
     pub fn split<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
         let mut out = Vec::new();
         let mut at = 0;
@@ -173,6 +174,7 @@ impl SpecialMatcher {
 }
 
 /// A piece of markup: ordinary text, or one special token.
+#[cfg(test)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Segment<'a> {
     Text(&'a str),
