@@ -1,19 +1,14 @@
 //! Hugging Face `tokenizer.json` tokenizers against the `tokenizers` library: DeepSeek-V3's
-//! byte-level BPE on 274 texts (tools/deepseek_golden.py), in markup and content mode.
+//! byte-level BPE on 276 texts (tools/deepseek_golden.py), in markup and content mode.
 
 mod common;
 
 use waste::Tokenizer;
 
-/// DeepSeek-V3's tokenizer.json is 4.3 MB, too big to copy into the repository: it is read
-/// from the shared reference data beside the checkout.
-fn deepseek() -> Option<Tokenizer> {
-    let p = common::root().join("../shared/data/tokenizers/deepseek_v3_tokenizer.json");
-    if !p.is_file() {
-        common::skip("deepseek", &format!("{} is missing", p.display()));
-        return None;
-    }
-    Some(Tokenizer::from_file(&p).unwrap())
+/// DeepSeek-V3's tokenizer.json (4.3 MB, MIT; copied from the shared reference data with its
+/// LICENSE) ships in the fixtures, so this runs on every clone.
+fn deepseek() -> Tokenizer {
+    Tokenizer::from_file(&common::fixture("tokenizers/deepseek_v3_tokenizer.json")).unwrap()
 }
 
 fn golden() -> Vec<(String, Vec<u32>, Vec<u32>)> {
@@ -25,7 +20,7 @@ fn golden() -> Vec<(String, Vec<u32>, Vec<u32>)> {
 
 #[test]
 fn deepseek_v3_matches_hf_tokenizers() {
-    let Some(tok) = deepseek() else { return };
+    let tok = deepseek();
     let cases = golden();
     assert!(cases.len() >= 200);
     let mut failures = Vec::new();
@@ -42,7 +37,7 @@ fn deepseek_v3_matches_hf_tokenizers() {
 
 #[test]
 fn deepseek_v3_round_trips_and_keeps_markup_apart() {
-    let Some(tok) = deepseek() else { return };
+    let tok = deepseek();
     for (text, _, _) in golden() {
         let ids = tok.tokenize(&text);
         assert!(ids.iter().all(|&id| !tok.is_control(id)), "{text:?}");

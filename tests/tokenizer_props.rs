@@ -1,6 +1,7 @@
 //! Tokenizer properties across vocabulary kinds: stories260K's golden prompt ids and greedy
-//! text, round trips on golden texts and 10,000 seeded random strings per kind, markup kept
-//! apart from content, streaming decode identical to whole decode, Kimi's `tiktoken.model`,
+//! text, round trips on golden texts and, per vocabulary kind, 10,000 seeded random Unicode
+//! strings plus 10,000 strings made from random bytes (lossy-decoded; one in 50 of 1 to 32 KiB),
+//! markup kept apart from content (every special of every vocabulary), streaming decode identical to whole decode, Kimi's `tiktoken.model`,
 //! bad vocabulary files, and the CLI.
 
 mod common;
@@ -50,13 +51,51 @@ fn random_text(rng: &mut Rng) -> String {
     s
 }
 
+/// Random bytes decoded lossily, so every byte value and every shape of invalid sequence
+/// (stray continuations, truncated and overlong leads, surrogates, bytes above U+10FFFF) turns
+/// into text around U+FFFD. Bytes are drawn uniformly half the time, else from the
+/// continuation and lead ranges so that near-valid sequences are common. One string in 50 is
+/// long (1 to 32 KiB), for pieces far beyond any window.
+fn random_byte_text(rng: &mut Rng) -> String {
+    let len = if rng.below(50) == 0 { 1024 + rng.below(31 * 1024) } else { rng.below(65) } as usize;
+    let bytes: Vec<u8> = (0..len).map(|_| match rng.below(4) {
+        0 | 1 => rng.below(256) as u8,
+        2 => 0x80 + rng.below(0x40) as u8,
+        _ => 0xC0 + rng.below(0x40) as u8,
+    }).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Llama 2's pipeline writes spaces as `▁` and its decoder turns every `▁` back into a space, so
+/// a `▁` in the text (random bytes spell one now and then) comes back as a space, as it does
+/// with the Hugging Face library.
+fn metaspace_back(s: &str) -> String {
+    s.replace('\u{2581}', " ")
+}
+
 fn round_trip_random(tok: &Tokenizer, seed: u64) {
+    round_trip_random_as(tok, seed, str::to_string)
+}
+
+fn round_trip_random_as(tok: &Tokenizer, seed: u64, expect: fn(&str) -> String) {
     let mut rng = Rng(seed);
-    for i in 0..10_000 {
-        let s = random_text(&mut rng);
-        let ids = tok.tokenize(&s);
+    let check = |i: usize, s: &str| {
+        let ids = tok.tokenize(s);
         assert!(ids.iter().all(|&id| !tok.is_control(id)), "{}: control id in content {s:?}", tok.path().display());
-        assert_eq!(tok.detokenize(&ids).unwrap(), s, "{}: string {i} {s:?} ids {ids:?}", tok.path().display());
+        let back = tok.detokenize(&ids).unwrap();
+        let s = &expect(s);
+        if back != *s {
+            let at = s.char_indices().zip(back.chars()).find(|((_, a), b)| a != b).map_or(s.len().min(back.len()), |((k, _), _)| k);
+            let from = s.floor_char_boundary(at.saturating_sub(40));
+            panic!("{}: string {i} ({} bytes) differs at byte {at}: {:?} came back as {:?}", tok.path().display(), s.len(),
+                &s[from..s.floor_char_boundary(at + 40)], &back[back.floor_char_boundary(from)..back.floor_char_boundary(at + 40)]);
+        }
+    };
+    for i in 0..10_000 {
+        check(i, &random_text(&mut rng));
+    }
+    for i in 0..10_000 {
+        check(i, &random_byte_text(&mut rng));
     }
 }
 
@@ -74,7 +113,7 @@ fn round_trip_random_hf_byte_level() {
 
 #[test]
 fn round_trip_random_sentencepiece() {
-    round_trip_random(&load("tokenizers/hf/llama2.json"), 5);
+    round_trip_random_as(&load("tokenizers/hf/llama2.json"), 5, metaspace_back);
     round_trip_random(&Tokenizer::from_file(&common::root().join("models/stories260K/tok512.bin")).unwrap(), 7);
 }
 
@@ -114,16 +153,24 @@ fn stories260k_golden() {
 }
 
 /// Specials spelled in content never become control ids; in markup they become exactly their
-/// ids.
+/// ids. Every special (every added token of a `tokenizer.json`, all 800-odd of DeepSeek-V3's)
+/// through both entry points, alone, repeated, glued to text, and all of them in one text.
 #[test]
 fn specials_are_markup_only() {
     let toks = ["tokenizers/r50k_base.tiktoken", "tokenizers/p50k_base.tiktoken", "tokenizers/cl100k_base.tiktoken",
         "tokenizers/o200k_base.tiktoken", "tokenizers/multilingual.tiktoken", "tokenizers/hf/qwen2.json",
-        "tokenizers/hf/llama3.json", "tokenizers/hf/llama2.json", "tokenizers/hf/smollm2.json"];
+        "tokenizers/hf/llama3.json", "tokenizers/hf/llama2.json", "tokenizers/hf/smollm2.json", "tokenizers/hf/gpt2.json",
+        "tokenizers/hf/olmoe.json", "tokenizers/hf/llama2_metaspace.json", "tokenizers/deepseek_v3_tokenizer.json"];
     for t in toks {
         let tok = load(t);
         let specials = tok.special_tokens();
         assert!(!specials.is_empty(), "{t}");
+        let all: String = specials.iter().map(|(s, _)| format!("{s} · ")).collect();
+        let content = tok.tokenize(&all);
+        assert!(content.iter().all(|&i| specials.iter().all(|(_, sid)| *sid != i)), "{t}: a special leaked into content");
+        assert_eq!(tok.detokenize(&content).unwrap(), all, "{t}");
+        let found: Vec<u32> = tok.tokenize_markup(&all).into_iter().filter(|i| specials.iter().any(|(_, sid)| sid == i)).collect();
+        assert_eq!(found, specials.iter().map(|s| s.1).collect::<Vec<_>>(), "{t}: all specials in one text");
         for (s, id) in &specials {
             let text = format!("user says {s} and{s}{s}x");
             let content = tok.tokenize(&text);
