@@ -513,7 +513,8 @@ pub fn merge_parts<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, s
         merged: 0,
         flags: if s.mergeable { MERGEABLE } else { 0 },
     }));
-    if n >= BUCKETS_FROM {
+    // The bucket lists index their entries (at most three per part) with u32s.
+    if n >= BUCKETS_FROM && n < (NIL / 4) as usize {
         merge_parts_with(piece, rule, &mut scratch.parts, &mut scratch.buckets, out);
     } else {
         merge_parts_with(piece, rule, &mut scratch.parts, &mut scratch.keys, out);
