@@ -73,6 +73,19 @@ fn metaspace_back(s: &str) -> String {
     s.replace('\u{2581}', " ")
 }
 
+/// `s[from..to]` widened to character boundaries and clamped to `s`.
+fn around(s: &str, mut from: usize, mut to: usize) -> &str {
+    to = to.min(s.len());
+    from = from.min(to);
+    while !s.is_char_boundary(from) {
+        from -= 1;
+    }
+    while !s.is_char_boundary(to) {
+        to += 1;
+    }
+    &s[from..to]
+}
+
 fn round_trip_random(tok: &Tokenizer, seed: u64) {
     round_trip_random_as(tok, seed, str::to_string)
 }
@@ -86,9 +99,9 @@ fn round_trip_random_as(tok: &Tokenizer, seed: u64, expect: fn(&str) -> String) 
         let s = &expect(s);
         if back != *s {
             let at = s.char_indices().zip(back.chars()).find(|((_, a), b)| a != b).map_or(s.len().min(back.len()), |((k, _), _)| k);
-            let from = s.floor_char_boundary(at.saturating_sub(40));
+            let from = at.saturating_sub(40);
             panic!("{}: string {i} ({} bytes) differs at byte {at}: {:?} came back as {:?}", tok.path().display(), s.len(),
-                &s[from..s.floor_char_boundary(at + 40)], &back[back.floor_char_boundary(from)..back.floor_char_boundary(at + 40)]);
+                around(s, from, at + 40), around(&back, from, at + 40));
         }
     };
     for i in 0..10_000 {

@@ -43,8 +43,8 @@ enum Kind {
     SentencePiece(SentencePiece),
     /// A tiktoken rank file, or Kimi's `tiktoken.model`.
     Tiktoken(tiktoken::Tiktoken),
-    /// A Hugging Face `tokenizer.json` BPE tokenizer.
-    Hf(hf::HfTokenizer),
+    /// A Hugging Face `tokenizer.json` BPE tokenizer (boxed: it is the largest kind by far).
+    Hf(Box<hf::HfTokenizer>),
 }
 
 /// The file names [`Tokenizer::from_model_dir`] looks for, in order (then any `*.tiktoken`).
@@ -89,7 +89,7 @@ impl Tokenizer {
         let config = read_config(path)?;
         let config_ref = config.as_ref().map(|(p, j)| (p.as_path(), j));
         let kind = if ext == "json" || (ext != "bin" && bytes.first() == Some(&b'{')) {
-            Kind::Hf(hf::HfTokenizer::parse(path, &bytes, config_ref)?)
+            Kind::Hf(Box::new(hf::HfTokenizer::parse(path, &bytes, config_ref)?))
         } else if ext == "tiktoken" {
             Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
         } else if ext == "model" || name.ends_with(".model") {
