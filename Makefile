@@ -18,7 +18,7 @@ run: build
 # missing print `SKIP: <reason>`; the summary counts them.
 test:
 	@set -o pipefail; mkdir -p target; \
-	$(CARGO) test --release -- --nocapture 2>&1 | tee target/test.log; status=$$?; \
+	$(CARGO) test --release --no-fail-fast -- --nocapture 2>&1 | tee target/test.log; status=$$?; \
 	echo; echo "== summary: $$(grep -h '^test result:' target/test.log | awk '{p+=$$4; f+=$$6} END {print p" passed, "f" failed"}'), $$(grep -c '^SKIP:' target/test.log) SKIP lines"; \
 	grep '^SKIP:' target/test.log | sort -u || true; \
 	exit $$status

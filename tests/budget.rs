@@ -29,6 +29,11 @@ fn big_moe() -> PathBuf {
             "num_key_value_heads": 2, "head_dim": 128, "num_experts": 64, "num_experts_per_tok": 4, "norm_topk_prob": true,
             "vocab_size": 50257, "tie_word_embeddings": true, "rms_norm_eps": 1e-6, "max_position_embeddings": 512}"#);
         std::fs::copy(fixture("tokenizers/r50k_base.tiktoken"), dir.join("r50k_base.tiktoken")).unwrap();
+        // The manifest names the tokenizer the container carries (the open checks it).
+        let mut m = waste::format::container::Manifest::open(&dir).unwrap();
+        m.tokenizer_kind = Some("tiktoken".into());
+        m.tokenizer_files = vec!["r50k_base.tiktoken".into()];
+        m.write().unwrap();
         dir
     }).clone()
 }

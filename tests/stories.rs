@@ -34,7 +34,7 @@ fn greedy_continuation_is_the_published_sample() {
     }).unwrap();
     assert_eq!(summary.ids, ids[5..]);
     assert_eq!(streamed, text);
-    assert_eq!(m.tokenizer().unwrap().decode(&ids).unwrap(), text);
+    assert_eq!(m.tokenizer().unwrap().detokenize(&ids).unwrap(), text);
 }
 
 #[test]

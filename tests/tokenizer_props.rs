@@ -1,6 +1,7 @@
 //! Tokenizer properties across vocabulary kinds: stories260K's golden prompt ids and greedy
-//! text, round trips on golden texts and 10,000 seeded random strings per kind, markup kept
-//! apart from content, streaming decode identical to whole decode, Kimi's `tiktoken.model`,
+//! text, round trips on golden texts and, per vocabulary kind, 10,000 seeded random Unicode
+//! strings plus 10,000 strings made from random bytes (lossy-decoded; one in 50 of 1 to 32 KiB),
+//! markup kept apart from content (every special of every vocabulary), streaming decode identical to whole decode, Kimi's `tiktoken.model`,
 //! bad vocabulary files, and the CLI.
 
 mod common;
@@ -50,13 +51,64 @@ fn random_text(rng: &mut Rng) -> String {
     s
 }
 
+/// Random bytes decoded lossily, so every byte value and every shape of invalid sequence
+/// (stray continuations, truncated and overlong leads, surrogates, bytes above U+10FFFF) turns
+/// into text around U+FFFD. Bytes are drawn uniformly half the time, else from the
+/// continuation and lead ranges so that near-valid sequences are common. One string in 50 is
+/// long (1 to 32 KiB), for pieces far beyond any window.
+fn random_byte_text(rng: &mut Rng) -> String {
+    let len = if rng.below(50) == 0 { 1024 + rng.below(31 * 1024) } else { rng.below(65) } as usize;
+    let bytes: Vec<u8> = (0..len).map(|_| match rng.below(4) {
+        0 | 1 => rng.below(256) as u8,
+        2 => 0x80 + rng.below(0x40) as u8,
+        _ => 0xC0 + rng.below(0x40) as u8,
+    }).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Llama 2's pipeline writes spaces as `▁` and its decoder turns every `▁` back into a space, so
+/// a `▁` in the text (random bytes spell one now and then) comes back as a space, as it does
+/// with the Hugging Face library.
+fn metaspace_back(s: &str) -> String {
+    s.replace('\u{2581}', " ")
+}
+
+/// `s[from..to]` widened to character boundaries and clamped to `s`.
+fn around(s: &str, mut from: usize, mut to: usize) -> &str {
+    to = to.min(s.len());
+    from = from.min(to);
+    while !s.is_char_boundary(from) {
+        from -= 1;
+    }
+    while !s.is_char_boundary(to) {
+        to += 1;
+    }
+    &s[from..to]
+}
+
 fn round_trip_random(tok: &Tokenizer, seed: u64) {
+    round_trip_random_as(tok, seed, str::to_string)
+}
+
+fn round_trip_random_as(tok: &Tokenizer, seed: u64, expect: fn(&str) -> String) {
     let mut rng = Rng(seed);
-    for i in 0..10_000 {
-        let s = random_text(&mut rng);
-        let ids = tok.encode(&s);
+    let check = |i: usize, s: &str| {
+        let ids = tok.tokenize(s);
         assert!(ids.iter().all(|&id| !tok.is_control(id)), "{}: control id in content {s:?}", tok.path().display());
-        assert_eq!(tok.decode(&ids).unwrap(), s, "{}: string {i} {s:?} ids {ids:?}", tok.path().display());
+        let back = tok.detokenize(&ids).unwrap();
+        let s = &expect(s);
+        if back != *s {
+            let at = s.char_indices().zip(back.chars()).find(|((_, a), b)| a != b).map_or(s.len().min(back.len()), |((k, _), _)| k);
+            let from = at.saturating_sub(40);
+            panic!("{}: string {i} ({} bytes) differs at byte {at}: {:?} came back as {:?}", tok.path().display(), s.len(),
+                around(s, from, at + 40), around(&back, from, at + 40));
+        }
+    };
+    for i in 0..10_000 {
+        check(i, &random_text(&mut rng));
+    }
+    for i in 0..10_000 {
+        check(i, &random_byte_text(&mut rng));
     }
 }
 
@@ -74,7 +126,7 @@ fn round_trip_random_hf_byte_level() {
 
 #[test]
 fn round_trip_random_sentencepiece() {
-    round_trip_random(&load("tokenizers/hf/llama2.json"), 5);
+    round_trip_random_as(&load("tokenizers/hf/llama2.json"), 5, metaspace_back);
     round_trip_random(&Tokenizer::from_file(&common::root().join("models/stories260K/tok512.bin")).unwrap(), 7);
 }
 
@@ -87,12 +139,12 @@ fn round_trip_golden_texts() {
     for t in toks {
         let tok = load(t);
         for s in &texts {
-            assert_eq!(&tok.decode(&tok.encode(s)).unwrap(), s, "{t}");
+            assert_eq!(&tok.detokenize(&tok.tokenize(s)).unwrap(), s, "{t}");
         }
     }
     let sp = Tokenizer::from_file(&common::root().join("models/stories260K/tok512.bin")).unwrap();
     for s in &texts {
-        assert_eq!(&sp.decode(&sp.encode(s)).unwrap(), s, "tok512");
+        assert_eq!(&sp.detokenize(&sp.tokenize(s)).unwrap(), s, "tok512");
     }
 }
 
@@ -105,38 +157,46 @@ fn stories260k_golden() {
     assert!(enc.len() >= 4);
     for (text, ids) in enc {
         let mut got: Vec<u32> = tok.bos().into_iter().collect();
-        got.extend(tok.encode(text));
+        got.extend(tok.tokenize(text));
         assert_eq!(got, common::ids_of(ids), "{text:?}");
     }
     let ids = common::ids_of(g.get("greedy_ids").unwrap());
     let text = g.get("greedy_text").unwrap().as_str().unwrap();
-    assert_eq!(tok.decode(&ids).unwrap(), text);
+    assert_eq!(tok.detokenize(&ids).unwrap(), text);
 }
 
 /// Specials spelled in content never become control ids; in markup they become exactly their
-/// ids.
+/// ids. Every special (every added token of a `tokenizer.json`, all 800-odd of DeepSeek-V3's)
+/// through both entry points, alone, repeated, glued to text, and all of them in one text.
 #[test]
 fn specials_are_markup_only() {
     let toks = ["tokenizers/r50k_base.tiktoken", "tokenizers/p50k_base.tiktoken", "tokenizers/cl100k_base.tiktoken",
         "tokenizers/o200k_base.tiktoken", "tokenizers/multilingual.tiktoken", "tokenizers/hf/qwen2.json",
-        "tokenizers/hf/llama3.json", "tokenizers/hf/llama2.json", "tokenizers/hf/smollm2.json"];
+        "tokenizers/hf/llama3.json", "tokenizers/hf/llama2.json", "tokenizers/hf/smollm2.json", "tokenizers/hf/gpt2.json",
+        "tokenizers/hf/olmoe.json", "tokenizers/hf/llama2_metaspace.json", "tokenizers/deepseek_v3_tokenizer.json"];
     for t in toks {
         let tok = load(t);
         let specials = tok.special_tokens();
         assert!(!specials.is_empty(), "{t}");
+        let all: String = specials.iter().map(|(s, _)| format!("{s} · ")).collect();
+        let content = tok.tokenize(&all);
+        assert!(content.iter().all(|&i| specials.iter().all(|(_, sid)| *sid != i)), "{t}: a special leaked into content");
+        assert_eq!(tok.detokenize(&content).unwrap(), all, "{t}");
+        let found: Vec<u32> = tok.tokenize_markup(&all).into_iter().filter(|i| specials.iter().any(|(_, sid)| sid == i)).collect();
+        assert_eq!(found, specials.iter().map(|s| s.1).collect::<Vec<_>>(), "{t}: all specials in one text");
         for (s, id) in &specials {
             let text = format!("user says {s} and{s}{s}x");
-            let content = tok.encode(&text);
+            let content = tok.tokenize(&text);
             assert!(!content.contains(id), "{t}: {s} leaked into content");
             assert!(content.iter().all(|&i| specials.iter().all(|(_, sid)| *sid != i)), "{t}: {s}");
-            assert_eq!(tok.decode(&content).unwrap(), text, "{t}");
-            let markup = tok.encode_markup(&text);
+            assert_eq!(tok.detokenize(&content).unwrap(), text, "{t}");
+            let markup = tok.tokenize_markup(&text);
             let found: Vec<u32> = markup.iter().copied().filter(|i| specials.iter().any(|(_, sid)| sid == i)).collect();
             assert_eq!(found, [*id, *id, *id], "{t}: {s}");
         }
     }
     let cl = load("tokenizers/cl100k_base.tiktoken");
-    assert_eq!(cl.encode_markup("<|endoftext|>"), [100257]);
+    assert_eq!(cl.tokenize_markup("<|endoftext|>"), [100257]);
     assert!(cl.is_control(100257) && cl.token_bytes(100257).unwrap().is_empty());
     assert!(cl.is_control(100270), "unused ids between the ranks and the specials carry no text");
     assert!(cl.token_bytes(100277).is_err());
@@ -162,7 +222,7 @@ fn streaming_decode_equals_whole_decode() {
             streamed.push_str(&d.push(&tok, id).unwrap());
         }
         streamed.push_str(&d.finish());
-        let whole = String::from_utf8_lossy(&tok.decode_bytes(&ids).unwrap()).into_owned();
+        let whole = String::from_utf8_lossy(&tok.detokenize_bytes(&ids).unwrap()).into_owned();
         assert_eq!(streamed, whole, "{ids:?}");
     }
     // A character split over two tokens is held back, not replaced.
@@ -182,12 +242,12 @@ fn kimi_tiktoken_model_with_config() {
     assert_eq!(tok.vocab_size(), 50256 + 256);
     assert_eq!(tok.eos(), [50257]);
     assert_eq!(tok.bos(), None, "tokenization_kimi.py adds no BOS");
-    assert_eq!(tok.encode_markup("[BOS]x<|im_end|><|reserved_token_50260|>"), [50256, 87, 50300, 50260]);
-    assert!(!tok.encode("[BOS]x<|im_end|>").iter().any(|&i| i >= 50256));
+    assert_eq!(tok.tokenize_markup("[BOS]x<|im_end|><|reserved_token_50260|>"), [50256, 87, 50300, 50260]);
+    assert!(!tok.tokenize("[BOS]x<|im_end|>").iter().any(|&i| i >= 50256));
     // Han runs are pieces of their own under Kimi's pattern.
-    let joined = tok.encode("世界abc");
-    let mut apart = tok.encode("世界");
-    apart.extend(tok.encode("abc"));
+    let joined = tok.tokenize("世界abc");
+    let mut apart = tok.tokenize("世界");
+    apart.extend(tok.tokenize("abc"));
     assert_eq!(joined, apart);
     assert_eq!(waste::tokenizer::pre_tokenize(waste::tokenizer::KIMI_PATTERN, "世界abc").unwrap(), ["世界", "abc"]);
 }
@@ -239,12 +299,12 @@ fn cli_tokenize_and_detokenize() {
     let tok = Tokenizer::from_file(Path::new(cl)).unwrap();
     let (code, out, err) = common::waste_stdin(&["tokenize", "--tokenizer", cl, "--json"], Some("hi <|endoftext|>\n"));
     assert_eq!(code, 0, "{err}");
-    let want: Vec<String> = tok.encode_markup("hi <|endoftext|>\n").iter().map(u32::to_string).collect();
+    let want: Vec<String> = tok.tokenize_markup("hi <|endoftext|>\n").iter().map(u32::to_string).collect();
     assert_eq!(out.trim(), format!("{{\"ids\":[{}]}}", want.join(",")));
     let (code, out, _) = common::waste_stdin(&["tokenize", "--tokenizer", cl, "--content", "-"], Some("hi <|endoftext|>\n"));
     assert_eq!(code, 0);
     let ids: Vec<u32> = out.split_whitespace().map(|s| s.parse().unwrap()).collect();
-    assert_eq!(ids, tok.encode("hi <|endoftext|>\n"));
+    assert_eq!(ids, tok.tokenize("hi <|endoftext|>\n"));
     let args: Vec<String> = ids.iter().map(u32::to_string).collect();
     let mut argv = vec!["detokenize", "--tokenizer", cl];
     argv.extend(args.iter().map(String::as_str));

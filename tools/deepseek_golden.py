@@ -10,7 +10,7 @@ corpus (hand-written cases plus seeded random mixtures), the ids of
 
 Usage (no torch needed):
     python3 -m venv /tmp/tokvenv && /tmp/tokvenv/bin/pip install tokenizers
-    /tmp/tokvenv/bin/python tools/deepseek_golden.py ../shared/data/tokenizers/deepseek_v3_tokenizer.json \
+    /tmp/tokvenv/bin/python tools/deepseek_golden.py tests/fixtures/tokenizers/deepseek_v3_tokenizer.json \
         tests/fixtures/tokenizers/deepseek_v3_golden.json
 """
 import hashlib

@@ -130,7 +130,7 @@ def differential(count):
         kimi = tiktoken.Encoding(name="kimi", pat_str=GOLDEN["kimi_pat_str"],
                                  mergeable_ranks=load_tiktoken_bpe(os.path.join(FIX, "o200k_base.tiktoken")), special_tokens={})
         cases.append(("kimi pattern, o200k ranks", os.path.join(tmp, "tiktoken.model"), kimi.encode_ordinary))
-        hf = [("deepseek_v3", os.path.join(ROOT, "..", "shared", "data", "tokenizers", "deepseek_v3_tokenizer.json"))]
+        hf = [("deepseek_v3", os.path.join(ROOT, "tests", "fixtures", "tokenizers", "deepseek_v3_tokenizer.json"))]
         hf += [(f, os.path.join(FIX, "hf", f + ".json")) for f in
                ["gpt2", "smollm2", "qwen2", "olmoe", "llama3", "llama2", "llama2_metaspace"]]
         for name, path in hf:

@@ -282,7 +282,7 @@ fn eval(a: &Args) -> Outcome {
         (None, Some(p)) if a.flag("markup") => {
             let tok = model.tokenizer()?;
             let mut ids: Vec<u32> = tok.bos().into_iter().collect();
-            ids.extend(tok.encode_markup(&p));
+            ids.extend(tok.tokenize_markup(&p));
             ids
         }
         (None, Some(p)) => model.tokenize_prompt(&p)?,

@@ -14,7 +14,7 @@
 //! exactly, Q4B32 split by parity with its inputs permuted to match — and the same final lane
 //! sum. So a result does not depend on how many vectors a call carries.
 //!
-//! Stack use: about 80 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel, and
+//! Stack use: 128 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel, and
 //! for Q4B32 the permuted inputs). A thread that runs a model needs a stack of a few hundred KiB
 //! (Rust's default for spawned threads is 2 MiB).
 

@@ -258,7 +258,7 @@ impl Model {
     pub fn tokenize_prompt(&self, text: &str) -> Result<Vec<u32>> {
         let tok = self.tokenizer()?;
         let mut ids: Vec<u32> = tok.bos().into_iter().collect();
-        ids.extend(tok.encode(text));
+        ids.extend(tok.tokenize(text));
         Ok(ids)
     }
 

@@ -9,6 +9,13 @@
 //! merge invalidates at most two candidates and creates at most two, so a piece of n symbols
 //! costs O(n log n) however long it is, with no window or chunking that could change the
 //! result.
+//!
+//! The heap (four-way, see [`QuadHeap`]) is kept small because long pieces are bound by cache misses: an entry is one `u64`
+//! (rank in the high half, the left part's index in the low half, so the order is (rank,
+//! position)), and each part of the linked list records the rank and merged id of the pair it
+//! starts. An entry is acted on only if its part is alive and still starts a pair of that
+//! rank; anything else is stale and skipped (lazy invalidation, nothing is ever searched for
+//! in the heap).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -246,7 +253,248 @@ pub struct Scratch {
     nodes: Vec<Node>,
     /// `(rank, start)` key, then left node, right node, the right node's end, merged id.
     heap: BinaryHeap<Reverse<(u64, usize, usize, usize, u32)>>,
+    parts: Vec<Part>,
+    keys: QuadHeap,
+    buckets: RankBuckets,
 }
+
+/// The queue of candidate pairs of [`merge_parts`]: `u64` keys, rank high and position low,
+/// popped smallest first.
+trait PairQueue {
+    fn clear(&mut self);
+    fn push(&mut self, key: u64);
+    /// Called once after the initial pairs are pushed.
+    fn ready(&mut self);
+    fn pop(&mut self) -> Option<u64>;
+}
+
+impl PairQueue for QuadHeap {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+    fn push(&mut self, key: u64) {
+        QuadHeap::push(self, key)
+    }
+    fn ready(&mut self) {
+        self.heapify();
+    }
+    fn pop(&mut self) -> Option<u64> {
+        QuadHeap::pop(self)
+    }
+}
+
+/// Pieces of at least this many symbols queue their pairs in [`RankBuckets`].
+const BUCKETS_FROM: usize = 1 << 14;
+
+/// Ranks above this go to the side heap instead of a bucket, so a hostile rank cannot make
+/// the bucket table huge (published vocabularies have a few hundred thousand ranks).
+const MAX_BUCKET_RANK: u64 = 1 << 22;
+
+/// Candidate pairs of a very long piece, bucketed by rank: a push is an append to a per-rank
+/// list (the table of list heads is small enough to stay in cache), and ranks are taken in
+/// increasing order, each bucket's positions sorted once. A heap over millions of pairs
+/// instead costs a cache miss per level on every pop. Pairs pushed at or below the rank being
+/// taken (SentencePiece scores share ranks; a vocabulary need not rank a merge above its
+/// parts) go to a side heap, and every pop takes the smaller of the two fronts, so the order
+/// is exactly (rank, position).
+#[derive(Default)]
+struct RankBuckets {
+    /// Per rank, the last entry of its list in `arena`, or `NIL`.
+    head: Vec<u32>,
+    /// `(position, previous entry of the same rank)`.
+    arena: Vec<(u32, u32)>,
+    /// One bit per rank whose list is not empty.
+    nonempty: Vec<u64>,
+    /// The bucket being taken: its rank and sorted positions, and how many are popped.
+    started: bool,
+    rank: u64,
+    cur: Vec<u32>,
+    at: usize,
+    side: QuadHeap,
+}
+
+impl RankBuckets {
+    /// The lowest rank at or above `from` with a non-empty list.
+    fn next_rank(&self, from: usize) -> Option<usize> {
+        let mut w = from / 64;
+        if w >= self.nonempty.len() {
+            return None;
+        }
+        let mut bits = self.nonempty[w] & (u64::MAX << (from % 64));
+        loop {
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            bits = *self.nonempty.get(w)?;
+        }
+    }
+
+    /// Makes bucket `r` the current one.
+    fn take(&mut self, r: usize) {
+        self.nonempty[r / 64] &= !(1u64 << (r % 64));
+        self.cur.clear();
+        self.at = 0;
+        let mut e = self.head[r];
+        while e != NIL {
+            let (pos, prev) = self.arena[e as usize];
+            self.cur.push(pos);
+            e = prev;
+        }
+        self.head[r] = NIL;
+        self.cur.sort_unstable();
+        self.rank = r as u64;
+        self.started = true;
+    }
+}
+
+impl PairQueue for RankBuckets {
+    fn clear(&mut self) {
+        // Every list is emptied as it is taken; a piece always runs its queue dry.
+        for r in 0..self.head.len() {
+            if self.nonempty[r / 64] & (1u64 << (r % 64)) != 0 {
+                self.head[r] = NIL;
+            }
+        }
+        self.nonempty.iter_mut().for_each(|w| *w = 0);
+        self.arena.clear();
+        self.cur.clear();
+        self.side.0.clear();
+        (self.started, self.rank, self.at) = (false, 0, 0);
+    }
+
+    fn push(&mut self, key: u64) {
+        let rank = key >> 32;
+        if rank > MAX_BUCKET_RANK || (self.started && rank <= self.rank) {
+            self.side.push(key);
+            return;
+        }
+        let r = rank as usize;
+        if r >= self.head.len() {
+            self.head.resize(r + 1, NIL);
+            self.nonempty.resize(r / 64 + 1, 0);
+        }
+        self.arena.push((key as u32, self.head[r]));
+        self.head[r] = (self.arena.len() - 1) as u32;
+        self.nonempty[r / 64] |= 1u64 << (r % 64);
+    }
+
+    fn ready(&mut self) {
+        self.side.heapify();
+    }
+
+    fn pop(&mut self) -> Option<u64> {
+        loop {
+            let side = self.side.0.first().copied();
+            if let Some(&pos) = self.cur.get(self.at) {
+                let key = (self.rank << 32) | pos as u64;
+                if side.is_some_and(|s| s < key) {
+                    return self.side.pop();
+                }
+                self.at += 1;
+                return Some(key);
+            }
+            // The current bucket is done: the side heap's front or the next bucket, whichever
+            // ranks lower (buckets hold only ranks above the current one).
+            let from = if self.started { self.rank as usize + 1 } else { 0 };
+            match (side, self.next_rank(from)) {
+                (Some(s), Some(r)) if (s >> 32) < r as u64 => return self.side.pop(),
+                (Some(_), None) => return self.side.pop(),
+                (_, Some(r)) => self.take(r),
+                (None, None) => return None,
+            }
+        }
+    }
+}
+
+/// A min-heap of `u64` keys with four children per node: half the depth of a binary heap, and
+/// the four children of a node share one cache line, so a pop on a heap far larger than the
+/// cache costs about half the misses.
+#[derive(Default)]
+struct QuadHeap(Vec<u64>);
+
+impl QuadHeap {
+    /// Orders the keys already in the vector into a heap, in O(n).
+    fn heapify(&mut self) {
+        let n = self.0.len();
+        if n > 1 {
+            for i in (0..=(n - 2) / 4).rev() {
+                self.sift_down(i);
+            }
+        }
+    }
+
+    fn push(&mut self, key: u64) {
+        let h = &mut self.0;
+        let mut i = h.len();
+        h.push(key);
+        while i > 0 {
+            let parent = (i - 1) / 4;
+            if h[parent] <= key {
+                break;
+            }
+            h[i] = h[parent];
+            i = parent;
+        }
+        h[i] = key;
+    }
+
+    fn pop(&mut self) -> Option<u64> {
+        let last = self.0.pop()?;
+        if self.0.is_empty() {
+            return Some(last);
+        }
+        let top = std::mem::replace(&mut self.0[0], last);
+        self.sift_down(0);
+        Some(top)
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let h = &mut self.0;
+        let n = h.len();
+        let key = h[i];
+        loop {
+            let first = 4 * i + 1;
+            if first >= n {
+                break;
+            }
+            let mut best = first;
+            for c in first + 1..(first + 4).min(n) {
+                if h[c] < h[best] {
+                    best = c;
+                }
+            }
+            if h[best] >= key {
+                break;
+            }
+            h[i] = h[best];
+            i = best;
+        }
+        h[i] = key;
+    }
+}
+
+/// One part of a piece during [`merge_parts`]: its byte range and token, its neighbours, and
+/// the pair it starts with its right neighbour. 32 bytes, two to a cache line.
+#[derive(Clone, Copy)]
+struct Part {
+    start: u32,
+    end: u32,
+    prev: u32,
+    next: u32,
+    id: u32,
+    /// Rank of the pair (this part, next part), or `NO_PAIR`.
+    rank: u32,
+    /// The token that pair merges into.
+    merged: u32,
+    /// `MERGEABLE` and `DEAD` bits.
+    flags: u32,
+}
+
+const NIL: u32 = u32::MAX;
+const NO_PAIR: u32 = u32::MAX;
+const MERGEABLE: u32 = 1;
+const DEAD: u32 = 2;
 
 /// Merges `init` (the initial symbols of `piece`, in order) by `rule` and appends the final
 /// ids to `out`.
@@ -259,8 +507,101 @@ pub fn merge<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, scratch
         merge_small(piece, init, rule, out);
         return;
     }
-    merge_heap(piece, init, rule, scratch, out);
+    // Parts index and cover the piece with u32s; a longer piece (over 4 GiB) takes the wide heap.
+    if piece.len() < NIL as usize && init.len() < NIL as usize {
+        merge_parts(piece, init, rule, scratch, out);
+    } else {
+        merge_heap(piece, init, rule, scratch, out);
+    }
 }
+
+/// Heap-ordered merging over compact parts (see the module comment): O(n log n), the same
+/// merge order as [`merge_heap`] and [`merge_small`].
+pub fn merge_parts<R: PairRule + ?Sized>(piece: &[u8], init: &[Sym], rule: &R, scratch: &mut Scratch, out: &mut Vec<u32>) {
+    let n = init.len();
+    let parts = &mut scratch.parts;
+    parts.clear();
+    parts.extend(init.iter().enumerate().map(|(i, s)| Part {
+        start: s.start as u32,
+        end: s.end as u32,
+        prev: if i == 0 { NIL } else { i as u32 - 1 },
+        next: if i + 1 == n { NIL } else { i as u32 + 1 },
+        id: s.id,
+        rank: NO_PAIR,
+        merged: 0,
+        flags: if s.mergeable { MERGEABLE } else { 0 },
+    }));
+    // The bucket lists index their entries (at most three per part) with u32s.
+    if n >= BUCKETS_FROM && n < (NIL / 4) as usize {
+        merge_parts_with(piece, rule, &mut scratch.parts, &mut scratch.buckets, out);
+    } else {
+        merge_parts_with(piece, rule, &mut scratch.parts, &mut scratch.keys, out);
+    }
+}
+
+fn merge_parts_with<R: PairRule + ?Sized, Q: PairQueue>(piece: &[u8], rule: &R, parts: &mut [Part], heap: &mut Q, out: &mut Vec<u32>) {
+    let n = parts.len();
+    // The rank and merged id of the pair starting at part `l` (its right neighbour is alive).
+    let pair_at = |parts: &[Part], l: usize| -> Option<(u32, u32)> {
+        let a = &parts[l];
+        let b = &parts[a.next as usize];
+        if a.flags & b.flags & MERGEABLE == 0 {
+            return None;
+        }
+        let sym = |p: &Part| Sym { start: p.start as usize, end: p.end as usize, id: p.id, mergeable: true };
+        rule.pair(piece, &sym(a), &sym(b))
+    };
+    heap.clear();
+    for l in 0..n - 1 {
+        if let Some((rank, id)) = pair_at(parts, l) {
+            parts[l].rank = rank;
+            parts[l].merged = id;
+            heap.push(((rank as u64) << 32) | l as u64);
+        }
+    }
+    heap.ready();
+    while let Some(key) = heap.pop() {
+        let (rank, l) = ((key >> 32) as u32, (key & 0xFFFF_FFFF) as usize);
+        let p = parts[l];
+        if p.flags & DEAD != 0 || p.rank != rank {
+            continue; // stale: the part merged away, or its pair changed
+        }
+        let r = p.next as usize;
+        let (after, r_end) = (parts[r].next, parts[r].end);
+        parts[r].flags |= DEAD;
+        let left = &mut parts[l];
+        left.end = r_end;
+        left.id = p.merged;
+        left.next = after;
+        left.rank = NO_PAIR;
+        if after != NIL {
+            parts[after as usize].prev = l as u32;
+            if let Some((rank, id)) = pair_at(parts, l) {
+                parts[l].rank = rank;
+                parts[l].merged = id;
+                heap.push(((rank as u64) << 32) | l as u64);
+            }
+        }
+        let before = p.prev;
+        if before != NIL {
+            let b = before as usize;
+            match pair_at(parts, b) {
+                Some((rank, id)) => {
+                    parts[b].rank = rank;
+                    parts[b].merged = id;
+                    heap.push(((rank as u64) << 32) | before as u64);
+                }
+                None => parts[b].rank = NO_PAIR,
+            }
+        }
+    }
+    let mut i = 0u32;
+    while i != NIL {
+        out.push(parts[i as usize].id);
+        i = parts[i as usize].next;
+    }
+}
+
 
 /// Pieces of at most this many symbols merge by rescanning (cheaper than a heap when short).
 pub const SMALL: usize = 16;
@@ -373,12 +714,44 @@ mod tests {
             let len = 2 + (seed >> 60) as usize; // 2..=17
             let s: Vec<u8> = (0..len).map(|k| b"abc"[((seed >> (k * 3 % 60)) % 3) as usize]).collect();
             let init: Vec<Sym> = (0..s.len()).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).must(), mergeable: (seed >> i) & 7 != 0 }).collect();
-            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             merge_heap(&s, &init, &t, &mut Scratch::default(), &mut a);
+            merge_parts(&s, &init, &t, &mut Scratch::default(), &mut c);
+            assert_eq!(a, c, "{:?}", String::from_utf8_lossy(&s));
             if init.len() <= SMALL {
                 merge_small(&s, &init, &t, &mut b);
                 assert_eq!(a, b, "{:?}", String::from_utf8_lossy(&s));
             }
+        }
+    }
+
+    /// The compact-part merge against the wide heap on long pieces, with ranks shared by
+    /// several pairs (as SentencePiece scores are), where only the position breaks ties.
+    #[test]
+    fn parts_and_heap_merges_agree_on_long_pieces() {
+        struct Shared(TokenTable);
+        impl PairRule for Shared {
+            fn pair(&self, piece: &[u8], l: &Sym, r: &Sym) -> Option<(u32, u32)> {
+                let id = self.0.find(&piece[l.start..r.end])?;
+                Some((id / 4, id))
+            }
+        }
+        let toks: [&[u8]; 16] = [b"a", b"b", b"c", b"ab", b"bc", b"ca", b"aa", b"abc", b"bca", b"aaa", b"cab", b"abca", b"bb", b"cc", b"aab", b"bcc"];
+        let t = Shared(table(&toks));
+        let mut seed = 777u64;
+        for round in 0..3000 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 17 + (seed >> 55) as usize; // 17..=528
+            let mut x = seed;
+            let s: Vec<u8> = (0..len).map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                b"abc"[(x >> 62) as usize % 3]
+            }).collect();
+            let init: Vec<Sym> = (0..len).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).must(), mergeable: round % 2 == 0 || (i * 7 + round) % 13 != 0 }).collect();
+            let (mut a, mut c) = (Vec::new(), Vec::new());
+            merge_heap(&s, &init, &t, &mut Scratch::default(), &mut a);
+            merge_parts(&s, &init, &t, &mut Scratch::default(), &mut c);
+            assert_eq!(a, c, "{:?}", String::from_utf8_lossy(&s));
         }
     }
 
@@ -405,6 +778,101 @@ mod tests {
         let mut out = Vec::new();
         merge(s, &init, t, &mut Scratch::default(), &mut out);
         out
+    }
+
+    /// The four-way heap pops keys in sorted order whatever the mix of heapify and pushes.
+    #[test]
+    fn quad_heap_sorts() {
+        let mut seed = 5u64;
+        for n in [0usize, 1, 2, 3, 4, 5, 17, 100, 1000] {
+            let mut h = QuadHeap::default();
+            let mut all = Vec::new();
+            for _ in 0..n {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                h.0.push(seed >> 40);
+                all.push(seed >> 40);
+            }
+            h.heapify();
+            for _ in 0..n / 2 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                h.push(seed >> 40);
+                all.push(seed >> 40);
+            }
+            all.sort_unstable();
+            let got: Vec<u64> = std::iter::from_fn(|| h.pop()).collect();
+            assert_eq!(got, all);
+        }
+    }
+
+    /// The rank buckets are an exact priority queue whatever is pushed between pops: ranks
+    /// below or equal to the one being taken, equal keys, ranks beyond the bucket table.
+    #[test]
+    fn rank_buckets_pop_in_key_order() {
+        let mut seed = 31u64;
+        let mut next = move |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let mut q = RankBuckets::default();
+        for round in 0..200 {
+            q.clear();
+            let mut model = BinaryHeap::new();
+            let key = |next: &mut dyn FnMut(u64) -> u64| {
+                let rank = if next(50) == 0 { MAX_BUCKET_RANK + next(5) } else { next(if round % 2 == 0 { 40 } else { 5000 }) };
+                (rank << 32) | next(300)
+            };
+            for _ in 0..next(400) {
+                let k = key(&mut next);
+                q.push(k);
+                model.push(Reverse(k));
+            }
+            q.ready();
+            loop {
+                for _ in 0..next(3) {
+                    let k = key(&mut next);
+                    q.push(k);
+                    model.push(Reverse(k));
+                }
+                let want = model.pop().map(|Reverse(k)| k);
+                assert_eq!(q.pop(), want, "round {round}");
+                if want.is_none() {
+                    break;
+                }
+                if next(4) == 0 && model.len() > 600 {
+                    while let Some(Reverse(k)) = model.pop() {
+                        assert_eq!(q.pop(), Some(k));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pieces long enough for the rank buckets merge exactly as with the wide heap.
+    #[test]
+    fn bucketed_merges_agree_on_very_long_pieces() {
+        struct Shared(TokenTable);
+        impl PairRule for Shared {
+            fn pair(&self, piece: &[u8], l: &Sym, r: &Sym) -> Option<(u32, u32)> {
+                let id = self.0.find(&piece[l.start..r.end])?;
+                Some((id / 3, id))
+            }
+        }
+        let toks: [&[u8]; 16] = [b"a", b"b", b"c", b"ab", b"bc", b"ca", b"aa", b"abc", b"bca", b"aaa", b"cab", b"abca", b"bb", b"cc", b"aab", b"bcc"];
+        let t = Shared(table(&toks));
+        let mut x = 4242u64;
+        for round in 0..6 {
+            let len = BUCKETS_FROM + round * 3001;
+            let s: Vec<u8> = (0..len).map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                b"abc"[(x >> 62) as usize % 3]
+            }).collect();
+            let init: Vec<Sym> = (0..len).map(|i| Sym { start: i, end: i + 1, id: t.0.find(&s[i..i + 1]).must(), mergeable: round < 3 || i % 97 != 0 }).collect();
+            let (mut a, mut c) = (Vec::new(), Vec::new());
+            let mut scratch = Scratch::default();
+            merge_heap(&s, &init, &t, &mut scratch, &mut a);
+            merge_parts(&s, &init, &t, &mut scratch, &mut c);
+            assert_eq!(a, c, "round {round}");
+        }
     }
 
     #[test]

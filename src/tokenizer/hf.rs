@@ -50,6 +50,8 @@ struct Added {
     special: bool,
     lstrip: bool,
     rstrip: bool,
+    /// Matched on normalized text (with its content normalized), not on the raw text.
+    normalized: bool,
 }
 
 /// A `tokenizer.json` BPE tokenizer.
@@ -62,6 +64,10 @@ pub struct HfTokenizer {
     /// Model-space bytes → id, for the model's own vocabulary; decode bytes per id.
     model_table: TokenTable,
     decode_table: TokenTable,
+    /// Decode bytes of the ids whose bytes differ as the first text token (Metaspace).
+    first_table: TokenTable,
+    /// Ids that the `ByteFallback` decoder turns into single bytes.
+    fallback: Vec<bool>,
     pairs: HashMap<u64, (u32, u32), IdBuildHasher>,
     byte_ids: [Option<u32>; 256],
     byte_fallback: bool,
@@ -69,7 +75,14 @@ pub struct HfTokenizer {
     fuse_unk: bool,
     ignore_merges: bool,
     added: Vec<Added>,
+    /// Every added token, for id lookups and listing.
     markup: SpecialMatcher,
+    /// Added tokens matched on the raw text, and their `(lstrip, rstrip)` per entry.
+    raw_markup: SpecialMatcher,
+    raw_flags: Vec<(bool, bool)>,
+    /// Added tokens matched on normalized text (contents normalized), and their flags.
+    norm_markup: SpecialMatcher,
+    norm_flags: Vec<(bool, bool)>,
     control: Vec<bool>,
     /// What the decoder does to the spaces of the first token (SentencePiece's dummy prefix).
     pub leading: Leading,
@@ -171,7 +184,7 @@ impl HfTokenizer {
 
         let b2c = byte_to_char();
         let inverse: HashMap<char, u8> = b2c.iter().enumerate().map(|(b, &c)| (c, b as u8)).collect();
-        let Vocab { by_key, model_table, mut decode_table } = parse_vocab(&d, model, byte_level, &dec, &inverse)?;
+        let Vocab { by_key, model_table, mut decode_table, mut first_table, mut fallback } = parse_vocab(&d, model, byte_level, &dec, &inverse)?;
         let pairs = parse_merges(&d, model, &by_key)?;
         let byte_fallback = d.bool_or(model, "model", "byte_fallback", false)?;
         let mut byte_ids = [None; 256];
@@ -202,6 +215,14 @@ impl HfTokenizer {
                 decode_table.set(a.id, &[]);
             } else {
                 decode_table.set(a.id, &dec.bytes(&a.content, &inverse));
+                if let Some(b) = dec.first_bytes(&a.content, &inverse) {
+                    first_table.set(a.id, &b);
+                }
+                if dec.is_fallback_byte(&a.content) {
+                    mark(&mut fallback, a.id);
+                } else if let Some(f) = fallback.get_mut(a.id as usize) {
+                    *f = false; // an added token shadows the vocabulary entry of its id
+                }
             }
         }
         // Ids that no vocabulary entry or added token names decode to nothing.
@@ -211,6 +232,11 @@ impl HfTokenizer {
             }
         }
         let markup = SpecialMatcher::new(added.iter().map(|a| (a.content.clone(), a.id)));
+        let (raw_markup, raw_flags) = added_matcher(added.iter().filter(|a| !a.normalized), |c| c.to_string());
+        let (norm_markup, norm_flags) = added_matcher(added.iter().filter(|a| a.normalized), |c| match &normalizer {
+            Some(n) => n.apply(Cow::Borrowed(c)).into_owned(),
+            None => c.to_string(),
+        });
 
         let mut t = HfTokenizer {
             normalizer,
@@ -218,6 +244,8 @@ impl HfTokenizer {
             byte_level,
             model_table,
             decode_table,
+            first_table,
+            fallback,
             pairs,
             byte_ids,
             byte_fallback,
@@ -226,6 +254,10 @@ impl HfTokenizer {
             ignore_merges: d.bool_or(model, "model", "ignore_merges", false)?,
             added,
             markup,
+            raw_markup,
+            raw_flags,
+            norm_markup,
+            norm_flags,
             control,
             leading: dec.leading,
             bos: None,
@@ -306,48 +338,81 @@ impl HfTokenizer {
         Some(self.decode_table.bytes(id).unwrap_or(&[]))
     }
 
-    /// Encodes text: with `markup`, added tokens are cut out first and become their ids;
-    /// without, the whole text is content.
+    /// The bytes of `id` as the first text token, where the decoder treats it differently
+    /// (Metaspace drops its replacement character there).
+    pub fn first_token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.first_table.bytes(id)
+    }
+
+    /// True for a `<0xXX>` token under a `ByteFallback` decoder: a run of them decodes as one
+    /// byte string, and when that is not valid UTF-8 every token of the run becomes U+FFFD.
+    pub fn is_fallback_byte(&self, id: u32) -> bool {
+        self.fallback.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Encodes text: with `markup`, added tokens become their ids; without, the whole text
+    /// is content.
+    ///
+    /// Markup follows the library's `extract_and_normalize`: tokens marked `normalized: false`
+    /// are cut out of the raw text; each stretch between them is normalized, and tokens marked
+    /// `normalized: true` (their contents normalized the same way) are cut out of that. What
+    /// is left is pre-tokenized and encoded. All byte offsets of the second pass are into the
+    /// normalized stretch, which is what the pre-tokenizer then sees.
     pub fn encode(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
-        let mut scratch = Work::default();
-        if !markup || self.markup.is_empty() {
-            self.encode_segment(text, true, cc, &mut scratch, out);
+        let mut w = Work::default();
+        if !markup || self.added.is_empty() {
+            let norm = self.normalize(text);
+            self.encode_normalized(&norm, true, cc, &mut w, out);
             return;
         }
-        let b = text.as_bytes();
-        let (mut at, mut first) = (0usize, true);
-        while let Some((mut s, mut e, id)) = self.markup.find(text, at) {
-            if let Some(a) = self.added.iter().find(|a| a.id == id) {
-                if a.lstrip {
-                    while s > at && b[s - 1].is_ascii_whitespace() {
-                        s -= 1;
-                    }
-                }
-                if a.rstrip {
-                    while e < b.len() && b[e].is_ascii_whitespace() {
-                        e += 1;
-                    }
-                }
+        self.split_added(&self.raw_markup, &self.raw_flags, text, &mut |cut| match cut {
+            Cut::Token(id) => out.push(id),
+            Cut::Text(seg, first) => {
+                let norm = self.normalize(seg);
+                self.split_added(&self.norm_markup, &self.norm_flags, &norm, &mut |cut| match cut {
+                    Cut::Token(id) => out.push(id),
+                    Cut::Text(piece, first_n) => self.encode_normalized(piece, first && first_n, cc, &mut w, out),
+                });
             }
+        });
+    }
+
+    /// Cuts the added tokens of `m` out of `text`, calling `f` for each stretch of text
+    /// between them and for each token. `lstrip`/`rstrip` take the adjacent whitespace
+    /// (`char::is_whitespace`: the Unicode White_Space property that the library's `\s`
+    /// means) into the token, but lstrip never reaches back into an earlier token.
+    fn split_added(&self, m: &SpecialMatcher, flags: &[(bool, bool)], text: &str, f: &mut dyn FnMut(Cut)) {
+        let (mut at, mut search) = (0usize, 0usize);
+        while let Some((s0, e0, k)) = m.find_entry(text, search) {
+            let (lstrip, rstrip) = flags.get(k).copied().unwrap_or((false, false));
+            let mut s = s0;
+            if lstrip {
+                s = text[..s0].trim_end_matches(char::is_whitespace).len().max(at);
+            }
+            let e = if rstrip { text.len() - text[e0..].trim_start_matches(char::is_whitespace).len() } else { e0 };
             if s > at {
-                self.encode_segment(&text[at..s], first, cc, &mut scratch, out);
+                f(Cut::Text(&text[at..s], at == 0));
             }
-            out.push(id);
-            first = false;
-            at = e;
+            f(Cut::Token(m.entries()[k].1));
+            // The library's matcher resumes after the token itself, not after what rstrip took.
+            search = e0;
+            at = at.max(e);
         }
         if at < text.len() {
-            self.encode_segment(&text[at..], first, cc, &mut scratch, out);
+            f(Cut::Text(&text[at..], at == 0));
         }
     }
 
-    /// Normalizes, pre-tokenizes and encodes one stretch of text between added tokens.
-    fn encode_segment(&self, text: &str, first: bool, cc: &CharClasses, w: &mut Work, out: &mut Vec<u32>) {
-        let text: Cow<str> = match &self.normalizer {
+    fn normalize<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        match &self.normalizer {
             Some(n) => n.apply(Cow::Borrowed(text)),
             None => Cow::Borrowed(text),
-        };
-        let (s, pieces) = self.pre_tokenize(&text, first, cc);
+        }
+    }
+
+    /// Pre-tokenizes and encodes one normalized stretch of text between added tokens.
+    fn encode_normalized(&self, text: &str, first: bool, cc: &CharClasses, w: &mut Work, out: &mut Vec<u32>) {
+        let (s, pieces) = self.pre_tokenize(text, first, cc);
         for &(a, b) in &pieces {
             self.encode_piece(&s[a..b], w, out);
         }
@@ -488,6 +553,13 @@ impl PairRule for HfTokenizer {
     }
 }
 
+/// What [`HfTokenizer::split_added`] finds: a stretch of text (and whether it starts the
+/// text), or an added token's id.
+enum Cut<'t> {
+    Text(&'t str, bool),
+    Token(u32),
+}
+
 #[derive(Default)]
 struct Work {
     init: Vec<Sym>,
@@ -554,6 +626,10 @@ struct Vocab<'j> {
     by_key: HashMap<&'j str, u32>,
     model_table: TokenTable,
     decode_table: TokenTable,
+    /// First-position decode bytes of the ids where they differ (see [`DecodeRule::first_bytes`]).
+    first_table: TokenTable,
+    /// Ids the decoder treats as `ByteFallback` bytes.
+    fallback: Vec<bool>,
 }
 
 fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule, inverse: &HashMap<char, u8>) -> Result<Vocab<'j>> {
@@ -562,6 +638,8 @@ fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule,
     let mut by_key: HashMap<&str, u32> = HashMap::with_capacity(vocab.len());
     let mut model_table = TokenTable::new(0);
     let mut decode_table = TokenTable::new(0);
+    let mut first_table = TokenTable::new(0);
+    let mut fallback = Vec::new();
     let mut in_model = Vec::new();
     for (k, v) in vocab {
         let id = d.id(v, &format!("model.vocab.{k}"))?;
@@ -577,13 +655,26 @@ fn parse_vocab<'j>(d: &Doc, model: &'j Json, byte_level: bool, dec: &DecodeRule,
             in_model[id as usize] = true;
         }
         decode_table.set(id, &dec.bytes(k, inverse));
+        if let Some(b) = dec.first_bytes(k, inverse) {
+            first_table.set(id, &b);
+        }
+        if dec.is_fallback_byte(k) {
+            mark(&mut fallback, id);
+        }
     }
     let mut dup = None;
     model_table.index(|id| in_model.get(id as usize).copied().unwrap_or(false), |a, b| dup = Some((a, b)));
     if let Some((a, b)) = dup {
         return Err(err(path, "model.vocab", format!("ids {b} and {a} stand for the same bytes")));
     }
-    Ok(Vocab { by_key, model_table, decode_table })
+    Ok(Vocab { by_key, model_table, decode_table, first_table, fallback })
+}
+
+fn mark(flags: &mut Vec<bool>, id: u32) {
+    if flags.len() <= id as usize {
+        flags.resize(id as usize + 1, false);
+    }
+    flags[id as usize] = true;
 }
 
 /// `model.merges`: rank = position in the list; each pair and its concatenation must be in
@@ -610,6 +701,21 @@ fn parse_merges(d: &Doc, model: &Json, by_key: &HashMap<&str, u32>) -> Result<Ha
     Ok(pairs)
 }
 
+/// A matcher over `tokens` with contents mapped by `content`, and the strip flags of each
+/// matcher entry (a content given twice keeps its first token, as the matcher does).
+fn added_matcher<'a>(tokens: impl Iterator<Item = &'a Added>, content: impl Fn(&str) -> String) -> (SpecialMatcher, Vec<(bool, bool)>) {
+    let list: Vec<(String, u32, (bool, bool))> = tokens.map(|a| (content(&a.content), a.id, (a.lstrip, a.rstrip))).collect();
+    let m = SpecialMatcher::new(list.iter().map(|(c, id, _)| (c.clone(), *id)));
+    // The matcher keeps entries in the order given, skipping empty and repeated contents.
+    let mut flags = Vec::with_capacity(m.entries().len());
+    for (c, id, f) in &list {
+        if m.entries().get(flags.len()).is_some_and(|(c2, id2)| c2 == c && id2 == id) {
+            flags.push(*f);
+        }
+    }
+    (m, flags)
+}
+
 fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
     let path = d.path;
     let mut added = Vec::new();
@@ -622,8 +728,11 @@ fn parse_added(d: &Doc, root: &Json) -> Result<Vec<Added>> {
             if d.bool_or(a, &key, "single_word", false)? {
                 return Err(unsupported(path, &format!("{key}.single_word"), "single-word added tokens are not supported"));
             }
+            let special = d.bool_or(a, &key, "special", false)?;
             added.push(Added {
-                special: d.bool_or(a, &key, "special", false)?,
+                // The library's own default for a token added without the flag.
+                normalized: d.bool_or(a, &key, "normalized", !special)?,
+                special,
                 lstrip: d.bool_or(a, &key, "lstrip", false)?,
                 rstrip: d.bool_or(a, &key, "rstrip", false)?,
                 content,
@@ -720,8 +829,6 @@ pub enum Leading {
     Keep,
     /// `Strip` of one leading space from the fused text.
     StripOne,
-    /// `Metaspace`: every `▁` of the first token is dropped, not turned into a space.
-    DropFirstTokenSpaces,
 }
 
 /// How the decoder turns one vocabulary string into bytes.
@@ -732,16 +839,41 @@ struct DecodeRule {
     replace: Vec<(String, String)>,
     byte_fallback: bool,
     leading: Leading,
+    /// `Metaspace` with a prepend scheme: in the first token the replacement is dropped, not
+    /// turned into a space. It acts on the token's string, before `ByteFallback` makes bytes,
+    /// so a `<0x20>` byte token keeps its space.
+    first_drop: Option<String>,
+}
+
+/// The byte of a `<0xXX>` byte-fallback token string.
+fn fallback_byte(token: &str) -> Option<u8> {
+    let t = token.as_bytes();
+    if t.len() == 6 && t.starts_with(b"<0x") && t[5] == b'>' {
+        return u8::from_str_radix(&token[3..5], 16).ok();
+    }
+    None
 }
 
 impl DecodeRule {
+    /// True when the decoder turns `token` into a byte of a `ByteFallback` run.
+    fn is_fallback_byte(&self, token: &str) -> bool {
+        self.byte_fallback && fallback_byte(token).is_some()
+    }
+
+    /// The bytes of `token` as the first text token of a sequence, when they differ from
+    /// [`DecodeRule::bytes`].
+    fn first_bytes(&self, token: &str, inverse: &HashMap<char, u8>) -> Option<Vec<u8>> {
+        let drop = self.first_drop.as_deref()?;
+        if self.is_fallback_byte(token) || !token.contains(drop) {
+            return None;
+        }
+        Some(self.bytes(&token.replace(drop, ""), inverse))
+    }
+
     fn bytes(&self, token: &str, inverse: &HashMap<char, u8>) -> Vec<u8> {
         if self.byte_fallback {
-            let t = token.as_bytes();
-            if t.len() == 6 && t.starts_with(b"<0x") && t[5] == b'>' {
-                if let Ok(b) = u8::from_str_radix(&token[3..5], 16) {
-                    return vec![b];
-                }
+            if let Some(b) = fallback_byte(token) {
+                return vec![b];
             }
         }
         if self.byte_level {
@@ -798,7 +930,7 @@ fn parse_decoder(d: &Doc, v: &Json, key: &str) -> Result<DecodeRule> {
                 let prepend = v.get("prepend_scheme").and_then(Json::as_str).map(|s| s != "never")
                     .unwrap_or(d.bool_or(v, &key, "add_prefix_space", true)?);
                 if prepend {
-                    rule.leading = Leading::DropFirstTokenSpaces;
+                    rule.first_drop = Some(r.to_string());
                 }
             }
             other => return Err(unsupported(d.path, &format!("{key}.type"), format!("decoder `{other}` is not supported"))),

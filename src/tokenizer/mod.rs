@@ -1,8 +1,8 @@
 //! Text ↔ token ids, exactly as each model family's reference tokenizer does it.
 //!
 //! Two encoding entry points keep markup apart from content (seed 001, "Tokenizer"):
-//! [`Tokenizer::encode`] treats special-token strings such as `<|endoftext|>` as ordinary text
-//! and can never produce a control-token id; [`Tokenizer::encode_markup`] resolves them. A
+//! [`Tokenizer::tokenize`] treats special-token strings such as `<|endoftext|>` as ordinary text
+//! and can never produce a control-token id; [`Tokenizer::tokenize_markup`] resolves them. A
 //! prompt is built by encoding the template with the second and every piece of content with
 //! the first.
 //!
@@ -43,8 +43,8 @@ enum Kind {
     SentencePiece(SentencePiece),
     /// A tiktoken rank file, or Kimi's `tiktoken.model`.
     Tiktoken(tiktoken::Tiktoken),
-    /// A Hugging Face `tokenizer.json` BPE tokenizer.
-    Hf(hf::HfTokenizer),
+    /// A Hugging Face `tokenizer.json` BPE tokenizer (boxed: it is the largest kind by far).
+    Hf(Box<hf::HfTokenizer>),
 }
 
 /// The file names [`Tokenizer::from_model_dir`] looks for, in order (then any `*.tiktoken`).
@@ -74,7 +74,7 @@ impl Tokenizer {
         let config = read_config(path)?;
         let config_ref = config.as_ref().map(|(p, j)| (p.as_path(), j));
         let kind = if ext == "json" || (ext != "bin" && bytes.first() == Some(&b'{')) {
-            Kind::Hf(hf::HfTokenizer::parse(path, &bytes, config_ref)?)
+            Kind::Hf(Box::new(hf::HfTokenizer::parse(path, &bytes, config_ref)?))
         } else if ext == "tiktoken" {
             Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
         } else if ext == "model" || name.ends_with(".model") {
@@ -166,30 +166,23 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
 
     /// Encodes content: special-token strings are plain text, so the result never holds a
     /// control id (nor any added token of a `tokenizer.json`). No BOS is added.
-    pub fn encode(&self, text: &str) -> Vec<u32> {
+    pub fn tokenize(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
             Kind::SentencePiece(sp) => return sp.encode(text),
-            Kind::Tiktoken(t) => t.encode_ordinary(text, self.classes(), &mut out),
+            Kind::Tiktoken(t) => t.encode(text, false, self.classes(), &mut out),
             Kind::Hf(h) => h.encode(text, false, self.classes(), &mut out),
         }
         out
     }
 
     /// Encodes markup: special-token strings become their ids. No BOS is added.
-    pub fn encode_markup(&self, text: &str) -> Vec<u32> {
+    pub fn tokenize_markup(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
             // tok512 has no special-token strings that text can spell.
             Kind::SentencePiece(sp) => return sp.encode(text),
-            Kind::Tiktoken(t) => {
-                for seg in t.specials.split(text) {
-                    match seg {
-                        specials::Segment::Text(s) => t.encode_ordinary(s, self.classes(), &mut out),
-                        specials::Segment::Special(id) => out.push(id),
-                    }
-                }
-            }
+            Kind::Tiktoken(t) => t.encode(text, true, self.classes(), &mut out),
             Kind::Hf(h) => h.encode(text, true, self.classes(), &mut out),
         }
         out
@@ -204,7 +197,7 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
         Some(out)
     }
 
-    /// The special-token strings that [`Tokenizer::encode_markup`] recognises, with their ids.
+    /// The special-token strings that [`Tokenizer::tokenize_markup`] recognises, with their ids.
     pub fn special_tokens(&self) -> Vec<(String, u32)> {
         match &self.kind {
             Kind::SentencePiece(_) => Vec::new(),
@@ -236,7 +229,7 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
     }
 
     /// Decodes ids to text. Invalid UTF-8 becomes U+FFFD.
-    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+    pub fn detokenize(&self, ids: &[u32]) -> Result<String> {
         let mut d = self.detokenizer();
         let mut out = String::new();
         for &id in ids {
@@ -247,7 +240,7 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
     }
 
     /// Decodes ids to the exact bytes they stand for (no U+FFFD substitution).
-    pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
+    pub fn detokenize_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
         let mut out = Vec::new();
         let mut at_start = true;
         for &id in ids {
@@ -256,7 +249,7 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
                 continue;
             }
             if at_start {
-                out.extend_from_slice(&self.first_piece(b));
+                out.extend_from_slice(self.first_piece(id, b));
             } else {
                 out.extend_from_slice(b);
             }
@@ -267,32 +260,37 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
 
     /// A streaming decoder for a sequence from its start.
     pub fn detokenizer(&self) -> Detokenizer {
-        Detokenizer { pending: Vec::new(), at_start: true }
+        Detokenizer { pending: Vec::new(), at_start: true, run: 0 }
     }
 
     /// A streaming decoder for the tokens that follow `prefix` (a prompt already shown): the
     /// first piece keeps its leading space unless `prefix` held no text token.
     pub fn detokenizer_after(&self, prefix: &[u32]) -> Detokenizer {
         let at_start = prefix.iter().all(|&id| self.is_control(id));
-        Detokenizer { pending: Vec::new(), at_start }
+        Detokenizer { pending: Vec::new(), at_start, run: 0 }
     }
 
     /// The bytes of the first text token of a sequence: SentencePiece vocabularies drop the
-    /// dummy-prefix space (one leading space; HF `Metaspace` decoders drop every space of
-    /// that token).
-    fn first_piece<'a>(&self, b: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-        use std::borrow::Cow;
+    /// dummy-prefix space (one leading space); HF `Metaspace` decoders drop the replacement
+    /// characters of that token's string (not spaces that a `<0x20>` byte token stands for).
+    fn first_piece<'a>(&'a self, id: u32, b: &'a [u8]) -> &'a [u8] {
         let leading = match &self.kind {
             Kind::SentencePiece(_) => hf::Leading::StripOne,
             Kind::Tiktoken(_) => hf::Leading::Keep,
-            Kind::Hf(h) => h.leading,
+            Kind::Hf(h) => match h.first_token_bytes(id) {
+                Some(first) => return first,
+                None => h.leading,
+            },
         };
         match leading {
-            hf::Leading::Keep => Cow::Borrowed(b),
-            hf::Leading::StripOne => Cow::Borrowed(b.strip_prefix(b" ").unwrap_or(b)),
-            hf::Leading::DropFirstTokenSpaces if b.contains(&b' ') => Cow::Owned(b.iter().copied().filter(|&c| c != b' ').collect()),
-            hf::Leading::DropFirstTokenSpaces => Cow::Borrowed(b),
+            hf::Leading::Keep => b,
+            hf::Leading::StripOne => b.strip_prefix(b" ").unwrap_or(b),
         }
+    }
+
+    /// True for a token whose byte joins a `ByteFallback` run (see [`Detokenizer`]).
+    fn is_fallback_byte(&self, id: u32) -> bool {
+        matches!(&self.kind, Kind::Hf(h) if h.is_fallback_byte(id))
     }
 }
 
@@ -420,9 +418,19 @@ fn looks_like_ranks(path: &Path) -> bool {
 }
 
 /// Streaming detokenizer: feed ids one at a time, get back text that is complete UTF-8.
+///
+/// A piece that ends inside a UTF-8 character is held back until the character completes, and
+/// invalid bytes become U+FFFD only once nothing can complete them. Under a Hugging Face
+/// `ByteFallback` decoder a run of `<0xXX>` tokens is decoded as one byte string: valid UTF-8
+/// gives its text, anything else one U+FFFD per token of the run (the library's rule). Whether
+/// a run is valid is known only when it ends, so the whole run is held until the next other
+/// token (or [`Detokenizer::finish`]): an early character could otherwise turn out to be part
+/// of a run that decodes to U+FFFDs.
 pub struct Detokenizer {
     pending: Vec<u8>,
     at_start: bool,
+    /// Number of `ByteFallback` tokens whose bytes are the whole of `pending`.
+    run: usize,
 }
 
 impl Detokenizer {
@@ -433,20 +441,47 @@ impl Detokenizer {
             return Ok(String::new());
         }
         let bytes = tok.token_bytes(id)?;
-        if self.at_start {
-            self.pending.extend_from_slice(&tok.first_piece(bytes));
-        } else {
-            self.pending.extend_from_slice(bytes);
-        }
+        let bytes = if self.at_start { tok.first_piece(id, bytes) } else { bytes };
         self.at_start = false;
-        Ok(self.take_complete())
+        if tok.is_fallback_byte(id) {
+            let mut out = String::new();
+            if self.run == 0 && !self.pending.is_empty() {
+                // A run decodes apart from the text before it.
+                out = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending.clear();
+            }
+            self.pending.extend_from_slice(bytes);
+            self.run += 1;
+            return Ok(out);
+        }
+        let mut out = self.end_run();
+        self.pending.extend_from_slice(bytes);
+        out.push_str(&self.take_complete());
+        Ok(out)
     }
 
     /// Returns what is left at the end of the sequence; incomplete characters become U+FFFD.
     pub fn finish(&mut self) -> String {
+        if self.run > 0 {
+            return self.end_run();
+        }
         let s = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         s
+    }
+
+    /// Decodes a finished `ByteFallback` run (empty when there is none).
+    fn end_run(&mut self) -> String {
+        if self.run == 0 {
+            return String::new();
+        }
+        let out = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.to_string(),
+            Err(_) => "\u{FFFD}".repeat(self.run),
+        };
+        self.pending.clear();
+        self.run = 0;
+        out
     }
 
     /// Emits the longest prefix that cannot change: everything except a trailing incomplete

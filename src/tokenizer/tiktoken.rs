@@ -26,6 +26,53 @@ pub struct Tiktoken {
     control: Vec<bool>,
     pub bos: Option<u32>,
     pub eos: Vec<u32>,
+    /// Cut the text as `tokenization_kimi.py` does before encoding (see [`kimi_cuts`]).
+    kimi_cuts: bool,
+}
+
+/// `tokenization_kimi.py` encodes its input in windows of this many characters…
+const KIMI_WINDOW: usize = 400_000;
+/// …and cuts each window inside any run of more than this many consecutive whitespace or
+/// non-whitespace characters.
+const KIMI_RUN: usize = 25_000;
+
+/// Python's `str.isspace`: Unicode White_Space plus the four information separators
+/// U+001C..U+001F (which Python counts as whitespace through their bidirectional class).
+fn py_isspace(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Calls `f` with the pieces `tokenization_kimi.py` hands to tiktoken one by one:
+/// `text` in windows of [`KIMI_WINDOW`] characters (code points), each cut further by
+/// `_split_whitespaces_or_nonwhitespaces`: when a run of whitespace (or of non-whitespace)
+/// reaches [`KIMI_RUN`] + 1 characters, a new piece starts at that character. BPE and the split
+/// pattern then never see across a cut, so the ids differ from encoding the whole text.
+fn kimi_cuts<'a>(text: &'a str, mut f: impl FnMut(&'a str)) {
+    let mut window_start = 0;
+    let mut in_window = 0usize;
+    let mut piece_start = 0;
+    let mut run = 0usize;
+    let mut space = false;
+    for (i, c) in text.char_indices() {
+        if in_window == KIMI_WINDOW {
+            f(&text[piece_start..i]);
+            (window_start, piece_start, in_window) = (i, i, 0);
+        }
+        let now = py_isspace(c);
+        if i == window_start || now != space {
+            (run, space) = (1, now);
+        } else {
+            run += 1;
+            if run > KIMI_RUN {
+                f(&text[piece_start..i]);
+                (piece_start, run) = (i, 1);
+            }
+        }
+        in_window += 1;
+    }
+    if piece_start < text.len() {
+        f(&text[piece_start..]);
+    }
 }
 
 /// What the published encodings add to their rank file: pattern and specials.
@@ -216,7 +263,7 @@ impl Tiktoken {
                 "{}: the vocabulary has no token for the byte 0x{b:02x}", path.display())))?;
         }
         let eos = specials.iter().filter(|(s, _)| s == ENDOFTEXT || s == "[EOS]").map(|s| s.1).collect();
-        Ok(Tiktoken { table, byte_ids, pattern, specials: SpecialMatcher::new(specials), control, bos: None, eos })
+        Ok(Tiktoken { table, byte_ids, pattern, specials: SpecialMatcher::new(specials), control, bos: None, eos, kimi_cuts: false })
     }
 
     /// Loads a published encoding's rank file, recognised by file name (or, failing that, by
@@ -259,6 +306,7 @@ impl Tiktoken {
             (names.remove(&id).unwrap_or_else(|| format!("<|reserved_token_{id}|>")), id)
         }).collect();
         let mut t = Tiktoken::from_ranks(path, ranks, SplitPattern::O200k { kimi: true }, specials, Some(data))?;
+        t.kimi_cuts = true;
         if let Some((cpath, cfg)) = config {
             let token = |key: &str| -> Result<Option<u32>> {
                 let Some(v) = cfg.get(key) else { return Ok(None) };
@@ -305,9 +353,33 @@ impl Tiktoken {
         Some(self.table.bytes(id).unwrap_or(&[]))
     }
 
-    /// Encodes ordinary text (no specials recognised), appending to `out`.
-    pub fn encode_ordinary(&self, text: &str, cc: &CharClasses, out: &mut Vec<u32>) {
-        self.encode_pieces(text, cc, true, out);
+    /// Encodes text, appending to `out`: with `markup` special-token strings become their
+    /// ids, without they are ordinary text. Kimi's encoding first cuts the text as its
+    /// reference does and encodes each piece on its own (specials included).
+    pub fn encode(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
+        if self.kimi_cuts {
+            kimi_cuts(text, |piece| self.encode_whole(piece, markup, cc, out));
+        } else {
+            self.encode_whole(text, markup, cc, out);
+        }
+    }
+
+    fn encode_whole(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
+        if !markup {
+            self.encode_pieces(text, cc, true, out);
+            return;
+        }
+        let mut at = 0;
+        while let Some((a, b, id)) = self.specials.find(text, at) {
+            if a > at {
+                self.encode_pieces(&text[at..a], cc, true, out);
+            }
+            out.push(id);
+            at = b;
+        }
+        if at < text.len() {
+            self.encode_pieces(&text[at..], cc, true, out);
+        }
     }
 
     /// Encodes ordinary text piece by piece. With `cache`, a piece that needed merging is
@@ -372,6 +444,26 @@ mod tests {
         t.encode_pieces(text, &cc, false, &mut b);
         assert_eq!(a, b);
         assert!(a.contains(&257) && a.contains(&258));
+    }
+
+    /// `_split_whitespaces_or_nonwhitespaces` on small runs: the cut lands on the character
+    /// that makes a run one longer than the limit, and whitespace runs count alike.
+    #[test]
+    fn kimi_cut_positions() {
+        let cut = |s: &str| {
+            let mut v = Vec::new();
+            kimi_cuts(s, |p| v.push(p.len()));
+            v
+        };
+        let n = KIMI_RUN;
+        assert_eq!(cut(&"a".repeat(n)), [n]);
+        assert_eq!(cut(&"a".repeat(n + 1)), [n, 1]);
+        assert_eq!(cut(&format!("{}{}", " ".repeat(n + 2), "b".repeat(3))), [n, 5]);
+        assert_eq!(cut(&format!("x{}", "\u{1c}".repeat(n + 1))), [1 + n, 1]); // U+001C is Python whitespace
+        assert_eq!(cut(""), Vec::<usize>::new());
+        // Windows count characters, not bytes: 400,000 two-byte characters, then one more.
+        let text = "é ".repeat(KIMI_WINDOW / 2) + "é";
+        assert_eq!(cut(&text), [3 * KIMI_WINDOW / 2, 2]);
     }
 
     #[test]
