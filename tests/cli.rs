@@ -90,6 +90,7 @@ fn arguments_that_are_not_utf8() {
 #[test]
 fn double_dash_and_inline_values() {
     let (code, out, err) = waste(&["run", M, "-n", "2", "--temp", "0", "--", "-hello"]);
+    let err = summary(&err);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("-hello"), "{out}");
     assert!(err.starts_with("[2 tokens, "), "{err}");
@@ -100,6 +101,7 @@ fn double_dash_and_inline_values() {
         let mut args = vec!["run", M, "Once", "--temp=0"];
         args.extend_from_slice(n);
         let (code, _, err) = waste(&args);
+        let err = summary(&err);
         assert_eq!(code, 0, "{n:?}: {err}");
         assert!(err.starts_with("[3 tokens, "), "{n:?}: {err}");
     }
@@ -113,6 +115,7 @@ fn double_dash_and_inline_values() {
 fn the_summary_says_why_generation_stopped() {
     let stop = |args: &[&str]| {
         let (code, out, err) = waste(args);
+        let err = summary(&err);
         assert_eq!(code, 0, "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: one summary line: {err}");
         (out, err)
@@ -149,6 +152,7 @@ fn the_summary_says_why_generation_stopped() {
 #[test]
 fn the_summary_is_one_line_with_the_clock_seed_in_it() {
     let (code, _, err) = waste(&["run", M, "Once", "-n", "5", "--temp", "1"]);
+    let err = summary(&err);
     assert_eq!(code, 0, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     let seed: u64 = err.split("| seed ").nth(1).and_then(|s| s.trim_end().trim_end_matches(']').parse().ok())
@@ -162,6 +166,7 @@ fn the_summary_is_one_line_with_the_clock_seed_in_it() {
     assert!(!waste(&["run", M, "Once", "-n", "5", "--temp", "0"]).2.contains("seed"));
     // The decode rate is steps over decode time: with one token there is no decode step.
     let (_, _, err) = waste(&["run", M, "Once", "-n", "1", "--temp", "0"]);
+    let err = summary(&err);
     assert!(err.starts_with("[1 tokens, 0.00 s, - tok/s | prefill 2 tokens, "), "{err}");
 }
 
@@ -185,6 +190,20 @@ fn range_and_size_messages() {
     let (code, out, err) = waste(&["info", M, "--budget", "4GiB", "--json"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("\"budget_bytes\": {}", 4u64 << 30)), "{out}");
+}
+
+/// A budget the engine chose is reported on stderr before the summary; one the user gave is not
+/// repeated.
+#[test]
+fn a_chosen_budget_is_reported_and_a_given_one_is_not() {
+    let (code, _, err) = waste(&["run", M, "Once", "-n", "2", "--temp", "0"]);
+    assert_eq!(code, 0, "{err}");
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.starts_with("[budget ") && first.contains("chosen: ") && first.contains("holding "), "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
+    let (code, _, err) = waste(&["run", M, "Once", "-n", "2", "--temp", "0", "--budget", "64M"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.starts_with("[2 tokens, ") && err.lines().count() == 1, "{err}");
 }
 
 #[test]

@@ -42,6 +42,7 @@ fn make_run_command_prints_the_story() {
     let (_, text) = golden();
     let (code, out, err) = waste(&["run", "models/stories260K", "Once upon a time", "-n", "252", "--temp", "0"]);
     assert_eq!(code, 0, "{err}");
+    let err = summary(&err);
     assert_eq!(out.trim_end_matches('\n'), text);
     // One summary line: decode figures, then the prefill's, then why it stopped.
     assert_eq!(err.lines().count(), 1, "{err}");

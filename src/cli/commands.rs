@@ -205,10 +205,15 @@ fn peak_rss() -> Option<u64> {
 
 /// Tells the user (on stderr) the budget the model runs under and how it was chosen, and any
 /// warning about it: one line for every command that opens a model.
+/// Says on stderr what budget the engine chose (issue 6: a chosen budget is reported; one the
+/// user gave is not repeated) and any warning about it.
 fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         errln!("waste: warning: {w}");
+    }
+    if b.source == waste::BudgetSource::Explicit {
+        return;
     }
     let how = match b.source {
         waste::BudgetSource::Explicit => "given".to_string(),
@@ -235,15 +240,15 @@ pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
 /// vocab) as the model computes them, one row at a time: nothing of the whole is held.
 fn dump_logits(model: &mut Model, ids: &[u32], path: &Path) -> Outcome {
     use std::io::Write;
-    use waste::format::safetensors::{commit_file, temp_sibling};
-    let tmp = temp_sibling(path);
-    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
-    let mut w = std::io::BufWriter::new(file);
+    let mut out = waste::format::safetensors::TempFile::create(path)?;
+    let mut w = std::io::BufWriter::new(out.file());
     model.eval_each(ids, |_, logits| {
-        logits.iter().try_for_each(|v| w.write_all(&v.to_le_bytes())).map_err(|e| waste::Error::io(&tmp, "write", e))
+        logits.iter().try_for_each(|v| w.write_all(&v.to_le_bytes())).map_err(|e| waste::Error::io(path, "write", e))
     })?;
-    let file = w.into_inner().map_err(|e| io_err(&tmp, "write", e.into_error()))?;
-    commit_file(file, &tmp, path).map_err(Failure::Run)
+    w.flush().map_err(|e| io_err(path, "write", e))?;
+    drop(w);
+    out.commit()?;
+    Ok(())
 }
 
 /// Writes the hidden states of `ids` to `path` (raw little-endian f32, [layers + 2] ×
@@ -251,23 +256,23 @@ fn dump_logits(model: &mut Model, ids: &[u32], path: &Path) -> Outcome {
 /// file: nothing of the whole is held.
 fn dump_hidden(model: &mut Model, ids: &[u32], path: &Path) -> Outcome {
     use std::os::unix::fs::FileExt;
-    use waste::format::safetensors::{commit_file, temp_sibling};
-    let tmp = temp_sibling(path);
+    let mut out = waste::format::safetensors::TempFile::create(path)?;
     let (slots, hidden) = (model.info().layers as u64 + 2, model.info().hidden as u64);
-    let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, "create", e))?;
-    file.set_len(slots * ids.len() as u64 * hidden * 4).map_err(|e| io_err(&tmp, "size", e))?;
+    let file = out.file();
+    file.set_len(slots * ids.len() as u64 * hidden * 4).map_err(|e| io_err(path, "size", e))?;
     let mut bytes = Vec::with_capacity(64 << 10);
     model.hidden_states_each(ids, |slot, first, rows| {
         let mut at = (slot as u64 * ids.len() as u64 + first as u64) * hidden * 4;
         for part in rows.chunks(16 << 10) {
             bytes.clear();
             bytes.extend(part.iter().flat_map(|v| v.to_le_bytes()));
-            file.write_all_at(&bytes, at).map_err(|e| waste::Error::io(&tmp, "write", e))?;
+            file.write_all_at(&bytes, at).map_err(|e| waste::Error::io(path, "write", e))?;
             at += bytes.len() as u64;
         }
         Ok(())
     })?;
-    commit_file(file, &tmp, path).map_err(Failure::Run)
+    out.commit()?;
+    Ok(())
 }
 
 fn eval(a: &Args) -> Outcome {

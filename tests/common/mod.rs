@@ -91,6 +91,15 @@ pub fn waste(args: &[&str]) -> (i32, String, String) {
     waste_stdin(args, None)
 }
 
+/// `waste run`'s stderr without the line that reports a budget the engine chose (issue 6; a
+/// budget the user gave is not repeated): what is left is the summary.
+pub fn summary(err: &str) -> String {
+    match err.split_once('\n') {
+        Some((first, rest)) if first.starts_with("[budget ") => rest.to_string(),
+        _ => err.to_string(),
+    }
+}
+
 /// Runs the binary with `stdin` piped in (or closed when `None`).
 pub fn waste_stdin(args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
     use std::io::Write;
