@@ -1,6 +1,7 @@
 //! The run state of a decoder: the KV cache and the scratch buffers of a forward pass, sized
 //! once at open so that decoding allocates nothing.
 
+use super::latent::LatentState;
 use crate::error::Result;
 use crate::format::config::ModelConfig;
 use crate::sys::AlignedBuf;
@@ -56,15 +57,19 @@ pub struct State {
     /// they pick.
     pub ahead_logits: Vec<f32>,
     pub ahead_ids: Vec<u32>,
+    /// DeepSeek / Kimi (wp-mla): the MLA latent cache and the KDA recurrent and convolution
+    /// state, which replace the K/V cache of those layers, and their scratch.
+    pub latent: LatentState,
 }
 
 impl State {
     /// Bytes the state will hold for a model of `cfg` with context `ctx`, prefill `chunk` and
     /// `threads` pool participants (the memory plan uses this without allocating).
     pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> (u64, u64) {
-        let kv = 2 * cfg.layers as u64 * ctx as u64 * cfg.kv_dim() as u64 * 4;
+        let kv = 2 * cfg.kv_cache_layers() as u64 * ctx as u64 * cfg.kv_dim() as u64 * 4;
         let scratch = Self::scratch_floats(cfg, ctx, chunk, threads) as u64 * 4;
-        (kv, scratch)
+        let (latent_state, latent_scratch) = LatentState::plan_bytes(cfg, ctx, chunk, threads);
+        (kv + latent_state, scratch + latent_scratch)
     }
 
     /// Bytes of the int8 path's activation buffer (`Options::int8_activations`): one prefill
@@ -75,7 +80,7 @@ impl State {
 
     /// Activations the int8 path quantizes at most at once.
     pub fn int8_values(cfg: &ModelConfig, chunk: usize) -> usize {
-        chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg))
+        chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg)).max(LatentState::widest_input(cfg))
     }
 
     fn ffn_width(cfg: &ModelConfig) -> usize {
@@ -99,7 +104,7 @@ impl State {
 
     /// Allocates the state.
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Result<State> {
-        let kv_bytes = cfg.layers * ctx * cfg.kv_dim() * 4;
+        let kv_bytes = cfg.kv_cache_layers() * ctx * cfg.kv_dim() * 4;
         let ffn = Self::ffn_width(cfg);
         let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
         Ok(State {
@@ -131,6 +136,7 @@ impl State {
             expert_out: vec![0.0; chunk * top_k * cfg.hidden],
             ahead_logits: vec![0.0; experts],
             ahead_ids: vec![0; top_k],
+            latent: LatentState::new(cfg, ctx, chunk, threads),
         })
     }
 }
