@@ -123,9 +123,9 @@ fn conv_silu(u: &[f32], hist: &mut [f32], w: &[f32], n: usize, c: usize, kk: usi
     }
 }
 
-/// q ← q / √(Σq² + 1e-6) · D^-0.5 and k ← k / √(Σk² + 1e-6) per head (spec §4.3 step 3; ε inside
-/// the root, as fla and transformers compute it).
-fn l2norm_heads(x: &mut [f32], d: usize, scale: Option<f32>) {
+/// x ← x / √(Σx² + 1e-6) per head of `d` channels, then × `scale` if given (spec §4.3 step 3:
+/// ε inside the root, as fla and transformers compute it; q takes D^-0.5, k nothing).
+pub fn l2norm_heads(x: &mut [f32], d: usize, scale: Option<f32>) {
     for head in x.chunks_exact_mut(d) {
         let ss: f32 = head.iter().fold(0.0, |a, v| a + v * v);
         let norm = (ss + 1e-6).sqrt();
@@ -134,6 +134,19 @@ fn l2norm_heads(x: &mut [f32], d: usize, scale: Option<f32>) {
             if let Some(s) = scale {
                 *v *= s;
             }
+        }
+    }
+}
+
+/// g = −exp(A_log[h])·softplus(z + dt_bias) in place over rows of H·D (spec §4.3 step 4), with
+/// softplus(x) = x above 20 and ln(1 + eˣ) below, as fla and transformers compute it.
+pub fn forget_gate(z: &mut [f32], dt_bias: &[f32], a_log: &[f32], d: usize) {
+    let width = dt_bias.len();
+    for row in z.chunks_exact_mut(width) {
+        for (c, gc) in row.iter_mut().enumerate() {
+            let x = *gc + dt_bias[c];
+            let softplus = if x > 20.0 { x } else { (1.0 + x.exp()).ln() };
+            *gc = -a_log[c / d].exp() * softplus;
         }
     }
 }
@@ -172,15 +185,8 @@ pub fn kda_block(cfg: &ModelConfig, kda: &KdaConfig, k: &Kernels, pool: &Pool, s
     let scale = (1.0 / (d as f64).sqrt()) as f32;
     l2norm_heads(&mut q[..n * width], d, Some(scale));
     l2norm_heads(&mut kv[..n * width], d, None);
-    // 4. g = −exp(A_log)·softplus(z + dt_bias), softplus linear above 20; 5. β = σ(b).
-    for t in 0..n {
-        let g = &mut kda_g[t * width..(t + 1) * width];
-        for (c, gc) in g.iter_mut().enumerate() {
-            let z = *gc + w.dt_bias[c];
-            let softplus = if z > 20.0 { z } else { (1.0 + z.exp()).ln() };
-            *gc = -w.a_log[c / d].exp() * softplus;
-        }
-    }
+    // 4. The forget gate's log decay; 5. β = σ(b).
+    forget_gate(&mut kda_g[..n * width], &w.dt_bias, &w.a_log, d);
     for b in kda_beta[..n * heads].iter_mut() {
         *b = 1.0 / (1.0 + (-*b).exp());
     }
