@@ -369,3 +369,105 @@ fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
         let _ = std::fs::remove_dir_all(&base);
     }
 }
+
+/// Rewrites `src`'s tensors into `dst/model.safetensors` through `edit` (which returns the
+/// tensors to write in their place: name, dtype, shape, bytes), with its config.
+fn rewrite(src: &Path, dst: &Path, mut edit: impl FnMut(&str, Vec<u64>, Vec<u8>) -> Vec<(String, waste::format::dtype::DType, Vec<u64>, Vec<u8>)>) {
+    use waste::format::dtype::DType;
+    use waste::format::safetensors::{SafeTensors, TensorSpec, Writer};
+    std::fs::create_dir_all(dst).unwrap();
+    std::fs::copy(src.join("config.json"), dst.join("config.json")).unwrap();
+    let st = SafeTensors::open(&src.join("model.safetensors")).unwrap();
+    let mut out = Vec::new();
+    for t in &st.tensors {
+        assert_eq!(t.dtype, DType::F32);
+        let mut raw = vec![0u8; t.len as usize];
+        st.read_into(t, &mut raw).unwrap();
+        out.extend(edit(&t.name, t.shape.clone(), raw));
+    }
+    let specs: Vec<TensorSpec> = out.iter().map(|(n, d, s, _)| TensorSpec { name: n.clone(), dtype: *d, shape: s.clone() }).collect();
+    let mut w = Writer::create(&dst.join("model.safetensors"), &specs, &[]).unwrap();
+    for (_, _, _, b) in &out {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// transformers 5's `save_original_format=False` KDA keys (spec §4.2) — one `conv1d.weight`
+/// [3·H·D, 1, K] holding q, k, v in that order, and `forget_gate.{f_a_proj, f_b_proj, dt_bias,
+/// A_log}` with A_log as [H] — load to the same model, bit for bit. Fused expert tensors are
+/// refused by name.
+#[test]
+fn kimi_accepts_the_transformers_5_kda_keys_and_refuses_fused_experts() {
+    use waste::format::dtype::DType;
+    let o = oracle("kimi_linear_decode_f32");
+    let src = o.dir.join("model");
+    let base = temp_dir("kimi-aliases");
+    let mut pending: Vec<(String, Vec<u8>)> = Vec::new();
+    rewrite(&src, &base.join("fused"), |name, shape, raw| {
+        let Some(attn) = name.strip_suffix("_conv1d.weight") else {
+            for leaf in ["f_a_proj.weight", "f_b_proj.weight", "dt_bias", "A_log"] {
+                if let Some(p) = name.strip_suffix(leaf).and_then(|p| p.strip_suffix("self_attn.")) {
+                    let shape = if leaf == "A_log" { vec![shape.iter().product()] } else { shape };
+                    return vec![(format!("{p}self_attn.forget_gate.{leaf}"), DType::F32, shape, raw)];
+                }
+            }
+            return vec![(name.to_string(), DType::F32, shape, raw)];
+        };
+        // The three arrive k, q, v (the file's names are sorted): the stack goes out with v.
+        pending.push((attn.to_string(), raw));
+        if !attn.ends_with(".v") {
+            return Vec::new();
+        }
+        let prefix = attn.strip_suffix(".v").unwrap();
+        let bytes: Vec<u8> = ["q", "k", "v"].iter().flat_map(|s| {
+            pending.iter().find(|(a, _)| *a == format!("{prefix}.{s}")).unwrap().1.clone()
+        }).collect();
+        pending.clear();
+        vec![(format!("{prefix}.conv1d.weight"), DType::F32, vec![3 * shape[0], shape[1], shape[2]], bytes)]
+    });
+    let fused_st = waste::format::safetensors::SafeTensors::open(&base.join("fused/model.safetensors")).unwrap();
+    assert!(fused_st.get("model.layers.0.self_attn.conv1d.weight").is_some() && fused_st.get("model.layers.0.self_attn.q_conv1d.weight").is_none());
+    assert!(fused_st.get("model.layers.4.self_attn.forget_gate.A_log").is_some());
+    drop(fused_st);
+    let want = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
+    let got = prompt_logits(&mut open(&base.join("fused"), 1, 32), &o.prompt, false);
+    assert!(bit_identical(&want, &got), "the aliased checkpoint computes something else");
+    assert_eq!(waste::plan_memory(base.join("fused"), 64).unwrap(), waste::plan_memory(&src, 64).unwrap());
+
+    rewrite(&src, &base.join("fused-experts"), |name, shape, raw| {
+        let mut v = vec![(name.to_string(), DType::F32, shape, raw)];
+        if name == "model.layers.1.block_sparse_moe.gate.weight" {
+            v.push(("model.layers.1.mlp.experts.gate_up_proj".into(), DType::F32, vec![4, 64, 64], vec![0u8; 4 * 64 * 64 * 4]));
+        }
+        v
+    });
+    let e = Model::open(base.join("fused-experts"), &Options::default()).err().expect("fused experts should be refused");
+    assert_eq!(e.kind(), waste::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("model.layers.1.mlp.experts.gate_up_proj"), "{e}");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// DeepSeek-V3's FP8 weights (spec §3.9) are refused, naming the tensor and its dtype, whether
+/// or not config.json declares the quantization (which is refused on its own, naming the field).
+#[test]
+fn fp8_weights_are_refused_by_name() {
+    use waste::format::dtype::DType;
+    let o = oracle("deepseek_v3_group_f32");
+    let base = temp_dir("fp8");
+    let target = "model.layers.1.self_attn.kv_b_proj.weight";
+    rewrite(&o.dir.join("model"), &base, |name, shape, raw| {
+        if name == target {
+            let n = shape.iter().product::<u64>() as usize;
+            let scales = vec![shape[0].div_ceil(128), shape[1].div_ceil(128)];
+            let ones = (0..scales[0] * scales[1]).flat_map(|_| 1f32.to_le_bytes()).collect();
+            vec![(name.into(), DType::F8E4M3, shape, vec![0x38u8; n]), (format!("{name}_scale_inv"), DType::F32, scales, ones)]
+        } else {
+            vec![(name.into(), DType::F32, shape, raw)]
+        }
+    });
+    let e = Model::open(&base, &Options::default()).err().expect("an F8_E4M3 tensor should be refused");
+    assert_eq!(e.kind(), waste::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains(target) && e.to_string().contains("F8_E4M3"), "{e}");
+    let _ = std::fs::remove_dir_all(&base);
+}

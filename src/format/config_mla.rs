@@ -499,3 +499,107 @@ fn parse_routing(f: &Fields, arch: Arch, experts: usize, top_k: usize, d: &Defau
         Routing::SoftmaxGroups { groups, topk_group, scale: scale as f32 }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::Must;
+    use crate::ErrorKind;
+    use std::path::Path;
+
+    fn cfg(text: &str) -> Result<ModelConfig> {
+        ModelConfig::from_json(Path::new("config.json"), &crate::format::json::parse(text.as_bytes()).must())
+    }
+
+    const V3: &str = r#""architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "kv_lora_rank": 16,
+        "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12, "first_k_dense_replace": 1"#;
+    const KIMI: &str = r#""architectures": ["KimiLinearForCausalLM"], "hidden_size": 64, "num_hidden_layers": 5,
+        "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 96, "moe_intermediate_size": 32,
+        "num_experts": 8, "num_experts_per_token": 2, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 16, "q_lora_rank": null"#;
+    const LISTS: &str = r#""linear_attn_config": {"num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4,
+        "kda_layers": [1, 2, 3, 5], "full_attn_layers": [4]}"#;
+
+    #[test]
+    fn kimi_layer_lists_are_one_based() {
+        let c = cfg(&format!("{{{KIMI}, {LISTS}}}")).must();
+        let m = c.mla.as_ref().must();
+        assert_eq!(m.mixers, [Mixer::Kda, Mixer::Kda, Mixer::Kda, Mixer::Mla, Mixer::Kda]);
+        assert_eq!(m.kda, Some(KdaConfig { heads: 4, head_dim: 16, conv_kernel: 4 }));
+        assert_eq!((m.rope, c.rope.dim, c.kv_cache_layers()), (MlaRope::None, 0, 0));
+        assert_eq!(c.moe.as_ref().must().moe_layers, [false, true, true, true, true], "first_k_dense_replace defaults to 1");
+        // transformers 5's layer_types agrees, or the config is refused naming it.
+        let types = r#""layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention", "linear_attention"]"#;
+        assert_eq!(cfg(&format!("{{{KIMI}, {LISTS}, {types}}}")).must(), c);
+        let wrong = types.replacen("full_attention", "linear_attention", 1).replacen("\"linear_attention\"]", "\"full_attention\"]", 1);
+        let e = cfg(&format!("{{{KIMI}, {LISTS}, {wrong}}}")).unwrap_err();
+        assert!(e.to_string().contains("layer_types") && e.to_string().contains("1-based"), "{e}");
+        let e = cfg(&format!("{{{KIMI}}}")).unwrap_err();
+        assert!(e.to_string().contains("kda_layers"), "{e}");
+        let e = cfg(&format!("{{{KIMI}, {}}}", LISTS.replace("[4]", "[4, 6]"))).unwrap_err();
+        assert!(e.to_string().contains("full_attn_layers") && e.to_string().contains("1..=5"), "{e}");
+    }
+
+    /// Spec §4.8 (Kimi K3 variants), §3.9 (FP8) and the fields the references read differently:
+    /// refused, naming the field, as Unsupported.
+    #[test]
+    fn variants_the_engine_would_compute_wrongly_are_refused() {
+        let kimi = |extra: &str| cfg(&format!("{{{KIMI}, {LISTS}, {extra}}}"));
+        let lin_gate = LISTS.replace("\"num_heads\": 4", "\"num_heads\": 4, \"gate_lower_bound\": -5");
+        let cases: Vec<(Result<ModelConfig>, &str)> = vec![
+            (cfg(&format!("{{{KIMI}, {lin_gate}}}")), "linear_attn_config.gate_lower_bound"),
+            (kimi(r#""use_full_rank_gate": true"#), "use_full_rank_gate"),
+            (kimi(r#""mla_use_output_gate": true"#), "mla_use_output_gate"),
+            (cfg(&format!("{{{}, {LISTS}}}", KIMI.replace(r#""q_lora_rank": null"#, r#""q_lora_rank": 32"#))), "q_lora_rank"),
+            (kimi(r#""routed_expert_hidden_size": 512"#), "routed_expert_hidden_size"),
+            (kimi(r#""hidden_act": "situ""#), "hidden_act"),
+            (kimi(r#""attn_res_block_size": 8"#), "attn_res_block_size"),
+            (kimi(r#""mla_use_nope": false"#), "mla_use_nope"),
+            (kimi(r#""moe_router_activation_func": "softmax""#), "moe_router_activation_func"),
+            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}}}"#)),
+                "quantization_config.quant_method"),
+            (cfg(&format!(r#"{{{V3}, "moe_layer_freq": 2}}"#)), "moe_layer_freq"),
+            (cfg(&format!(r#"{{{V3}, "topk_method": "group_limited_greedy"}}"#)), "topk_method"),
+            (cfg(&format!(r#"{{{V3}, "rope_parameters": {{"rope_type": "linear", "factor": 2.0}}}}"#)), "rope_parameters.rope_type"),
+            (cfg(&format!(r#"{{{}, "norm_topk_prob": true}}"#, V3.replace("DeepseekV3", "DeepseekV2"))), "norm_topk_prob"),
+            (cfg(&format!(r#"{{{}, "scoring_func": "sigmoid"}}"#, V3.replace("DeepseekV3", "DeepseekV2"))), "scoring_func"),
+        ];
+        for (got, field) in cases {
+            let e = got.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{field}: {e}");
+            assert!(e.to_string().contains(&format!("`{field}`")), "{field}: {e}");
+        }
+        let e = cfg(&format!(r#"{{{}}}"#, V3.replace(r#""n_group": 2"#, r#""n_group": 3"#))).unwrap_err();
+        assert!(e.to_string().contains("n_group") && e.kind() == ErrorKind::Config, "{e}");
+    }
+
+    /// Spec §3.1, §3.5: q_lora_rank missing is the class default 1536, null a direct q_proj; the
+    /// softmax scale carries mscale(factor, mscale_all_dim)² only under a non-default rope.
+    #[test]
+    fn defaults_and_softmax_scales_follow_the_reference() {
+        let c = cfg(&format!("{{{V3}}}")).must();
+        let m = c.mla.as_ref().must();
+        assert_eq!((m.q_lora_rank, m.rope, m.rope_factor, c.head_dim, c.rope.dim), (Some(1536), MlaRope::Interleaved, 1.0, 24, 8));
+        assert_eq!(c.moe.as_ref().must().routing, Routing::Sigmoid { groups: 2, topk_group: 1, renormalize: true, scale: 2.5 });
+        assert_eq!(c.moe.as_ref().must().shared_intermediate, 32, "one shared expert by default");
+        assert_eq!(cfg(&format!(r#"{{{V3}, "q_lora_rank": null}}"#)).must().mla.must().q_lora_rank, None);
+        let real = |arch: &str, m_all: f64| {
+            let dims = V3.replace("DeepseekV3", arch).replace(r#""qk_nope_head_dim": 16"#, r#""qk_nope_head_dim": 128"#)
+                .replace(r#""qk_rope_head_dim": 8"#, r#""qk_rope_head_dim": 64"#);
+            cfg(&format!(r#"{{{dims}, "rope_scaling": {{"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                "mscale": {m_all}, "mscale_all_dim": {m_all}, "beta_fast": 32, "beta_slow": 1}}, "rope_theta": 10000}}"#)).must()
+        };
+        let v3 = real("DeepseekV3", 1.0).mla.must();
+        assert!((v3.scale - 0.1352338).abs() < 1e-6 && v3.rope_factor == 1.0, "{}", v3.scale);
+        let lite = real("DeepseekV2", 0.707).mla.must();
+        assert!((lite.scale - 0.1147214).abs() < 1e-6 && lite.rope_factor == 1.0, "{}", lite.scale);
+        // Kimi: no mscale, whatever the rope fields say: (16 + 8)^-0.5 here, 192^-0.5 = 0.0721688 in the release.
+        let kimi = cfg(&format!(r#"{{{KIMI}, {LISTS}, "rope_scaling": {{"type": "yarn", "factor": 40, "mscale_all_dim": 1}}}}"#)).must().mla.must();
+        assert_eq!(kimi.scale, (24f64.powf(-0.5)) as f32);
+        // V2: greedy by default (the group fields do nothing), x routed_scaling_factor (1.0).
+        let v2 = cfg(&format!("{{{}}}", V3.replace("DeepseekV3", "DeepseekV2"))).must();
+        assert_eq!(v2.moe.must().routing, Routing::SoftmaxGroups { groups: 1, topk_group: 1, scale: 1.0 });
+    }
+}

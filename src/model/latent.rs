@@ -189,3 +189,87 @@ supported; save the checkpoint with per-expert tensors", ld.dir().display())));
     };
     Ok(Ffn::Moe(MoeWeights { router, bias, shared }))
 }
+
+/// The tensors a checkpoint of a latent family holds (spec §3.2, §4.2, original key names), in
+/// file order with their shapes: what `random-model` writes for these configs.
+pub fn tensor_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<u64>)> {
+    let Some(m) = cfg.mla.as_ref() else { return Vec::new() };
+    let u = |x: usize| x as u64;
+    let (h, heads) = (u(cfg.hidden), u(cfg.heads));
+    let mut t: Vec<(String, Vec<u64>)> = vec![("model.embed_tokens.weight".into(), vec![u(cfg.vocab), h])];
+    let linear = |t: &mut Vec<(String, Vec<u64>)>, name: String, rows: u64, cols: u64, bias: bool| {
+        if bias {
+            t.push((format!("{name}.bias"), vec![rows]));
+        }
+        t.push((format!("{name}.weight"), vec![rows, cols]));
+    };
+    for l in 0..cfg.layers {
+        let p = format!("model.layers.{l}");
+        let a = format!("{p}.self_attn");
+        t.push((format!("{p}.input_layernorm.weight"), vec![h]));
+        match (cfg.mixer(l), m.kda) {
+            (Mixer::Kda, Some(k)) => {
+                let (w, d) = (u(k.width()), u(k.head_dim));
+                for s in ["q", "k", "v"] {
+                    linear(&mut t, format!("{a}.{s}_proj"), w, h, false);
+                    t.push((format!("{a}.{s}_conv1d.weight"), vec![w, 1, u(k.conv_kernel)]));
+                }
+                linear(&mut t, format!("{a}.f_a_proj"), d, h, false);
+                linear(&mut t, format!("{a}.f_b_proj"), w, d, false);
+                t.push((format!("{a}.A_log"), vec![1, 1, u(k.heads), 1]));
+                t.push((format!("{a}.dt_bias"), vec![w]));
+                linear(&mut t, format!("{a}.b_proj"), u(k.heads), h, false);
+                linear(&mut t, format!("{a}.g_a_proj"), d, h, false);
+                linear(&mut t, format!("{a}.g_b_proj"), w, d, false);
+                t.push((format!("{a}.o_norm.weight"), vec![d]));
+                linear(&mut t, format!("{a}.o_proj"), h, w, false);
+            }
+            _ => {
+                let qd = heads * u(m.q_head_dim());
+                match m.q_lora_rank {
+                    None => linear(&mut t, format!("{a}.q_proj"), qd, h, false),
+                    Some(rq) => {
+                        linear(&mut t, format!("{a}.q_a_proj"), u(rq), h, m.bias);
+                        t.push((format!("{a}.q_a_layernorm.weight"), vec![u(rq)]));
+                        linear(&mut t, format!("{a}.q_b_proj"), qd, u(rq), false);
+                    }
+                }
+                linear(&mut t, format!("{a}.kv_a_proj_with_mqa"), u(m.latent_width()), h, m.bias);
+                t.push((format!("{a}.kv_a_layernorm.weight"), vec![u(m.kv_lora_rank)]));
+                linear(&mut t, format!("{a}.kv_b_proj"), heads * u(m.nope_dim + m.v_dim), u(m.kv_lora_rank), false);
+                linear(&mut t, format!("{a}.o_proj"), h, heads * u(m.v_dim), m.bias);
+            }
+        }
+        t.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        let ffn = |t: &mut Vec<(String, Vec<u64>)>, prefix: String, names: [&str; 3], i: u64, bias: bool| {
+            for (name, rows, cols) in [(names[0], i, h), (names[1], i, h), (names[2], h, i)] {
+                if bias {
+                    t.push((format!("{prefix}.{name}.bias"), vec![rows]));
+                }
+                t.push((format!("{prefix}.{name}.weight"), vec![rows, cols]));
+            }
+        };
+        let names = ["gate_proj", "up_proj", "down_proj"];
+        match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+            None => ffn(&mut t, format!("{p}.mlp"), names, u(cfg.intermediate), cfg.mlp_bias),
+            Some(moe) => {
+                let b = format!("{p}.{}", moe.layout.block);
+                t.push((format!("{b}.gate.weight"), vec![u(moe.experts), h]));
+                if matches!(moe.routing, Routing::Sigmoid { .. }) {
+                    t.push((format!("{b}.gate.e_score_correction_bias"), vec![u(moe.experts)]));
+                }
+                for j in 0..moe.experts {
+                    ffn(&mut t, format!("{b}.experts.{j}"), moe.layout.names, u(moe.expert_intermediate), false);
+                }
+                if moe.shared_intermediate > 0 {
+                    ffn(&mut t, format!("{b}.shared_experts"), names, u(moe.shared_intermediate), cfg.mlp_bias);
+                }
+            }
+        }
+    }
+    t.push(("model.norm.weight".into(), vec![h]));
+    if !cfg.tie_embeddings {
+        t.push(("lm_head.weight".into(), vec![u(cfg.vocab), h]));
+    }
+    t
+}

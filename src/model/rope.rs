@@ -138,4 +138,30 @@ mod tests {
             assert_eq!(real[j], b, "pair {j}: {} vs {}", f32::from_bits(real[j]), f32::from_bits(b));
         }
     }
+
+    fn yarn(dim: usize, factor: f64, original_max: f64) -> RopeConfig {
+        RopeConfig { theta: 1e4, dim, scaling: RopeScaling::Yarn { factor, original_max, beta_fast: 32.0, beta_slow: 1.0, truncate: true } }
+    }
+
+    /// Bit patterns of transformers 5.24.0's `_compute_yarn_parameters` (torch 2.15, CPU) for
+    /// DeepseekV3Config with the same rope_parameters: the fixtures' tiny shapes (factor 40 over
+    /// 8 positions, factor 4 over 128) and DeepSeek-V3's own (d_r 64, factor 40 over 4096).
+    #[test]
+    fn yarn_frequencies_are_the_reference_bits() {
+        assert_eq!(bits(&yarn(8, 40.0, 8.0)), [0x3f800000, 0x3b23d70a, 0x3983126f, 0x37d1b717]);
+        assert_eq!(bits(&yarn(8, 4.0, 128.0)), [0x3f800000, 0x3d800000, 0x3b23d70a, 0x3983126f]);
+        let v3 = bits(&yarn(64, 40.0, 4096.0));
+        for (j, b) in [(0, 0x3f800000), (5, 0x3e72d423), (10, 0x3d6655c2), (11, 0x3d1fc5ba), (12, 0x3cdc321b), (15, 0x3c088d77),
+            (20, 0x3a4f3e37), (25, 0x379d43a3), (31, 0x365fba4f)] {
+            assert_eq!(v3[j], b, "pair {j}: {} vs {}", f32::from_bits(v3[j]), f32::from_bits(b));
+        }
+    }
+
+    #[test]
+    fn interleaved_rotation_turns_each_pair() {
+        let mut x = [1.0f32, 0.0, 0.0, 2.0, 5.0];
+        rotate_pairs(&mut x, &[0.0, 1.0], &[1.0, 0.0]);
+        // Pair 0 turns by 90 degrees, pair 1 by 0; the odd channel past 2·len(cos) is left alone.
+        assert_eq!(x, [0.0, 1.0, 0.0, 2.0, 5.0]);
+    }
 }
