@@ -471,3 +471,48 @@ fn fp8_weights_are_refused_by_name() {
     assert!(e.to_string().contains(target) && e.to_string().contains("F8_E4M3"), "{e}");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Kimi-Linear-48B's attention geometry (spec §4.1: 27 layers, MLA at the 1-based full_attn
+/// layers 4, 8, …, 24, 27, KDA 32 heads of 128 with kernel 4, kv_lora_rank 512 + 64) as a sparse
+/// checkpoint (headers only; a small vocabulary and few experts keep the file's holes small):
+/// the plan's state at 4096 tokens is 7 × 4096 × 576 floats of latent cache plus 20 × (32·128·128
+/// + 3·3·4096) floats of KDA state — 63 MiB + 42.8 MiB, where a K/V cache would grow with heads.
+#[test]
+fn kimi_linear_48b_state_in_the_plan() {
+    use waste::format::json::{self, Json};
+    let kda: Vec<String> = [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23, 25, 26].iter().map(|x| x.to_string()).collect();
+    let config = format!(r#"{{"architectures": ["KimiLinearForCausalLM"], "hidden_size": 2304, "num_hidden_layers": 27,
+        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 1024, "intermediate_size": 9216,
+        "moe_intermediate_size": 1024, "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1,
+        "first_k_dense_replace": 1, "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128, "rms_norm_eps": 1e-5, "model_max_length": 1048576,
+        "linear_attn_config": {{"num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4,
+        "kda_layers": [{}], "full_attn_layers": [4, 8, 12, 16, 20, 24, 27]}}}}"#, kda.join(", "));
+    let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
+    let dir = temp_dir("kimi-48b");
+    std::fs::write(dir.join("config.json"), &config).unwrap();
+    let (mut offset, mut members) = (0u64, Vec::new());
+    for (name, shape) in waste::format::random::tensor_shapes(&cfg) {
+        let dtype = if shape.len() == 1 { "F32" } else { "BF16" };
+        let len = shape.iter().product::<u64>() * if shape.len() == 1 { 4 } else { 2 };
+        members.push((name, Json::object([("dtype", Json::str(dtype)), ("shape", Json::Array(shape.iter().map(|&d| Json::uint(d)).collect())),
+            ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)]))])));
+        offset += len;
+    }
+    let mut header = Json::Object(members).to_string_compact().into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + offset).unwrap();
+    let plan = waste::plan_memory(&dir, 4096).unwrap();
+    assert_eq!(plan.state_bytes, 7 * 4096 * 576 * 4 + 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4);
+    assert_eq!(plan.state_bytes, 66_060_288 + 44_892_160);
+    let mla = cfg.mla.as_ref().unwrap();
+    assert_eq!((0..27).filter(|&l| cfg.mixer(l) == Mixer::Mla).collect::<Vec<_>>(), [3, 7, 11, 15, 19, 23, 26]);
+    assert_eq!(mla.count(Mixer::Kda), 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}

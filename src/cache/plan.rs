@@ -7,7 +7,8 @@
 //!   experts, norms, head), matrices at their stored size and 1-D vectors widened to f32, as
 //!   `model::weights` loads them — plus, for a Hugging Face MoE checkpoint, which loads whole,
 //!   every routed expert as a resident record;
-//! - **state**: the KV cache for the context (later MLA latents and recurrent state);
+//! - **state**: the KV cache for the context; for MLA layers the latent cache and for KDA layers
+//!   the recurrent and convolution state instead (`model::latent::Sizes`);
 //! - **scratch**: activations, logits, per-thread score rows, routing buffers (later expert
 //!   I/O buffers) — state and scratch both from [`State::plan_bytes`], the formula the
 //!   allocation uses;
