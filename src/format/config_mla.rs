@@ -106,16 +106,18 @@ struct Defaults {
     first_dense: usize,
     scaling: f64,
     max_position: usize,
+    /// `n_group`, `topk_group` when absent.
+    groups: (usize, usize),
 }
 
 fn defaults(arch: Arch) -> Defaults {
     match arch {
         Arch::DeepseekV2 => Defaults { q_lora_rank: Some(1536), experts: 64, top_k: None, moe_intermediate: 1407, shared: 2,
-            first_dense: 0, scaling: 1.0, max_position: 2048 },
+            first_dense: 0, scaling: 1.0, max_position: 2048, groups: (1, 1) },
         Arch::KimiLinear => Defaults { q_lora_rank: None, experts: 256, top_k: Some(8), moe_intermediate: 1024, shared: 1,
-            first_dense: 1, scaling: 2.446, max_position: 1 << 20 },
+            first_dense: 1, scaling: 2.446, max_position: 1 << 20, groups: (1, 1) },
         _ => Defaults { q_lora_rank: Some(1536), experts: 256, top_k: Some(8), moe_intermediate: 2048, shared: 1,
-            first_dense: 3, scaling: 2.5, max_position: 4096 },
+            first_dense: 3, scaling: 2.5, max_position: 4096, groups: (8, 4) },
     }
 }
 
@@ -448,8 +450,8 @@ fn parse_moe(f: &Fields, family: &Family, layers: usize, d: &Defaults) -> Result
 /// softmax, greedy or group_limited_greedy by the group max).
 fn parse_routing(f: &Fields, arch: Arch, experts: usize, top_k: usize, d: &Defaults) -> Result<Routing> {
     let groups_key = f.first_of(&["n_group", "num_expert_group"]).unwrap_or("n_group");
-    let mut groups = f.usize_opt(groups_key)?.unwrap_or(1);
-    let mut topk_group = f.usize_opt("topk_group")?.unwrap_or(1);
+    let mut groups = f.usize_opt(groups_key)?.unwrap_or(d.groups.0);
+    let mut topk_group = f.usize_opt("topk_group")?.unwrap_or(d.groups.1);
     let scale = f.f64_opt("routed_scaling_factor")?.unwrap_or(d.scaling);
     if scale.is_nan() || scale <= 0.0 {
         return Err(Error::config(f.path, "routed_scaling_factor", format!("{scale} must be positive")));
@@ -470,7 +472,13 @@ fn parse_routing(f: &Fields, arch: Arch, experts: usize, top_k: usize, d: &Defau
     } else {
         match method.unwrap_or("greedy") {
             "greedy" => (groups, topk_group) = (1, 1),
-            "group_limited_greedy" => {}
+            "group_limited_greedy" => {
+                for key in [groups_key, "topk_group"] {
+                    if f.get(key).is_none() {
+                        return Err(Error::config(f.path, key, "missing for topk_method `group_limited_greedy` (DeepseekV2Config has no default)"));
+                    }
+                }
+            }
             m => return Err(f.refuse("topk_method", &format!("`{m}` is not a DeepSeek-V2 method (greedy, group_limited_greedy)"))),
         }
         // The remote code normalises *instead of* scaling, transformers does neither (spec §3.7).
@@ -585,6 +593,12 @@ mod tests {
         assert_eq!(c.moe.as_ref().must().routing, Routing::Sigmoid { groups: 2, topk_group: 1, renormalize: true, scale: 2.5 });
         assert_eq!(c.moe.as_ref().must().shared_intermediate, 32, "one shared expert by default");
         assert_eq!(cfg(&format!(r#"{{{V3}, "q_lora_rank": null}}"#)).must().mla.must().q_lora_rank, None);
+        // DeepseekV3Config's n_group 8 / topk_group 4 when the fields are absent.
+        let bare = V3.replace(r#""n_group": 2, "topk_group": 1, "#, "").replace(r#""n_routed_experts": 8"#, r#""n_routed_experts": 16"#);
+        assert_eq!(cfg(&format!("{{{bare}}}")).must().moe.must().routing, Routing::Sigmoid { groups: 8, topk_group: 4, renormalize: true, scale: 2.5 });
+        let glg = V3.replace("DeepseekV3", "DeepseekV2").replace(r#""n_group": 2, "#, "");
+        let e = cfg(&format!(r#"{{{glg}, "topk_method": "group_limited_greedy"}}"#)).unwrap_err();
+        assert!(e.to_string().contains("`n_group`"), "{e}");
         let real = |arch: &str, m_all: f64| {
             let dims = V3.replace("DeepseekV3", arch).replace(r#""qk_nope_head_dim": 16"#, r#""qk_nope_head_dim": 128"#)
                 .replace(r#""qk_rope_head_dim": 8"#, r#""qk_rope_head_dim": 64"#);
