@@ -8,7 +8,9 @@ use std::fmt;
 use std::path::Path;
 
 /// What class of failure an [`Error`] is. Hosts match on this; the message carries the detail.
+/// New kinds may be added, so a `match` needs a wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// An operating-system I/O call failed (open, read, write, rename, mmap).
     Io,
@@ -52,11 +54,16 @@ impl ErrorKind {
 }
 
 /// A failure, with its [`ErrorKind`] and a message naming what was wrong.
+///
+/// The message is complete on its own: an I/O error's reason ("No such file or directory") is
+/// part of it, so [`std::error::Error::source`] returns `None` rather than the same reason a
+/// second time to a host that prints the chain. The operating system's error stays available
+/// through [`Error::io_error`] for a host that wants to match on it.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
     message: String,
-    source: Option<std::io::Error>,
+    io: Option<std::io::Error>,
 }
 
 /// The library's result type.
@@ -65,7 +72,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl Error {
     /// An error of `kind` with a message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, message: message.into(), source: None }
+        Error { kind, message: message.into(), io: None }
     }
 
     /// An I/O error on `path` while doing `what` ("open", "read", ...).
@@ -73,7 +80,7 @@ impl Error {
         Error {
             kind: ErrorKind::Io,
             message: format!("{}: cannot {what}: {err}", path.display()),
-            source: Some(err),
+            io: Some(err),
         }
     }
 
@@ -102,6 +109,12 @@ impl Error {
         self.kind
     }
 
+    /// The operating-system error behind an [`ErrorKind::Io`] error made by [`Error::io`] (its
+    /// text is already in the message).
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.io.as_ref()
+    }
+
     /// The message alone, without the kind label.
     pub fn message(&self) -> &str {
         &self.message
@@ -120,8 +133,20 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+/// No `source()`: the message already carries the underlying reason (see [`Error`]).
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_is_told_once() {
+        let e = Error::io(Path::new("x.bin"), "open", std::io::Error::from(std::io::ErrorKind::NotFound));
+        let shown = e.to_string();
+        assert!(shown.starts_with("I/O error: x.bin: cannot open: "), "{shown}");
+        assert!(std::error::Error::source(&e).is_none(), "the reason would print twice in a chain");
+        assert_eq!(e.io_error().map(|i| i.kind()), Some(std::io::ErrorKind::NotFound));
+        assert!(Error::arg("x").io_error().is_none());
     }
 }

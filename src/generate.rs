@@ -55,31 +55,64 @@ pub struct TokenEvent<'a> {
 /// Why generation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
+    /// `max_tokens` were generated.
     MaxTokens,
+    /// The model produced an end-of-sequence token.
     EndOfSequence,
+    /// The text reached one of the stop strings.
     StopString,
+    /// The callback returned `false`.
     Callback,
+    /// The session reached the context length.
     ContextFull,
 }
 
-/// Totals of a generation.
+impl StopReason {
+    /// A few words for a summary line: "token limit", "end of sequence", "stop string",
+    /// "stopped by the caller", "context full".
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "token limit",
+            StopReason::EndOfSequence => "end of sequence",
+            StopReason::StopString => "stop string",
+            StopReason::Callback => "stopped by the caller",
+            StopReason::ContextFull => "context full",
+        }
+    }
+}
+
+/// Totals of a generation, with what each time covers. The callback's own time (the host
+/// writing text out) is in none of them.
 #[derive(Clone, Debug)]
 pub struct GenerateSummary {
     pub prompt_tokens: usize,
     /// Tokens generated (an end-of-sequence token is not counted).
     pub tokens: usize,
+    /// The prompt's forward pass and the sampling of the first token from its logits.
     pub prefill_time: Duration,
+    /// Every later step: the forward pass of the previous token and the sampling of the next.
     pub decode_time: Duration,
+    /// Those steps. Each yields one token (an end-of-sequence token included), so with
+    /// `tokens` generated there are `tokens − 1` steps, or `tokens` when generation ended
+    /// at an end-of-sequence token.
+    pub decode_steps: usize,
     pub stop_reason: StopReason,
     /// The generated token ids.
     pub ids: Vec<u32>,
 }
 
 impl GenerateSummary {
-    /// Decode speed in tokens per second (0 when nothing was decoded).
-    pub fn tokens_per_second(&self) -> f64 {
+    /// Decode speed: decode steps (one token each) per second of decode time; `None` when no
+    /// step ran (a single token comes from the prefill alone).
+    pub fn tokens_per_second(&self) -> Option<f64> {
         let s = self.decode_time.as_secs_f64();
-        if s > 0.0 { self.tokens as f64 / s } else { 0.0 }
+        (self.decode_steps > 0 && s > 0.0).then(|| self.decode_steps as f64 / s)
+    }
+
+    /// Prefill speed: prompt tokens per second of prefill time.
+    pub fn prefill_tokens_per_second(&self) -> Option<f64> {
+        let s = self.prefill_time.as_secs_f64();
+        (self.prompt_tokens > 0 && s > 0.0).then(|| self.prompt_tokens as f64 / s)
     }
 }
 
@@ -134,17 +167,27 @@ impl Model {
         let mut sampler = Sampler::new(&params.sampling)?;
         let start = Instant::now();
         self.eval(prompt)?;
-        let prefill_time = start.elapsed();
+        // `pass` is the forward pass whose logits the next token is sampled from.
+        let mut pass = start.elapsed();
+        let mut prefill_time = pass;
+        let (mut decode_time, mut decode_steps) = (Duration::ZERO, 0);
         let tok = self.tokenizer.as_ref();
         let mut detok = tok.map(|t| t.detokenizer_after(prompt));
         let mut stops = StopMatcher { stops: &params.stop, held: String::new() };
         let mut history: Vec<u32> = prompt.to_vec();
         let mut ids = Vec::new();
         let mut reason = StopReason::MaxTokens;
-        let mut step_start = Instant::now();
         let mut index = 0;
         while index < params.max_tokens {
+            let t = Instant::now();
             let id = sampler.sample(&self.state.logits, &history);
+            let sampling = t.elapsed();
+            if index == 0 {
+                prefill_time += sampling;
+            } else {
+                decode_time += sampling;
+            }
+            let token_time = pass + sampling;
             if params.stop_at_eos && self.eos.contains(&id) {
                 reason = StopReason::EndOfSequence;
                 break;
@@ -156,7 +199,7 @@ impl Model {
                 _ => String::new(),
             };
             let (text, stopped) = stops.push(&piece);
-            let ev = TokenEvent { id: Some(id), text: &text, index, token_time: step_start.elapsed(), elapsed: start.elapsed() };
+            let ev = TokenEvent { id: Some(id), text: &text, index, token_time, elapsed: start.elapsed() };
             let go_on = on_token(&ev);
             index += 1;
             if stopped {
@@ -174,8 +217,11 @@ impl Model {
                 reason = StopReason::ContextFull;
                 break;
             }
-            step_start = Instant::now();
+            let t = Instant::now();
             self.eval(&[id])?;
+            pass = t.elapsed();
+            decode_time += pass;
+            decode_steps += 1;
         }
         if reason != StopReason::StopString {
             let mut rest = std::mem::take(&mut stops.held);
@@ -188,12 +234,12 @@ impl Model {
                 on_token(&TokenEvent { id: None, text: &rest, index, token_time: Duration::ZERO, elapsed: start.elapsed() });
             }
         }
-        let total = start.elapsed();
         Ok(GenerateSummary {
             prompt_tokens: prompt.len(),
             tokens: ids.len(),
             prefill_time,
-            decode_time: total.saturating_sub(prefill_time),
+            decode_time,
+            decode_steps,
             stop_reason: reason,
             ids,
         })

@@ -33,6 +33,9 @@ pub mod generate;
 pub mod kernels;
 pub mod model;
 pub mod sample;
+/// Platform calls (CPU counts and affinity, terminals, positioned and direct reads). Public
+/// because hosts need some of them: the CLI asks whether stdin is a terminal, and the
+/// thread-placement tests read a thread's affinity back to check the binding.
 pub mod sys;
 pub mod tokenizer;
 
@@ -79,7 +82,7 @@ pub(crate) mod test_util {
 pub use error::{Error, ErrorKind, Result};
 pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, Budget, BudgetSource, MemoryPlan};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
-pub use generate::{GenerateParams, GenerateSummary, TokenEvent};
+pub use generate::{GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::{Model, ModelInfo};
 pub use sample::{Sampler, SamplingParams};
@@ -125,8 +128,15 @@ pub struct Options {
     pub cache_bytes: u64,
     /// Threads that read expert records; 0 reads on the computing thread.
     pub io_threads: usize,
-    /// Check the CRC-32 of every expert record read (headers are always checked).
+    /// Check the CRC-32 of every expert record read, and of the container's trunk files at
+    /// open (one pass over the trunk's bytes). Record headers and the trunk index are always
+    /// checked.
     pub verify: bool,
+    /// Read expert records with `O_DIRECT` where the filesystem allows it (the default); false
+    /// reads every bank through the fallback — buffered reads, then `POSIX_FADV_DONTNEED` —
+    /// which a filesystem that refuses `O_DIRECT` gets anyway. Changes only how bytes move,
+    /// never the result.
+    pub direct_io: bool,
     /// Router look-ahead for streamed experts: during each decode step's MoE layer, guess the
     /// next MoE layer's experts (its router applied to this layer's input) and start reading
     /// them. Changes only when bytes move, never the result.
@@ -136,7 +146,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, lookahead: false }
+            io_threads: 4, verify: false, direct_io: true, lookahead: false }
     }
 }
 

@@ -3,5 +3,7 @@
 mod cli;
 
 fn main() {
-    std::process::exit(cli::main(std::env::args().skip(1).collect()));
+    // `args_os`: an argument that is not UTF-8 (a path may be any bytes) must not panic here;
+    // the parser decides what each argument may be.
+    std::process::exit(cli::main(std::env::args_os().skip(1).collect()));
 }

@@ -145,6 +145,45 @@ impl Sampler {
     }
 }
 
+// ---- The next-token distribution, for inspection (`waste eval`) -------------------------
+// Kept apart from `Sampler`: it reads logits and allocates its answer, nothing more.
+
+/// One candidate of a next-token distribution ([`top_k_distribution`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    pub id: u32,
+    pub logit: f32,
+    /// Softmax probability at temperature 1 over the whole vocabulary.
+    pub prob: f64,
+}
+
+/// The `k` most likely next tokens of `logits`, most likely first (the lowest id first among
+/// equal logits), with their probabilities: the softmax at temperature 1 over every logit,
+/// summed in f64, no sampling filter applied (what the model itself says). NaN logits are
+/// never candidates and take no probability; +∞ logits share it all.
+pub fn top_k_distribution(logits: &[f32], k: usize) -> Vec<Candidate> {
+    let mut ids: Vec<u32> = (0..logits.len() as u32).filter(|&i| !logits[i as usize].is_nan()).collect();
+    let Some(max) = ids.iter().map(|&i| logits[i as usize]).reduce(f32::max) else { return Vec::new() };
+    let desc = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]).then(a.cmp(b));
+    if k == 0 {
+        return Vec::new();
+    }
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k - 1, desc);
+        ids.truncate(k);
+    }
+    ids.sort_unstable_by(desc);
+    let prob: Box<dyn Fn(f32) -> f64> = if max.is_infinite() {
+        // exp(∞ − ∞) is NaN: the tokens at the extreme share the probability evenly.
+        let n = logits.iter().filter(|&&l| l == max).count() as f64;
+        Box::new(move |l| if l == max { 1.0 / n } else { 0.0 })
+    } else {
+        let sum: f64 = logits.iter().filter(|l| !l.is_nan()).map(|&l| ((l - max) as f64).exp()).sum();
+        Box::new(move |l| ((l - max) as f64).exp() / sum)
+    };
+    ids.into_iter().map(|id| Candidate { id, logit: logits[id as usize], prob: prob(logits[id as usize]) }).collect()
+}
+
 /// xoshiro256** seeded through splitmix64: small, fast, and the same sequence everywhere.
 struct Rng([u64; 4]);
 
@@ -212,6 +251,94 @@ mod tests {
         assert!(k.iter().all(|t| top3[..3].contains(t)));
         let m = draw(SamplingParams { min_p: 0.999, seed: 1, ..params(5.0) });
         assert!(m.iter().all(|&t| t == top3[0]));
+    }
+
+    /// Frequencies of `n` seeded draws, one count per token.
+    fn frequencies(p: SamplingParams, logits: &[f32], history: &[u32], n: usize) -> Vec<f64> {
+        let mut s = Sampler::new(&p).unwrap();
+        let mut counts = vec![0usize; logits.len()];
+        for _ in 0..n {
+            counts[s.sample(logits, history) as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / n as f64).collect()
+    }
+
+    /// Observed frequencies within 5 standard deviations of the expected probabilities, and
+    /// a token of probability 0 never drawn.
+    fn assert_distribution(got: &[f64], want: &[f64], n: usize, what: &str) {
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            if w == 0.0 {
+                assert_eq!(g, 0.0, "{what}: token {i} is excluded but was drawn ({got:?})");
+            } else {
+                let sd = (w * (1.0 - w) / n as f64).sqrt();
+                assert!((g - w).abs() <= 5.0 * sd + 1e-9, "{what}: token {i}: frequency {g:.4}, probability {w:.4} ({got:?})");
+            }
+        }
+    }
+
+    #[test]
+    fn top_p_keeps_the_smallest_set_reaching_p_and_renormalises() {
+        // Probabilities 0.5, 0.3, 0.15, 0.05 at temperature 1.
+        let probs = [0.5f64, 0.3, 0.15, 0.05];
+        let logits: Vec<f32> = probs.iter().map(|p| p.ln() as f32).collect();
+        let n = 20_000;
+        for (top_p, kept) in [(0.45f32, 1usize), (0.7, 2), (0.9, 3), (1.0, 4)] {
+            let got = frequencies(SamplingParams { top_p, seed: 3, ..params(1.0) }, &logits, &[], n);
+            let total: f64 = probs[..kept].iter().sum();
+            let want: Vec<f64> = (0..4).map(|i| if i < kept { probs[i] / total } else { 0.0 }).collect();
+            assert_distribution(&got, &want, n, &format!("top-p {top_p}"));
+        }
+        // top-p is applied to the temperature-1 distribution, before the temperature: at T = 2
+        // the same two tokens survive 0.7, drawn in proportion to p^(1/2).
+        let got = frequencies(SamplingParams { top_p: 0.7, seed: 4, ..params(2.0) }, &logits, &[], n);
+        let (a, b) = (0.5f64.sqrt(), 0.3f64.sqrt());
+        assert_distribution(&got, &[a / (a + b), b / (a + b), 0.0, 0.0], n, "top-p 0.7 at T = 2");
+    }
+
+    #[test]
+    fn the_repetition_penalty_reshapes_the_sampled_distribution() {
+        // Token 0 (positive logit) is divided by 2, token 2 (negative) multiplied by 2; the
+        // window of 2 leaves token 3, seen earlier, alone.
+        let logits = [2.0f32, 2.0, -1.0, -1.0];
+        let history = [3u32, 0, 2];
+        let p = SamplingParams { repeat_penalty: 2.0, repeat_last_n: 2, seed: 9, ..params(1.0) };
+        let adjusted = [1.0f64, 2.0, -2.0, -1.0];
+        let z: f64 = adjusted.iter().map(|l| l.exp()).sum();
+        let want: Vec<f64> = adjusted.iter().map(|l| l.exp() / z).collect();
+        let n = 20_000;
+        assert_distribution(&frequencies(p.clone(), &logits, &history, n), &want, n, "penalty 2");
+        // Without the penalty tokens 0 and 1 are equally likely: the test can tell them apart.
+        let even = frequencies(SamplingParams { repeat_penalty: 1.0, ..p }, &logits, &history, n);
+        assert!((even[0] - even[1]).abs() < 0.03, "{even:?}");
+    }
+
+    #[test]
+    fn a_penalised_token_pushed_out_of_top_k_is_never_sampled() {
+        let logits = [5.0f32, 4.9, 1.0, 0.0];
+        let p = SamplingParams { repeat_penalty: 100.0, top_k: 2, seed: 5, ..params(1.0) };
+        let got = frequencies(p.clone(), &logits, &[0], 5_000);
+        assert_eq!(got[0], 0.0, "the penalised token was drawn: {got:?}");
+        assert_eq!(got[3], 0.0, "a token outside the top 2 was drawn: {got:?}");
+        assert!(got[1] > 0.9 && got[2] > 0.0, "{got:?}");
+        // Greedy with the same penalty moves the argmax off the penalised token too.
+        assert_eq!(Sampler::new(&SamplingParams { temperature: 0.0, ..p }).unwrap().sample(&logits, &[0]), 1);
+    }
+
+    #[test]
+    fn top_k_distribution_is_the_softmax_in_order() {
+        let logits = [0.0f32, 2.0f32.ln(), f32::NAN, 2.0f32.ln(), -1e30];
+        let d = top_k_distribution(&logits, 10);
+        assert_eq!(d.iter().map(|c| c.id).collect::<Vec<_>>(), [1, 3, 0, 4], "NaN dropped, ties by id");
+        for (c, want) in d.iter().zip([0.4, 0.4, 0.2, 0.0]) {
+            assert!((c.prob - want).abs() < 1e-6, "{d:?}");
+        }
+        assert!((d.iter().map(|c| c.prob).sum::<f64>() - 1.0).abs() < 1e-9);
+        let top2 = top_k_distribution(&logits, 2);
+        assert_eq!(top2, d[..2]);
+        assert!(top_k_distribution(&logits, 0).is_empty());
+        assert!(top_k_distribution(&[f32::NAN; 3], 2).is_empty());
+        let inf = top_k_distribution(&[1.0, f32::INFINITY, f32::INFINITY], 3);
+        assert_eq!(inf.iter().map(|c| c.prob).collect::<Vec<_>>(), [0.5, 0.5, 0.0]);
     }
 
     #[test]

@@ -123,6 +123,17 @@ pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// The numerically last CPU of the machine (configured CPUs − 1, at most [`MAX_CPUS`] − 1):
+/// what `N` means in a cpu list, as in the kernel's.
+pub fn last_cpu() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    if n <= 0 {
+        return available_cpus().clamp(1, MAX_CPUS) - 1;
+    }
+    (n as usize).clamp(1, MAX_CPUS) - 1
+}
+
 /// True where a thread can be bound to a set of CPUs (Linux `sched_setaffinity`). Elsewhere a
 /// CPU list is refused with [`crate::ErrorKind::Unsupported`] rather than ignored (seed 001,
 /// "Thread placement": a run that quietly did not pin looks like pinning that did not help).

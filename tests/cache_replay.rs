@@ -39,3 +39,38 @@ fn bench_cache_prints_the_three_policies() {
     assert_eq!(code, 2);
     assert!(err.contains("--policy"), "{err}");
 }
+
+/// A trace naming an expert twice in one layer counts it once — the engine sorts and dedups
+/// the router's picks before it asks the cache, so two slots for one key never happen — and
+/// every policy gives exactly what the same trace without the duplicates gives.
+#[test]
+fn duplicate_ids_in_a_layer_are_one_access() {
+    let dir = temp_dir("dup-trace");
+    let clean = "{\"tok\": 1, \"layers\": [[1, 2], [0, 3]]}\n{\"tok\": 2, \"layers\": [[2, 3], [1, 3]]}\n{\"tok\": 3, \"layers\": [[0, 1], [0, 3]]}\n";
+    let dup = "{\"tok\": 1, \"layers\": [[1, 2, 1], [3, 0, 3]]}\n{\"tok\": 2, \"layers\": [[2, 3, 2, 2], [1, 3, 1]]}\n{\"tok\": 3, \"layers\": [[1, 0, 0], [0, 3, 0]]}\n";
+    std::fs::write(dir.join("clean.jsonl"), clean).unwrap();
+    std::fs::write(dir.join("dup.jsonl"), dup).unwrap();
+    let (a, b) = (Trace::load(&dir.join("clean.jsonl")).unwrap(), Trace::load(&dir.join("dup.jsonl")).unwrap());
+    assert_eq!(a.tokens, b.tokens, "loading sorts and dedups each layer");
+    assert_eq!((a.accesses(), b.accesses()), (12, 12));
+    // Built in code, not loaded: replay dedups on its own.
+    let raw = Trace {
+        tokens: vec![vec![vec![1, 2, 1], vec![3, 0, 3]], vec![vec![2, 3, 2, 2], vec![1, 3, 1]], vec![vec![1, 0, 0], vec![0, 3, 0]]],
+        layers: 2,
+        experts: 4,
+    };
+    assert_eq!(raw.accesses(), 12);
+    for slots in 2..=8 {
+        for policy in [Policy::Lru, Policy::default_for(4)] {
+            let want = replay(&a, slots, policy);
+            assert_eq!(replay(&b, slots, policy), want, "{slots} slots {policy:?}");
+            assert_eq!(replay(&raw, slots, policy), want, "{slots} slots {policy:?}, unloaded trace");
+        }
+        assert_eq!(belady(&raw, slots), belady(&a, slots), "{slots} slots, Belady");
+    }
+    // Every key fits: each of the 7 distinct experts misses once, the other 5 accesses hit.
+    for policy in [Policy::Lru, Policy::default_for(4)] {
+        assert_eq!(replay(&raw, 8, policy), 5.0 / 12.0, "{policy:?}");
+    }
+    assert_eq!(belady(&raw, 8), 5.0 / 12.0);
+}

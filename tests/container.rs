@@ -7,6 +7,7 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::format::json::Json;
 use waste::{ErrorKind, Model, Options};
 
 const MOE: [&str; 3] = ["mixtral_f32", "qwen3_moe_f32", "olmoe_f32"];
@@ -57,12 +58,19 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("token at a time, smallest cache", Options { cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
             ("look-ahead, smallest cache", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
             ("look-ahead, half the experts", Options { cache_bytes: manifest.expert_bytes() / 2, io_threads: 3, lookahead: true, threads: 2, ..base.clone() }, true),
+            // The fallback where O_DIRECT is refused (buffered reads, pages dropped), forced.
+            ("buffered fallback, io threads", Options { direct_io: false, cache_bytes: smallest, io_threads: 2, ..base.clone() }, false),
+            ("buffered fallback, synchronous", Options { direct_io: false, cache_bytes: smallest, ..base.clone() }, true),
         ] {
             let mut m = open(&dir, opts);
             let got = prompt_logits(&mut m, &o.prompt, single);
             assert!(bit_identical(&reference, &got), "{name}: {label}");
             let s = m.cache_stats().unwrap();
             assert!(s.hits + s.misses > 0 && s.bytes_read > 0, "{name}: {label}: {s:?}");
+            assert_eq!(s.banks, manifest.banks.len(), "{name}: {label}");
+            if label.starts_with("buffered") {
+                assert!(!s.direct_io && s.buffered_banks == s.banks && s.io_mode() == "buffered+fadvise", "{name}: {label}: {s:?}");
+            }
             if label.starts_with("look-ahead") {
                 assert!(s.prefetched > 0 && s.prefetch_hits > 0, "{name}: {label}: the look-ahead did not work: {s:?}");
             }
@@ -136,6 +144,13 @@ fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
 fn truncated_bank_is_refused() {
     let e = damaged("truncated", false, |p, rb| edit(p, |b| b.truncate(b.len() - rb / 2)));
     assert!(e.contains("layer 1") && e.contains("expert 7") && e.contains("truncated"), "{e}");
+}
+
+#[test]
+fn oversized_bank_is_refused_naming_the_file_and_the_extra_bytes() {
+    let e = damaged("oversized", false, |p, _| edit(p, |b| b.extend_from_slice(&[0u8; 100])));
+    assert!(e.contains("experts-001.bank") && e.contains("layer 1") && e.contains("100 extra bytes"), "{e}");
+    assert!(!e.contains("expert 8 is"), "there is no expert 8: {e}");
 }
 
 #[test]
@@ -225,7 +240,10 @@ fn convert_refuses_a_foreign_output_directory() {
     let o = oracle("llama_f32");
     let out = temp_dir("foreign");
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
-    let err = convert(&ConvertOptions::new(o.dir.join("model"), &out), &mut |_| {}).unwrap_err();
+    // Float encodings: llama_f32's widths are not multiples of 32, and the input is checked
+    // before the output directory.
+    let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(o.dir.join("model"), &out) };
+    let err = convert(&opts, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("not empty"), "{err}");
     assert_eq!(std::fs::read_to_string(out.join("notes.txt")).unwrap(), "mine");
 }
@@ -291,4 +309,252 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout.trim_end_matches('\n'), text);
     assert!(err.contains("[252 tokens,") && err.contains("experts ") && err.contains(" hit / ") && err.contains("miss"), "{err}");
+    let m = waste::format::container::Manifest::open(&out).unwrap();
+    assert_eq!((m.tokenizer_kind.as_deref(), &m.tokenizer_files[..]), (Some("llama2c"), &["tok512.bin".to_string()][..]));
+    // `info` on a container: the expert cache, the banks and how they are read.
+    let (code, stdout, err) = waste(&["info", out.to_str().unwrap(), "--cache", "1M"]);
+    assert_eq!(code, 0, "{err}");
+    let rb = m.max_record_bytes();
+    let slots = ((1usize << 20) / rb).min(m.banks.len() * 4) * rb;
+    assert!(stdout.contains(&format!("expert cache  {slots} bytes")), "{stdout}");
+    assert!(stdout.contains("expert banks  5 (O_DIRECT)") || stdout.contains("expert banks  5 (buffered+fadvise)"), "{stdout}");
+}
+
+/// The node at `path` (object keys, or array indices as numbers) of a JSON tree.
+fn node<'a>(j: &'a mut Json, path: &[&str]) -> &'a mut Json {
+    path.iter().fold(j, |cur, k| match cur {
+        Json::Object(m) => &mut m.iter_mut().find(|(n, _)| n == k).unwrap_or_else(|| panic!("no key {k}")).1,
+        Json::Array(a) => &mut a[k.parse::<usize>().unwrap()],
+        other => panic!("{k}: not a container: {other:?}"),
+    })
+}
+
+fn edit_manifest(dir: &Path, f: impl FnOnce(&mut Json)) {
+    let p = dir.join("manifest.json");
+    let mut j = waste::format::json::parse(&std::fs::read(&p).unwrap()).unwrap();
+    f(&mut j);
+    std::fs::write(&p, j.to_string_pretty()).unwrap();
+}
+
+/// Every manifest field the engine cross-checks at open, disagreeing in turn: the error names
+/// what disagrees, and the container is not opened.
+#[test]
+fn manifest_disagreements_are_refused_at_open() {
+    let dir = float_container("mixtral_f32", "manifest");
+    let good = std::fs::read(dir.join("manifest.json")).unwrap();
+    type Edit = Box<dyn Fn(&mut Json)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("index shape", Box::new(|j| *node(j, &["trunk", "tensors", "1", "shape", "0"]) = Json::uint(511)),
+            &["model.embed_tokens.weight", "the index says F32 [511, 64]", "the file's header says F32 [512, 64]"]),
+        ("index range", Box::new(|j| *node(j, &["trunk", "tensors", "1", "byte_range", "0"]) = Json::uint(8)),
+            &["model.embed_tokens.weight", "at bytes 8.."]),
+        ("index dtype", Box::new(|j| *node(j, &["trunk", "tensors", "0", "dtype"]) = Json::str("BF16")),
+            &["lm_head.weight", "BF16"]),
+        ("tensor not indexed", Box::new(|j| { let Json::Array(a) = node(j, &["trunk", "tensors"]) else { panic!() }; a.remove(0); }),
+            &["lm_head.weight", "is not in the trunk index"]),
+        ("indexed twice", Box::new(|j| { let Json::Array(a) = node(j, &["trunk", "tensors"]) else { panic!() }; let t = a[2].clone(); a.push(t); }),
+            &["indexed twice"]),
+        ("trunk size", Box::new(|j| *node(j, &["trunk", "files", "0", "bytes"]) = Json::uint(1000)),
+            &["trunk-f32.safetensors", "the manifest says 1000"]),
+        ("architecture", Box::new(|j| *node(j, &["architecture"]) = Json::str("OlmoeForCausalLM")),
+            &["architecture", "OlmoeForCausalLM", "MixtralForCausalLM"]),
+        ("old version", Box::new(|j| *node(j, &["version"]) = Json::uint(1)), &["container version 1", "convert the model again"]),
+        ("new version", Box::new(|j| *node(j, &["version"]) = Json::uint(3)), &["container version 3 is newer"]),
+        ("tokenizer kind", Box::new(|j| *node(j, &["tokenizer", "kind"]) = Json::str("wordpiece")), &["tokenizer.kind", "wordpiece"]),
+        ("tokenizer claimed", Box::new(|j| *node(j, &["tokenizer", "kind"]) = Json::str("tiktoken")), &["tokenizer.kind", "tiktoken", "no tokenizer"]),
+        ("side file missing", Box::new(|j| *node(j, &["files", "0"]) = Json::str("absent.json")), &["absent.json"]),
+        ("payload bytes", Box::new(|j| *node(j, &["banks", "0", "payload_bytes"]) = Json::uint(12)), &["banks[0].payload_bytes"]),
+    ];
+    for (what, f, needles) in cases {
+        std::fs::write(dir.join("manifest.json"), &good).unwrap();
+        edit_manifest(&dir, f);
+        let e = Model::open(&dir, &Options::default()).err().unwrap_or_else(|| panic!("{what}: opened")).to_string();
+        assert!(needles.iter().all(|n| e.contains(n)), "{what}: {e}");
+    }
+    std::fs::write(dir.join("manifest.json"), &good).unwrap();
+    Model::open(&dir, &Options { verify: true, ..Options::default() }).unwrap();
+}
+
+/// A flipped byte of a trunk tensor passes every header check (sizes and index agree) and is
+/// caught by the trunk file's CRC-32 under `verify`.
+#[test]
+fn flipped_trunk_byte_is_caught_with_verify() {
+    let dir = float_container("mixtral_f32", "trunkflip");
+    let trunk = dir.join("trunk-f32.safetensors");
+    edit(&trunk, |b| { let n = b.len(); b[n - 101] ^= 0x08; });
+    Model::open(&dir, &Options::default()).unwrap();
+    let e = Model::open(&dir, &Options { verify: true, ..Options::default() }).err().unwrap().to_string();
+    assert!(e.contains("trunk-f32.safetensors") && e.contains("CRC-32") && e.contains("changed after conversion"), "{e}");
+}
+
+/// A copy of a Hugging Face fixture directory with extra files, for conversions that change it.
+fn source_copy(name: &str, tag: &str, extra: &[(&str, PathBuf)]) -> PathBuf {
+    let from = oracle(name).dir.join("model");
+    let to = temp_dir(tag).join("hf");
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    for (as_name, src) in extra {
+        std::fs::copy(src, to.join(as_name)).unwrap();
+    }
+    to
+}
+
+/// The converter detects the tokenizer's kind and lists its files apart from
+/// generation_config.json; the engine checks the kind against what the files load as.
+#[test]
+fn manifest_records_the_tokenizer_kind() {
+    for (file, as_name, kind) in [
+        ("tokenizers/hf/qwen2.json", "tokenizer.json", "hf-bytelevel"),
+        ("tokenizers/hf/llama2.json", "tokenizer.json", "hf-sentencepiece"),
+        ("tokenizers/cl100k_base.tiktoken", "cl100k_base.tiktoken", "tiktoken"),
+    ] {
+        let src = source_copy("mixtral_f32", &format!("tok-{kind}"), &[(as_name, fixture(file))]);
+        let out = src.with_file_name("model.waste");
+        convert(&ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(&src, &out) }, &mut |_| {}).unwrap();
+        let m = waste::format::container::Manifest::open(&out).unwrap();
+        assert_eq!(m.tokenizer_kind.as_deref(), Some(kind));
+        assert_eq!(m.tokenizer_files, [as_name]);
+        assert_eq!(m.other_files, ["generation_config.json"]);
+        let model = Model::open(&out, &Options::default()).unwrap();
+        assert_eq!(model.tokenizer().unwrap().kind_name(), kind);
+        let other = if kind == "tiktoken" { "llama2c" } else { "tiktoken" };
+        edit_manifest(&out, |j| *node(j, &["tokenizer", "kind"]) = Json::str(other));
+        let e = Model::open(&out, &Options::default()).err().unwrap().to_string();
+        assert!(e.contains("tokenizer.kind") && e.contains(other) && e.contains(kind), "{e}");
+    }
+    // No tokenizer at all: kind null.
+    let m = waste::format::container::Manifest::open(&float_container("olmoe_f32", "tok-none")).unwrap();
+    assert_eq!((m.tokenizer_kind, m.tokenizer_files.len()), (None, 0));
+}
+
+fn f32_opts(src: &Path, out: &Path) -> ConvertOptions {
+    ConvertOptions { experts: Encoding::BF16, trunk: Encoding::F32, ..ConvertOptions::new(src, out) }
+}
+
+/// A kill inside each small atomic write — the state file (first written, then rewritten as
+/// each trunk file finishes), the tokenizer and generation files, the manifest — at each stage
+/// (torn temporary file, complete but not renamed, renamed): the rerun finishes, byte-identical
+/// to an uninterrupted run. Killed in the first state write, the directory holds nothing but a
+/// torn `.waste-convert.json.tmp`, which is recognised; killed after the manifest, it is a
+/// finished container, which is verified.
+#[test]
+fn conversion_killed_inside_small_writes_resumes_to_identical_bytes() {
+    let src = source_copy("qwen3_moe_f32", "smallwrites", &[("tokenizer.json", fixture("tokenizers/hf/qwen2.json"))]);
+    let base = src.parent().unwrap().to_path_buf();
+    let reference = base.join("reference");
+    convert(&f32_opts(&src, &reference), &mut |_| {}).unwrap();
+    let want = dir_bytes(&reference);
+    use waste::format::convert::WriteStage;
+    for stage in [WriteStage::Torn, WriteStage::BeforeRename, WriteStage::AfterRename] {
+        let mut n = 1;
+        loop {
+            let out = base.join(format!("{stage:?}-{n}"));
+            let opts = ConvertOptions { interrupt_write: Some((n, stage)), ..f32_opts(&src, &out) };
+            match convert(&opts, &mut |_| {}) {
+                Ok(_) => break,
+                Err(e) => assert!(e.to_string().contains("testing hook"), "{stage:?} {n}: {e}"),
+            }
+            if n == 1 && stage == WriteStage::Torn {
+                let names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                assert_eq!(names, [".waste-convert.json.tmp"]);
+            }
+            // A manifest in place means a container that opens.
+            if out.join("manifest.json").exists() {
+                waste::format::container::Manifest::open(&out).unwrap();
+            }
+            let report = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+            assert!(dir_bytes(&out) == want, "{stage:?} {n}: output differs from an uninterrupted run");
+            // Killed after the manifest was renamed into place: a finished container, verified.
+            assert_eq!(report.verified_existing, stage == WriteStage::AfterRename && n == 5, "{stage:?} {n}: {report:?}");
+            n += 1;
+        }
+        // The first state, the state once trunk-f32 is done, generation_config.json,
+        // tokenizer.json, the manifest.
+        assert_eq!(n - 1, 5, "{stage:?}");
+    }
+}
+
+/// A rerun of the same conversion on its finished output verifies it and says so; a damaged
+/// trunk file or bank record is rewritten (the trunk file's CRC, the record's CRC), giving the
+/// original bytes back; other options are refused.
+#[test]
+fn rerun_on_a_finished_container_verifies_and_repairs_it() {
+    let src = oracle("qwen3_moe_f32").dir.join("model");
+    let out = temp_dir("rerun").join("model.waste");
+    convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    let want = dir_bytes(&out);
+    let again = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert!(again.verified_existing && dir_bytes(&out) == want, "{again:?}");
+    edit(&out.join("trunk-f32.safetensors"), |b| { let n = b.len(); b[n / 2] ^= 1; });
+    let bank = waste::format::container::Manifest::open(&out).unwrap().banks[0].clone();
+    edit(&out.join(&bank.file), |b| b[3 * bank.layout.record_bytes + 400] ^= 0x10);
+    let repaired = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert!(!repaired.verified_existing && dir_bytes(&out) == want, "{repaired:?}");
+    let other = ConvertOptions { experts: Encoding::F32, ..f32_opts(&src, &out) };
+    let e = convert(&other, &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("different conversion"), "{e}");
+    assert!(dir_bytes(&out) == want, "a refused conversion changed the directory");
+}
+
+/// The resume fingerprint holds config.json's bytes: an interrupted conversion whose source
+/// config changed starts over (nothing resumed, though its trunk file and first records were
+/// done) and equals a fresh conversion of the new source. And a finished trunk file is only
+/// trusted after its size and CRC-32 check.
+#[test]
+fn changed_config_restarts_an_interrupted_conversion() {
+    let src = source_copy("qwen3_moe_f32", "fingerprint", &[]);
+    let base = src.parent().unwrap().to_path_buf();
+    let mut trunk_units = 0;
+    convert(&f32_opts(&src, &base.join("count")), &mut |p| trunk_units += u64::from(p.file.starts_with("trunk-"))).unwrap();
+    let stop = ConvertOptions { interrupt_after: Some(trunk_units + 2), ..f32_opts(&src, &base.join("unused")) };
+    // A finished trunk file damaged between the runs is written again.
+    let damaged = base.join("damaged");
+    assert!(convert(&ConvertOptions { output: damaged.clone(), ..stop.clone() }, &mut |_| {}).is_err());
+    edit(&damaged.join("trunk-f32.safetensors"), |b| { let n = b.len(); b[n - 1] ^= 1; });
+    let report = convert(&f32_opts(&src, &damaged), &mut |_| {}).unwrap();
+    assert!(report.resumed_units >= 2, "the bank's records were not resumed: {report:?}");
+    assert!(dir_bytes(&damaged) == dir_bytes(&base.join("count")), "a damaged finished trunk file was trusted");
+    // The config changes between the runs.
+    let out = base.join("out");
+    assert!(convert(&ConvertOptions { output: out.clone(), ..stop }, &mut |_| {}).is_err());
+    let cfg = std::fs::read_to_string(src.join("config.json")).unwrap();
+    assert!(cfg.contains("\"rms_norm_eps\": 1e-06"), "{cfg}");
+    std::fs::write(src.join("config.json"), cfg.replace("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 2e-06")).unwrap();
+    let report = convert(&f32_opts(&src, &out), &mut |_| {}).unwrap();
+    assert_eq!(report.resumed_units, 0, "resumed across a changed config");
+    let fresh = base.join("fresh");
+    convert(&f32_opts(&src, &fresh), &mut |_| {}).unwrap();
+    assert!(dir_bytes(&out) == dir_bytes(&fresh));
+}
+
+/// A quantized Hugging Face checkpoint whose expert tensor has a NaN block scale: refused by
+/// the engine (resident experts) and by the converter, naming the tensor, the row and the block.
+#[test]
+fn non_finite_expert_scales_are_refused() {
+    use waste::format::quant::Width;
+    let base = temp_dir("nan-scale");
+    let q = base.join("q4");
+    waste::format::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
+    let name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
+    let (offset, per_row) = {
+        let st = waste::format::safetensors::SafeTensors::open(&q.join("model.safetensors")).unwrap();
+        let t = st.get(name).unwrap();
+        (t.offset, t.shape[1] / 32)
+    };
+    // Opens and runs before the damage.
+    Model::open(&q, &Options::default()).unwrap();
+    for (bits, what) in [(0x7e00u16, "NaN"), (0xfc00, "infinite")] {
+        edit(&q.join("model.safetensors"), |b| {
+            let at = (offset + (2 * per_row + 1) * 18) as usize;
+            b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+        });
+        let e = Model::open(&q, &Options::default()).err().unwrap().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+        let out = base.join(format!("out-{what}"));
+        let opts = ConvertOptions { trunk: Encoding::Q4, embeddings: Some(Encoding::Q4), experts: Encoding::Q4, ..ConvertOptions::new(&q, &out) };
+        let e = convert(&opts, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
+    }
 }

@@ -20,6 +20,17 @@ fn cpu_list_parse_table() {
         ("4-4", &[4], "4"),
         (" 1-2\n", &[1, 2], "1-2"),
         ("1023", &[1023], "1023"),
+        // util-linux's stride (taskset -c): every S-th CPU from A.
+        ("0-7:2", &[0, 2, 4, 6], "0,2,4,6"),
+        ("1-8:3", &[1, 4, 7], "1,4,7"),
+        ("3-3:5", &[3], "3"),
+        // The kernel's groups: the first U of every G CPUs from A, the last group cut at B.
+        ("0-15:2/4", &[0, 1, 4, 5, 8, 9, 12, 13], "0-1,4-5,8-9,12-13"),
+        ("0-7:1/2", &[0, 2, 4, 6], "0,2,4,6"),
+        ("2-6:3/3", &[2, 3, 4, 5, 6], "2-6"),
+        ("0-9:3/4", &[0, 1, 2, 4, 5, 6, 8, 9], "0-2,4-6,8-9"),
+        ("100-200:2/25,1", &[1, 100, 101, 125, 126, 150, 151, 175, 176, 200], "1,100-101,125-126,150-151,175-176,200"),
+        ("0-0:0/1,5", &[5], "5"),
     ];
     for &(text, cpus, canon) in good {
         let l = CpuList::parse(text).unwrap_or_else(|e| panic!("`{text}`: {e}"));
@@ -27,6 +38,18 @@ fn cpu_list_parse_table() {
         assert_eq!(l.to_string(), canon, "`{text}`");
         assert_eq!(CpuList::parse(canon).unwrap(), l, "`{canon}` round trip");
     }
+    // The kernel's own example, and `N` / `all` against a machine whose last CPU is 7.
+    let l = CpuList::parse("0-1023:2/256").unwrap();
+    assert_eq!(l.cpus(), [0, 1, 256, 257, 512, 513, 768, 769]);
+    let n: &[(&str, &[usize])] = &[("N", &[7]), ("4-N", &[4, 5, 6, 7]), ("all", &[0, 1, 2, 3, 4, 5, 6, 7]),
+        ("ALL", &[0, 1, 2, 3, 4, 5, 6, 7]), ("0-N:1/4", &[0, 4]), ("6,N-N", &[6, 7])];
+    for &(text, cpus) in n {
+        let l = CpuList::parse_with_last(text, 7).unwrap_or_else(|e| panic!("`{text}`: {e}"));
+        assert_eq!(l.cpus(), cpus, "`{text}`");
+    }
+    let e = CpuList::parse_with_last("8-N", 7).expect_err("8-N on 8 CPUs");
+    assert!(e.message().contains("`8-N`") && e.message().contains("start is after its end"), "{}", e.message());
+    assert_eq!(CpuList::parse("N").unwrap().cpus(), [waste::sys::last_cpu()]);
     let bad: &[(&str, &str)] = &[
         ("", "empty"),
         ("  ", "empty"),
@@ -47,6 +70,20 @@ fn cpu_list_parse_table() {
         ("1024", "`1024`"),
         ("0-1024", "`0-1024`"),
         ("0-4,2:1/2", "`2:1/2`"),
+        ("0-7:0", "`0-7:0`"),
+        ("0-7:", "`0-7:`"),
+        ("0-7:x", "`0-7:x`"),
+        ("0-7:-2", "`0-7:-2`"),
+        ("0-7:3/2", "`0-7:3/2`"),
+        ("0-7:1/0", "`0-7:1/0`"),
+        ("0-7:1/", "`0-7:1/`"),
+        ("0-7:/2", "`0-7:/2`"),
+        ("0-7:1/2/3", "`0-7:1/2/3`"),
+        ("0-7:2:3", "`0-7:2:3`"),
+        ("0-2000:2/25", "`0-2000:2/25`"),
+        ("n", "`n`"),
+        ("al", "`al`"),
+        ("0-0:0/1", "names no CPU"),
     ];
     for &(text, names) in bad {
         let e = CpuList::parse(text).expect_err(text);

@@ -90,7 +90,9 @@ fn simd_int8_kernels_equal_the_scalar_twin_bit_for_bit() {
         for (rows, cols) in [(1, 32), (3, 64), (7, 96), (37, 160), (9, 1056), (5, 1024), (2, 2048)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
-            for n in [1, 2, 3, 4, 5, 9] {
+            // Vector counts on both sides of the prefill kernel's group of 32.
+            let counts: &[usize] = if rows * cols <= 37 * 160 { &[1, 2, 3, 4, 5, 9, 33, 40] } else { &[1, 2, 3, 4, 5, 9] };
+            for &n in counts {
                 let x = activations(n * cols, &mut rng);
                 let want = product(scalar, w, &x, n);
                 for k in &all[1..] {
@@ -183,7 +185,9 @@ fn int8_results_do_not_depend_on_vector_count_or_row_range() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     for k in int8_kernels() {
         for dtype in WIDTHS {
-            let (rows, cols, n) = (19, 320, 9);
+          // Shapes on both sides of the prefill kernel's groups (16 rows, 32 vectors, 256
+          // columns), odd block counts included.
+          for (rows, cols, n) in [(19, 320, 9), (37, 1056, 40), (18, 544, 33)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
             let x = activations(n * cols, &mut rng);
@@ -202,6 +206,7 @@ fn int8_results_do_not_depend_on_vector_count_or_row_range() {
                 k.rows(w, split, rows, &x, n, &mut y, rows);
                 assert!(bits_equal(&y, &whole), "{:?} {dtype}: split at row {split} differs", k.int8_isa());
             }
+          }
         }
     }
 }

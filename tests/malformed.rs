@@ -90,7 +90,7 @@ fn cases() -> Vec<Case> {
         Case { name: "unknown dtype", weights: h(&|j| edit(j, T, |e| set(e, "dtype", Json::str("F7")))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "unknown dtype `F7`"] },
         Case { name: "bad shape", weights: h(&|j| edit(j, T, |e| set(e, "shape", Json::Array(vec![Json::str("32"), Json::uint(64)])))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "shape"] },
         Case { name: "offsets past the data", weights: h(&|j| edit(j, T, |e| set(e, "data_offsets", offsets(k_off[0], data.len() as u64 + 8)))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "data_offsets", "outside"] },
-        Case { name: "offsets reversed", weights: h(&|j| edit(j, T, |e| set(e, "data_offsets", offsets(k_off[1], k_off[0])))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "data_offsets"] },
+        Case { name: "offsets reversed", weights: h(&|j| edit(j, T, |e| set(e, "data_offsets", offsets(k_off[1], k_off[0])))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "data_offsets", "reversed"] },
         Case { name: "offsets not two values", weights: h(&|j| edit(j, T, |e| set(e, "data_offsets", Json::Array(vec![Json::uint(0)])))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "data_offsets"] },
         Case { name: "overlapping tensors", weights: h(&|j| edit(j, T, |e| set(e, "data_offsets", offsets(0, k_off[1] - k_off[0])))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "overlap"] },
         Case { name: "shape x dtype disagrees with length", weights: h(&|j| edit(j, T, |e| set(e, "dtype", Json::str("F16")))), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "needs"] },
@@ -98,9 +98,11 @@ fn cases() -> Vec<Case> {
             config: ok_config.clone(), extra: vec![], needles: vec![st, "data_offsets", "outside"] },
         Case { name: "metadata not strings", weights: h(&|j| if let Json::Object(m) = j { m.insert(0, ("__metadata__".into(), Json::object([("format", Json::uint(1))]))) }),
             config: ok_config.clone(), extra: vec![], needles: vec![st, "__metadata__", "format"] },
-        Case { name: "missing tensor", weights: h(&|j| if let Json::Object(m) = j { m.retain(|(k, _)| k != T) }), config: ok_config.clone(), extra: vec![], needles: vec![T, "missing"] },
+        Case { name: "metadata key repeated", weights: Some(file_bytes(br#"{"__metadata__": {"format": "pt", "format": "x"}}"#, &data)),
+            config: ok_config.clone(), extra: vec![], needles: vec![st, "__metadata__", "`format` appears twice"] },
+        Case { name: "missing tensor", weights: h(&|j| if let Json::Object(m) = j { m.retain(|(k, _)| k != T) }), config: ok_config.clone(), extra: vec![], needles: vec![st, T, "missing"] },
         Case { name: "wrong tensor shape for the config", weights: Some(file_bytes(header.to_string_compact().as_bytes(), &data)),
-            config: cfg_set("intermediate_size", Json::uint(96)), extra: vec![], needles: vec!["mlp.gate_proj.weight", "[172, 64]", "[96, 64]"] },
+            config: cfg_set("intermediate_size", Json::uint(96)), extra: vec![], needles: vec![st, "`model.layers.0.mlp.gate_proj.weight`", "[172, 64]", "[96, 64]"] },
         Case { name: "no config", weights: Some(file_bytes(header.to_string_compact().as_bytes(), &data)), config: None, extra: vec![], needles: vec!["config.json", "open"] },
         Case { name: "config not JSON", weights: None, config: Some(b"{\"hidden_size\": 64,\n \"x\": }".to_vec()), extra: vec![], needles: vec!["config.json", "byte 26"] },
         Case { name: "config missing field", weights: None, config: cfg_del("num_attention_heads"), extra: vec![], needles: vec!["config.json", "num_attention_heads", "missing"] },
@@ -111,7 +113,7 @@ fn cases() -> Vec<Case> {
         Case { name: "config deeply nested", weights: None, config: Some(format!("{{\"a\": {}{}}}", "[".repeat(1000), "]".repeat(1000)).into_bytes()), extra: vec![], needles: vec!["config.json", "nesting"] },
         Case { name: "index names a missing shard", weights: None, config: ok_config.clone(),
             extra: vec![("model.safetensors.index.json", br#"{"weight_map": {"model.embed_tokens.weight": "model-00001-of-00002.safetensors"}}"#.to_vec())],
-            needles: vec!["model-00001-of-00002.safetensors"] },
+            needles: vec!["model.safetensors.index.json", "model.embed_tokens.weight", "model-00001-of-00002.safetensors", "not a file"] },
         Case { name: "index with a path in it", weights: None, config: ok_config.clone(),
             extra: vec![("model.safetensors.index.json", br#"{"weight_map": {"model.norm.weight": "../../etc/passwd"}}"#.to_vec())],
             needles: vec!["model.safetensors.index.json", "model.norm.weight"] },
@@ -188,4 +190,69 @@ fn random_header_corruption_never_panics() {
         }
     }
     assert!(rejected > 100, "only {rejected} of 300 corruptions were detected");
+}
+
+/// stories260K with its tok512.bin replaced by `tok`.
+fn stories_with_tokenizer(tag: &str, tok: &[u8]) -> std::path::PathBuf {
+    let dir = temp_dir(&format!("tok-{tag}"));
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(root().join("models/stories260K").join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("tok512.bin"), tok).unwrap();
+    dir
+}
+
+/// Byte offsets where each record of a llama2.c tokenizer file starts (and the end).
+fn record_starts(b: &[u8]) -> Vec<usize> {
+    let mut at = 4;
+    let mut v = vec![];
+    while at < b.len() {
+        v.push(at);
+        at += 8 + u32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap()) as usize;
+    }
+    v.push(at);
+    v
+}
+
+/// A tok*.bin that does not fit the model's vocab_size is refused naming the file, before any
+/// text is produced: truncated at a record boundary it parses (a 7-token vocabulary), so the
+/// model checks the count; trailing bytes and negative lengths are called what they are.
+#[test]
+fn a_tokenizer_that_does_not_fit_the_model_is_refused_naming_it() {
+    let tok = std::fs::read(root().join("models/stories260K/tok512.bin")).unwrap();
+    let starts = record_starts(&tok);
+    assert_eq!(starts.len(), 513, "the fixture holds 512 records");
+    let opts = Options { threads: 1, ..Options::default() };
+
+    let dir = stories_with_tokenizer("short", &tok[..starts[7]]);
+    let m = Model::open(&dir, &opts).unwrap();
+    let e = m.tokenize_prompt("Once").unwrap_err().to_string();
+    for needle in ["tok512.bin", "7 token records", "vocab_size", "512"] {
+        assert!(e.contains(needle), "`{e}` does not mention `{needle}`");
+    }
+    let (code, out, err) = waste(&["run", dir.to_str().unwrap(), "Once", "-n", "4"]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("tok512.bin") && err.contains("7 token records"), "{err}");
+    // Ids alone need no tokenizer: eval --ids still works.
+    let (code, _, err) = waste(&["eval", dir.to_str().unwrap(), "--ids", "1,2"]);
+    assert_eq!(code, 0, "{err}");
+
+    let mut junk = tok.clone();
+    junk.extend_from_slice(&[0xAB; 3]);
+    let dir = stories_with_tokenizer("junk", &junk);
+    let e = Model::open(&dir, &opts).err().expect("trailing junk accepted").to_string();
+    assert!(e.contains("tok512.bin") && e.contains("3 bytes of trailing data after the 512 token records"), "{e}");
+
+    let mut junk = tok.clone();
+    junk.extend_from_slice(&[0, 0, 0, 0, 1, 0, 0, 0, b'x']);
+    let dir = stories_with_tokenizer("extra", &junk);
+    let m = Model::open(&dir, &opts).unwrap();
+    let e = m.tokenize_prompt("Once").unwrap_err().to_string();
+    assert!(e.contains("tok512.bin") && e.contains("513 token records") && e.contains("trailing data"), "{e}");
+
+    let mut neg = tok.clone();
+    neg[starts[5] + 4..starts[5] + 8].copy_from_slice(&(-1i32).to_le_bytes());
+    let dir = stories_with_tokenizer("negative", &neg);
+    let e = Model::open(&dir, &opts).err().expect("negative length accepted").to_string();
+    assert!(e.contains("tok512.bin") && e.contains("token 5 has a negative length (-1)"), "{e}");
 }

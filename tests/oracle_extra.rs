@@ -20,6 +20,9 @@ fn open(dir: &std::path::Path, threads: usize) -> Model {
 /// Per-position max|diff| / max|ref| (the reference's scale, not the row's), so a failure says
 /// where along the prompt the engine drifts.
 fn worst_position(ours: &[f32], reference: &[f32], vocab: usize) -> (usize, f32) {
+    // f32::max drops NaN: without these checks a NaN row would never be the worst.
+    common::assert_finite("engine logits", ours);
+    common::assert_finite("reference logits", reference);
     let max_ref = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let mut worst = (0, 0.0f32);
     for (t, (a, b)) in ours.chunks_exact(vocab).zip(reference.chunks_exact(vocab)).enumerate() {
@@ -287,4 +290,26 @@ fn feature_variants_have_the_intended_structure() {
     let saved = read_json(&o.dir.join("model/config.json"));
     assert!(saved.get("layer_types").is_none() && saved.get("max_window_layers").and_then(|v| v.as_u64()) == Some(3));
     assert_eq!(open(&o.dir.join("model"), 1).config().sliding_window, vec![Some(8), None, Some(8), None]);
+}
+
+/// The comparison helpers themselves: NaN and infinities fail instead of vanishing in a
+/// `f32::max` fold (an all-NaN output used to pass every oracle test).
+#[test]
+#[should_panic(expected = "non-finite")]
+fn an_all_nan_output_fails_rel_max_diff() {
+    rel_max_diff(&[f32::NAN; 8], &[1.0; 8]);
+}
+
+#[test]
+#[should_panic(expected = "non-finite")]
+fn a_nan_row_fails_worst_position() {
+    let mut ours = vec![0.5f32; 8];
+    ours[5] = f32::NAN;
+    worst_position(&ours, &[0.5; 8], 4);
+}
+
+#[test]
+#[should_panic(expected = "non-finite")]
+fn an_infinite_logit_fails_argmax() {
+    argmax(&[0.0, f32::INFINITY, 1.0]);
 }

@@ -244,6 +244,10 @@ fn cli_plan_json_keys_and_values() {
     let doc = plan_json(&[m, "--ctx", "64", "--budget", &floor.to_string()]);
     assert_eq!(num(&doc, "budget_bytes"), floor);
     assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", "1.5G"]), "budget_bytes"), 3 << 29);
+    // Binary units whatever the spelling: 4M = 4Mi = 4MiB = 4MB.
+    for spelling in ["4Mi", "4MiB", "4MB", "4mib"] {
+        assert_eq!(num(&plan_json(&[m, "--ctx", "64", "--budget", spelling]), "budget_bytes"), 4 << 20, "{spelling}");
+    }
 }
 
 #[test]
@@ -259,8 +263,9 @@ fn cli_budget_under_the_floor_fails_naming_the_floor() {
         assert!(err.contains("plan"), "{err}");
         assert!(err.contains("floor"), "{err}");
     }
-    // Sizes that do not parse are usage errors.
-    for bad in ["4GiB", "lots", "-1G", ""] {
+    // Sizes that do not parse are usage errors (`4iB` has no unit before its `i`), and a
+    // budget of 0 is out of range.
+    for bad in ["4iB", "lots", "-1G", "", "0", "99999999999T"] {
         let (status, _, err) = waste(&["plan", m, "--budget", bad]);
         assert_eq!(status, 2, "--budget {bad:?}: {err}");
         assert!(err.contains("--budget"), "{err}");
@@ -379,8 +384,11 @@ fn make_container(tag: &str, fixture_name: &str, expert_dtype: DType) -> (PathBu
         std::fs::File::create(dir.join(&file)).unwrap().set_len((moe.experts * layout.record_bytes) as u64).unwrap();
         banks.push(Bank { layer, file, experts: moe.experts, layout });
     }
-    Manifest { dir: dir.clone(), config, config_json, trunk_files: vec!["trunk.safetensors".into()], tokenizer_files: vec![],
-        trunk_encoding: "f32".into(), expert_encoding: expert_dtype.name().to_lowercase(), banks }.write().unwrap();
+    let sum = waste::format::container::FileSum::of_file(&dir.join("trunk.safetensors")).unwrap();
+    let mut m = Manifest::new(&dir, config_json, vec![("trunk.safetensors".into(), sum)], banks).unwrap();
+    m.trunk_encoding = "f32".into();
+    m.expert_encoding = expert_dtype.name().to_lowercase();
+    m.write().unwrap();
     (dir, src)
 }
 

@@ -359,6 +359,34 @@ fn quantize_refuses_a_non_finite_weight_naming_row_and_block() {
     let e = quantize_checkpoint(&src, &dir.join("out"), Width::Q8).unwrap_err().to_string();
     assert_names(&e, &["tensor `w`", "row 2, block 1", "columns 32..64", "inf"]);
     assert!(!dir.join("out/model.safetensors").exists());
+    assert_eq!(entries(&dir.join("out")), Vec::<String>::new(), "a failed run leaves its temporary file behind");
+}
+
+/// The names in a directory, sorted.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// The side files are copied before the weights are renamed into place: when a copy fails,
+/// no weights appear without their config, and no temporary file stays.
+#[test]
+fn a_failed_side_file_copy_leaves_no_weights_and_no_temporary_file() {
+    let dir = temp_dir("sidecar-fails");
+    let src = dir.join("src");
+    exact_checkpoint(&src, SMOL_TINY, 7, 0.1, DType::F32, 5);
+    let out = dir.join("out");
+    // A directory where config.json must go: the rename onto it fails.
+    std::fs::create_dir_all(out.join("config.json/x")).unwrap();
+    let e = quantize_checkpoint(&src, &out, Width::Q4).unwrap_err().to_string();
+    assert!(e.contains("config.json"), "{e}");
+    assert_eq!(entries(&out), ["config.json"], "weights or a temporary file were left: {:?}", entries(&out));
+    // The same run into a clean directory succeeds and leaves exactly the files it reports.
+    let out = dir.join("ok");
+    let rep = quantize_checkpoint(&src, &out, Width::Q4).unwrap();
+    assert_eq!(rep.copied, ["config.json"]);
+    assert_eq!(entries(&out), ["config.json", "model.safetensors"]);
 }
 
 #[test]

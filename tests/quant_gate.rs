@@ -35,7 +35,11 @@ fn gate(name: &str, config: &str, width: Width, source: DType, norm: f32) {
     assert_eq!(rep.width, width);
     let mut fm = Model::open(&float, &opts()).unwrap();
     let mut qm = Model::open(&q, &opts()).unwrap();
-    assert_eq!(qm.info().dtypes, vec![width.dtype().name().to_string()]);
+    // Every stored dtype is listed: the 2-D tensors' and the F32 norm vectors' (a BF16
+    // checkpoint with F32 norms is both).
+    let float_dtypes: Vec<&str> = if source == DType::F32 { vec!["F32"] } else { vec![source.name(), "F32"] };
+    assert_eq!(fm.info().dtypes, float_dtypes);
+    assert_eq!(qm.info().dtypes, [width.dtype().name(), "F32"]);
     let r = compare(&mut fm, &mut qm, GATE_PROMPT, 8).unwrap();
     for line in r.lines() {
         println!("{name}: {line}");
@@ -103,6 +107,8 @@ fn quantized_fixtures_run_through_the_model() {
     let prompt = ids_of(ids.get("prompt_ids").unwrap());
     for fixture_name in ["qwen3_f32", "qwen3_bf16"] {
         let src = fixture(&format!("oracles/{fixture_name}/model"));
+        // 1-D tensors keep their stored type (F16 would widen to F32).
+        let norm_dtype = SafeTensors::open(&src.join("model.safetensors")).unwrap().get("model.norm.weight").unwrap().dtype;
         let mut float = Model::open(&src, &opts()).unwrap();
         let mut want = Vec::new();
         float.eval_all(&prompt, &mut want).unwrap();
@@ -115,7 +121,7 @@ fn quantized_fixtures_run_through_the_model() {
             for threads in [1, 2] {
                 let mut qm = Model::open(&q, &Options { threads, ..opts() }).unwrap();
                 let info = qm.info();
-                assert_eq!(info.dtypes, vec![width.dtype().name().to_string()]);
+                assert_eq!(info.dtypes, [width.dtype().name(), norm_dtype.name()]);
                 let mut got = Vec::new();
                 qm.eval_all(&prompt, &mut got).unwrap();
                 let mut twin = Model::open(dir.join("twin"), &Options { threads, ..opts() }).unwrap();
@@ -247,6 +253,21 @@ fn quantize_and_compare_commands_print_the_seed_lines() {
     assert!(err.contains("--bits"), "{err}");
     let (code, _, _) = waste(&["compare", float.to_str().unwrap()]);
     assert_eq!(code, 2);
+    // The float side must be the float model.
+    let (code, out, err) = waste(&["compare", q.to_str().unwrap(), float.to_str().unwrap(), "--ids", "1,17", "--threads", "1"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(err.contains("quantized") && err.contains("Q4B32"), "{err}");
+    // NaN logits on both sides "agree" on every token (argmax skips NaN): still a failure.
+    let nan = dir.join("nan");
+    exact_checkpoint(&nan, SMOL_TINY, 7, f32::NAN, DType::F32, 5);
+    let nan_q = dir.join("nan-q4");
+    let (code, _, err) = waste(&["quantize", "--in", nan.to_str().unwrap(), "--out", nan_q.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = waste(&["compare", nan.to_str().unwrap(), nan_q.to_str().unwrap(), "--ids", "1,17", "-n", "3", "--threads", "1"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("COMPARE result match=true") && out.contains("COMPARE FAIL non_finite float=768 quant=1536"), "{out}");
+    assert!(!out.contains("COMPARE OK"), "{out}");
+    assert!(err.contains("non-finite logits"), "{err}");
     // The ragged model: a runtime error naming the tensor.
     let (code, _, err) = waste(&["quantize", "--in", root().join("models/stories260K").to_str().unwrap(), "--out", dir.join("r").to_str().unwrap()]);
     assert_eq!(code, 1);

@@ -43,7 +43,9 @@ fn make_run_command_prints_the_story() {
     let (code, out, err) = waste(&["run", "models/stories260K", "Once upon a time", "-n", "252", "--temp", "0"]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim_end_matches('\n'), text);
-    assert!(err.contains("[252 tokens,") && err.contains("tok/s]"), "{err}");
+    // One summary line: decode figures, then the prefill's, then why it stopped.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("[252 tokens, ") && err.contains(" tok/s | prefill 5 tokens, ") && err.trim_end().ends_with("| stop: token limit]"), "{err}");
 }
 
 #[test]

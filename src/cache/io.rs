@@ -9,30 +9,95 @@ use crate::sys::{self, Slot};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-/// A bank file opened for reading records.
+/// A bank file opened for reading records: with `O_DIRECT` where the filesystem takes it, else
+/// buffered reads whose pages are dropped after each (`POSIX_FADV_DONTNEED`).
+///
+/// Some filesystems accept `O_DIRECT` at open and refuse the reads themselves with `EINVAL`;
+/// the first such refusal switches the bank to buffered reads for good (the read is retried
+/// that way), and [`BankFile::is_direct`] reports it.
 pub struct BankFile {
     pub path: PathBuf,
-    pub file: File,
-    /// `O_DIRECT` in use (otherwise pages are dropped after each read).
-    pub direct: bool,
+    /// The `O_DIRECT` descriptor, when open accepted it and direct reads were wanted.
+    direct: Option<File>,
+    /// The buffered descriptor: opened at once when there is no direct one, else on the first
+    /// refused read.
+    buffered: OnceLock<File>,
+    /// A direct read was refused: this bank reads buffered from now on.
+    refused: AtomicBool,
+}
+
+/// The name of a read mode, as `info` and the statistics report it.
+pub fn io_mode_name(direct: bool) -> &'static str {
+    if direct { "O_DIRECT" } else { "buffered+fadvise" }
 }
 
 impl BankFile {
+    /// Opens with `O_DIRECT` where accepted.
     pub fn open(path: PathBuf) -> Result<BankFile> {
-        let (file, direct) = sys::open_direct(&path)?;
-        Ok(BankFile { path, file, direct })
+        BankFile::open_with(path, true)
+    }
+
+    /// Opens for direct reads when `direct` and the filesystem accepts them at open, else for
+    /// the buffered fallback.
+    pub fn open_with(path: PathBuf, direct: bool) -> Result<BankFile> {
+        let buffered = OnceLock::new();
+        let direct = if direct {
+            let (file, is_direct) = sys::open_direct(&path)?;
+            if is_direct {
+                Some(file)
+            } else {
+                let _ = buffered.set(file);
+                None
+            }
+        } else {
+            let _ = buffered.set(File::open(&path).map_err(|e| Error::io(&path, "open", e))?);
+            None
+        };
+        Ok(BankFile { path, direct, buffered, refused: AtomicBool::new(false) })
+    }
+
+    /// True while reads bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some() && !self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Size of the file in bytes.
+    pub fn file_size(&self) -> Result<u64> {
+        let f = match &self.direct {
+            Some(f) => f,
+            None => self.buffered()?,
+        };
+        Ok(f.metadata().map_err(|e| Error::io(&self.path, "stat", e))?.len())
+    }
+
+    fn buffered(&self) -> Result<&File> {
+        if let Some(f) = self.buffered.get() {
+            return Ok(f);
+        }
+        // Two threads may both get here; one descriptor is kept, the other closed.
+        let f = File::open(&self.path).map_err(|e| Error::io(&self.path, "open (buffered, O_DIRECT reads refused)", e))?;
+        let _ = self.buffered.set(f);
+        self.buffered.get().ok_or_else(|| Error::new(crate::ErrorKind::Io, format!("{}: no descriptor", self.path.display())))
     }
 
     /// Reads `buf.len()` bytes at `offset` (aligned when direct).
     pub fn read_record(&self, buf: &mut [u8], offset: u64, layer: usize, expert: usize) -> Result<()> {
-        sys::read_exact_at(&self.file, &self.path, buf, offset)
-            .map_err(|e| e.context(format!("layer {layer} expert {expert}")))?;
-        if !self.direct {
-            sys::drop_cached_pages(&self.file, offset, buf.len() as u64);
+        let what = || format!("layer {layer} expert {expert}");
+        if let Some(f) = self.direct.as_ref().filter(|_| !self.refused.load(Ordering::Relaxed)) {
+            use std::os::unix::fs::FileExt;
+            match f.read_exact_at(buf, offset) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.refused.store(true, Ordering::Relaxed),
+                Err(e) => return Err(Error::io(&self.path, &format!("read {} bytes at offset {offset}", buf.len()), e).context(what())),
+            }
         }
+        let f = self.buffered()?;
+        sys::read_exact_at(f, &self.path, buf, offset).map_err(|e| e.context(what()))?;
+        sys::drop_cached_pages(f, offset, buf.len() as u64);
         Ok(())
     }
 }
@@ -128,4 +193,42 @@ pub fn timed<T>(total: &mut std::time::Duration, f: impl FnOnce() -> T) -> T {
     let v = f();
     *total += t.elapsed();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::Must;
+
+    /// A direct read the filesystem refuses with EINVAL (here: an offset that is not a
+    /// multiple of the logical block size, which every `O_DIRECT` filesystem refuses) switches
+    /// the bank to buffered reads, which return the same bytes; other read errors are errors.
+    #[test]
+    fn a_refused_direct_read_falls_back_to_buffered() {
+        let path = std::env::temp_dir().join(format!("waste-io-fallback-{}.bin", std::process::id()));
+        let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+        std::fs::write(&path, &data).must();
+        let bank = BankFile::open(path.clone()).must();
+        if !bank.is_direct() {
+            println!("SKIP: io fallback: {} refuses O_DIRECT at open (the open-time fallback is in use)", path.display());
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        let mut buf = crate::sys::AlignedBuf::zeroed(4096 + 4096, 4096).must();
+        // Aligned: a direct read.
+        bank.read_record(&mut buf.as_mut_slice()[..4096], 4096, 0, 1).must();
+        assert_eq!(&buf.as_slice()[..4096], &data[4096..8192]);
+        assert!(bank.is_direct());
+        // Past the end: an error (not EINVAL), and the bank stays direct.
+        assert!(bank.read_record(&mut buf.as_mut_slice()[..4096], 3 * 4096, 0, 3).is_err());
+        assert!(bank.is_direct());
+        // At an offset one byte past a block: refused by the filesystem, then served buffered.
+        bank.read_record(&mut buf.as_mut_slice()[..4096], 4097, 0, 2).must();
+        assert_eq!(&buf.as_slice()[..4096], &data[4097..8193]);
+        assert!(!bank.is_direct(), "the bank did not switch to buffered reads");
+        // And later reads, aligned or not, keep working buffered.
+        bank.read_record(&mut buf.as_mut_slice()[..4096], 0, 0, 0).must();
+        assert_eq!(&buf.as_slice()[..4096], &data[..4096]);
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -34,6 +34,9 @@ pub struct CacheOptions {
     pub verify: bool,
     /// Eviction policy; `None` takes [`Policy::default_for`] the model.
     pub policy: Option<Policy>,
+    /// Read with `O_DIRECT` where the filesystem allows it; false reads every bank through
+    /// the fallback (buffered, then `POSIX_FADV_DONTNEED`). (wp-container)
+    pub direct_io: bool,
 }
 
 /// What the cache has done so far.
@@ -49,6 +52,10 @@ pub struct CacheStats {
     pub direct_io: bool,
     /// Number of slots.
     pub slots: usize,
+    /// Expert banks, and how many of them read buffered (`O_DIRECT` refused at open or by a
+    /// read, or not asked for). (wp-container)
+    pub banks: usize,
+    pub buffered_banks: usize,
     /// Records read ahead of their layer (router look-ahead).
     pub prefetched: u64,
     /// Lookups served by a record read ahead.
@@ -56,6 +63,15 @@ pub struct CacheStats {
 }
 
 impl CacheStats {
+    /// How the banks are read: `O_DIRECT`, `buffered+fadvise`, or `mixed` (wp-container).
+    pub fn io_mode(&self) -> &'static str {
+        match self.buffered_banks {
+            0 => io::io_mode_name(true),
+            n if n == self.banks => io::io_mode_name(false),
+            _ => "mixed",
+        }
+    }
+
     /// Hits over lookups (0 when there were none).
     pub fn hit_rate(&self) -> f64 {
         let n = self.hits + self.misses;
@@ -108,13 +124,13 @@ impl ExpertCache {
         let mut files = Vec::with_capacity(cfg.layers);
         let mut layouts = vec![None; cfg.layers];
         let mut key_base = vec![usize::MAX; cfg.layers];
-        let mut direct = true;
+        let mut buffered = 0;
         for (i, b) in manifest.banks.iter().enumerate() {
             while files.len() < b.layer {
                 files.push(None);
             }
-            let f = BankFile::open(manifest.bank_path(b))?;
-            direct &= f.direct;
+            let f = BankFile::open_with(manifest.bank_path(b), opts.direct_io)?;
+            buffered += usize::from(!f.is_direct());
             files.push(Some(f));
             layouts[b.layer] = Some(b.layout);
             key_base[b.layer] = i * moe.experts;
@@ -132,7 +148,7 @@ impl ExpertCache {
             slot_bytes,
             io,
             verify: opts.verify,
-            stats: CacheStats { direct_io: direct, slots, ..CacheStats::default() },
+            stats: CacheStats { direct_io: buffered == 0, slots, banks: manifest.banks.len(), buffered_banks: buffered, ..CacheStats::default() },
             loading: 0,
             prefetched: vec![false; slots],
             hits: Vec::new(),
@@ -259,6 +275,7 @@ impl ExpertCache {
             (Some(layout), Some(bank), Some(b)) => layout.check(b.as_slice(), &bank.path, layer, expert, self.verify),
             _ => Err(slot_lost(layer, expert as u32)),
         });
+        self.note_io_mode(layer);
         match checked {
             Ok(()) => {
                 self.stats.bytes_read += layout.map_or(0, |l| l.record_bytes) as u64;
@@ -288,7 +305,13 @@ impl ExpertCache {
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
             let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
             let read = io::timed(&mut self.stats.io_wait, || bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize));
-            if let Err(err) = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify)) {
+            let switched = self.stats.direct_io && !bank.is_direct();
+            let checked = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify));
+            if switched {
+                self.stats.buffered_banks = count_buffered(&self.banks);
+                self.stats.direct_io = false;
+            }
+            if let Err(err) = checked {
                 self.index.clear(s);
                 return Err(err);
             }
@@ -335,6 +358,16 @@ impl ExpertCache {
         Ok(())
     }
 
+    /// Counts the buffered banks again after a read of `layer`'s bank, which may have found
+    /// `O_DIRECT` refused and switched (one atomic load per record). (wp-container)
+    fn note_io_mode(&mut self, layer: usize) {
+        if self.banks.get(layer).and_then(Option::as_ref).is_some_and(BankFile::is_direct) {
+            return;
+        }
+        self.stats.buffered_banks = count_buffered(&self.banks);
+        self.stats.direct_io = self.stats.buffered_banks == 0;
+    }
+
     fn wait(&mut self) -> Result<Completion> {
         let Some(io) = &self.io else { return Err(Error::new(ErrorKind::Io, "no I/O threads")) };
         let t = std::time::Instant::now();
@@ -342,6 +375,11 @@ impl ExpertCache {
         self.stats.io_wait += t.elapsed();
         c
     }
+}
+
+/// Banks reading buffered. (wp-container)
+fn count_buffered(banks: &[Option<BankFile>]) -> usize {
+    banks.iter().flatten().filter(|b| !b.is_direct()).count()
 }
 
 fn slot_lost(layer: usize, expert: u32) -> Error {

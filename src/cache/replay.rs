@@ -3,7 +3,10 @@
 //! the expert whose next use is farthest away.
 //!
 //! A trace is JSON lines `{"tok": N, "layers": [[expert ids of the top-k] per MoE layer]}`, one
-//! per decoded token. Each layer's experts are looked up together, as the engine does.
+//! per decoded token. Each layer's experts are looked up together, as the engine does, and
+//! like the engine (`model::moe`, which sorts and dedups the router's choices before asking
+//! the cache) a layer's list counts each expert once: an id given twice in one layer is one
+//! access, never two slots for one key.
 
 use super::policy::{CacheIndex, Lookup, Policy};
 use crate::error::{Error, ErrorKind, Result};
@@ -35,6 +38,9 @@ impl Trace {
                     .iter().map(|x| x.as_u64().filter(|&n| n < 1 << 20).map(|n| n as u32))
                     .collect::<Option<Vec<u32>>>().ok_or_else(|| bad("an expert id is not a small integer".into()))?;
                 max_id = ids.iter().copied().fold(max_id, u32::max);
+                let mut ids = ids;
+                ids.sort_unstable();
+                ids.dedup();
                 tok.push(ids);
             }
             if tokens.first().is_some_and(|t: &Vec<Vec<u32>>| t.len() != tok.len()) {
@@ -49,9 +55,10 @@ impl Trace {
         Ok(Trace { tokens, layers, experts: max_id as usize + 1 })
     }
 
-    /// Total expert accesses.
+    /// Total expert accesses (distinct experts per layer and token).
     pub fn accesses(&self) -> usize {
-        self.tokens.iter().flatten().map(Vec::len).sum()
+        let mut buf = Vec::new();
+        self.tokens.iter().flatten().map(|ids| distinct(ids, &mut buf).len()).sum()
     }
 
     /// Number of distinct experts in the model.
@@ -64,14 +71,26 @@ impl Trace {
     }
 }
 
+/// One layer's ids as the engine asks for them: sorted, each once. (`load` already does this;
+/// a trace built in code may not have.)
+fn distinct<'a>(ids: &[u32], buf: &'a mut Vec<u32>) -> &'a [u32] {
+    buf.clear();
+    buf.extend_from_slice(ids);
+    buf.sort_unstable();
+    buf.dedup();
+    buf
+}
+
 /// Hit rate of `policy` with `slots` slots, each layer's experts looked up together and the
 /// misses then given slots, as [`super::ExpertCache`] does.
 pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
     let mut c = CacheIndex::new(trace.keys(), slots, policy).with_layers(trace.layers, trace.experts);
     let mut hits = 0usize;
     let mut misses = Vec::new();
+    let mut buf = Vec::new();
     for tok in &trace.tokens {
         for (l, ids) in tok.iter().enumerate() {
+            let ids = distinct(ids, &mut buf);
             misses.clear();
             for &e in ids {
                 match c.access(trace.key(l, e)) {
@@ -92,9 +111,10 @@ pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
 /// the resident expert (not needed by the current layer) whose next use is farthest away.
 pub fn belady(trace: &Trace, slots: usize) -> f64 {
     // The access sequence in order, and for each access the position of the key's next use.
-    let seq: Vec<usize> = trace.tokens.iter()
-        .flat_map(|tok| tok.iter().enumerate().flat_map(move |(l, ids)| ids.iter().map(move |&e| trace.key(l, e))))
+    let groups: Vec<Vec<usize>> = trace.tokens.iter()
+        .flat_map(|tok| tok.iter().enumerate().map(|(l, ids)| distinct(ids, &mut Vec::new()).iter().map(|&e| trace.key(l, e)).collect()))
         .collect();
+    let seq: Vec<usize> = groups.iter().flatten().copied().collect();
     let mut next_use = vec![usize::MAX; seq.len()];
     let mut last = vec![usize::MAX; trace.keys()];
     for i in (0..seq.len()).rev() {
@@ -105,36 +125,34 @@ pub fn belady(trace: &Trace, slots: usize) -> f64 {
     let mut resident: Vec<(usize, usize)> = Vec::with_capacity(slots); // (key, next use)
     let mut hits = 0;
     let mut i = 0;
-    for tok in &trace.tokens {
-        for ids in tok {
-            let group = i..i + ids.len();
-            // Hits first: the group's resident keys get their next use updated.
-            for j in group.clone() {
-                if slot_of[seq[j]] != usize::MAX {
-                    hits += 1;
-                    resident[slot_of[seq[j]]].1 = next_use[j];
-                }
+    for ids in &groups {
+        let group = i..i + ids.len();
+        // Hits first: the group's resident keys get their next use updated.
+        for j in group.clone() {
+            if slot_of[seq[j]] != usize::MAX {
+                hits += 1;
+                resident[slot_of[seq[j]]].1 = next_use[j];
             }
-            for j in group.clone() {
-                let key = seq[j];
-                if slot_of[key] != usize::MAX {
-                    continue;
-                }
-                if resident.len() < slots {
-                    slot_of[key] = resident.len();
-                    resident.push((key, next_use[j]));
-                    continue;
-                }
-                let in_group = |k: usize| seq[group.clone()].contains(&k);
-                let victim = (0..resident.len()).filter(|&r| !in_group(resident[r].0)).max_by_key(|&r| resident[r].1);
-                if let Some(r) = victim {
-                    slot_of[resident[r].0] = usize::MAX;
-                    resident[r] = (key, next_use[j]);
-                    slot_of[key] = r;
-                }
-            }
-            i = group.end;
         }
+        for j in group.clone() {
+            let key = seq[j];
+            if slot_of[key] != usize::MAX {
+                continue;
+            }
+            if resident.len() < slots {
+                slot_of[key] = resident.len();
+                resident.push((key, next_use[j]));
+                continue;
+            }
+            let in_group = |k: usize| seq[group.clone()].contains(&k);
+            let victim = (0..resident.len()).filter(|&r| !in_group(resident[r].0)).max_by_key(|&r| resident[r].1);
+            if let Some(r) = victim {
+                slot_of[resident[r].0] = usize::MAX;
+                resident[r] = (key, next_use[j]);
+                slot_of[key] = r;
+            }
+        }
+        i = group.end;
     }
     hits as f64 / seq.len().max(1) as f64
 }

@@ -1,13 +1,13 @@
 //! `waste bench matmul`: prints what `waste::kernels::bench::matmul` measures.
 
-use super::args::{flag, parse_size, val, Args, Command, Opt};
+use super::args::{flag, val, Args, Command};
 use super::commands::Failure;
+use super::out::outln;
+use super::HELP_OPT;
 use waste::format::dtype::DType;
 use waste::format::json::Json;
 use waste::kernels::bench::{self, MatmulBench};
 use waste::kernels::{CpuList, Isa};
-
-const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
@@ -20,7 +20,7 @@ larger than the last-level cache, and the pool's dispatch latency. By default ea
         val("rows", "R", "rows per matrix (default: sized to 1 GiB per dtype)"),
         val("cols", "C", "columns, a multiple of 32 (default 8192)"),
         val("threads", "N", "the larger thread count (default: one per available CPU, or per listed CPU)"),
-        val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
+        val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, 0-7:2, 0-15:2/4, 4-N, all)"),
         val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("tokens", "N", "vectors per product: 1 is decode (default), more a prefill chunk (GMAC/s printed too)"),
@@ -52,9 +52,8 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     if let Some(t) = a.num("tokens", 1usize, 4096)? {
         o.tokens = t;
     }
-    if let Some(b) = a.value("bytes") {
-        o.bytes = parse_size(b).filter(|&n| (4096..=1 << 40).contains(&n)).ok_or_else(|| Failure::Usage(format!(
-            "option `--bytes`: `{b}` is not a size between 4K and 1T")))? as usize;
+    if let Some(b) = a.size("bytes", 4096, 1 << 40)? {
+        o.bytes = b as usize;
     }
     if let Some(name) = a.value("isa") {
         o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
@@ -100,30 +99,30 @@ pub fn run(a: &Args) -> Result<(), Failure> {
                 ("rates", rates(&d.rates)),
             ])).collect())),
         ]);
-        println!("{}", doc.to_string_pretty());
+        outln!("{}", doc.to_string_pretty());
         return Ok(());
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
     let tokens = if r.tokens > 1 { format!(", {} vectors per product (GMAC/s: 1e9 multiply-adds per second)", r.tokens) } else { String::new() };
-    println!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes{tokens}, GB = 1e9 bytes", r.isa.name(), r.passes);
+    outln!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes{tokens}, GB = 1e9 bytes", r.isa.name(), r.passes);
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {
         head.push_str(&format!("{:>18}", t));
     }
-    println!("{head}");
+    outln!("{head}");
     let size = if r.read_bytes >= 1 << 20 { format!("{} MiB", r.read_bytes >> 20) } else { format!("{} KiB", r.read_bytes >> 10) };
     let mut line = format!("{:<34}", format!("read bandwidth ({size} sum)"));
     for x in &r.read {
         line.push_str(&format!("{:>13.2} GB/s", x.gb_per_s));
     }
-    println!("{line}");
+    outln!("{line}");
     let mut line = format!("{:<34}", "dispatch (empty region)");
     for (d, t) in r.dispatch_us.iter().zip(&r.threads) {
         // One participant runs the region inline: there is no hand-off to time.
         line.push_str(&if *t == 1 { format!("{:>18}", "inline") } else { format!("{:>15.2} us", d) });
     }
-    println!("{line}");
+    outln!("{line}");
     for d in &r.dtypes {
         let mut line = format!("{:<6} {:>7} x {:<6} {:>10} B ", d.dtype.name(), d.rows, d.cols, d.bytes);
         for (x, read) in d.rates.iter().zip(&r.read) {
@@ -133,7 +132,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
                 line.push_str(&format!("{:>7.2} GB/s {:>3.0}%", x.gb_per_s, 100.0 * x.gb_per_s / read.gb_per_s));
             }
         }
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }

@@ -1,16 +1,19 @@
 //! The commands: each turns parsed arguments into library calls and renders the result.
 
 use super::args::{Args, Usage};
-use std::io::{Read, Write};
+use super::out::{errln, outln};
+use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 use waste::format::json::Json;
 use waste::{GenerateParams, Model, Options, SamplingParams};
 
-/// Why a command failed: bad arguments (exit 2) or a runtime error (exit 1).
+/// Why a command ended early: bad arguments (exit 2), a runtime error (exit 1), or standard
+/// output closed by its reader (exit 0, quietly: see `out`).
 pub enum Failure {
     Usage(String),
     Run(waste::Error),
+    Closed,
 }
 
 impl From<Usage> for Failure {
@@ -48,7 +51,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "bench matmul" => super::bench_matmul::run(a),
         "bench disk" => super::moe::bench_disk(a),
         "version" => {
-            println!("waste {}", waste::VERSION);
+            outln!("waste {}", waste::VERSION);
             Ok(())
         }
         _ => Err(Failure::Usage(format!("no such command `{name}`"))),
@@ -76,13 +79,9 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.force_scalar = a.flag("scalar");
     o.int8_activations = a.flag("int8-act");
-    if let Some(v) = a.value("budget") {
-        o.budget = Some(super::args::parse_size(v).filter(|&b| b > 0)
-            .ok_or_else(|| Failure::Usage(format!("option `--budget`: `{v}` is not a size (bytes, or K/M/G/T)")))?);
-    }
-    if let Some(v) = a.value("cache") {
-        o.cache_bytes = super::args::parse_size(v).filter(|&b| b > 0)
-            .ok_or_else(|| Failure::Usage(format!("option `--cache`: `{v}` is not a size (bytes, or K/M/G/T)")))?;
+    o.budget = budget(a)?;
+    if let Some(c) = a.size("cache", 1, u64::MAX)? {
+        o.cache_bytes = c;
     }
     if let Some(n) = a.num("io-threads", 0usize, 256)? {
         o.io_threads = n;
@@ -92,20 +91,24 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     Ok(o)
 }
 
-pub(super) fn model_path(a: &Args) -> Result<&str, Failure> {
-    a.positionals.first().map(String::as_str).ok_or_else(|| Failure::Usage("missing MODEL".into()))
+/// `--budget SIZE`: the one parser of it (`plan` and the model commands alike).
+pub(super) fn budget(a: &Args) -> Result<Option<u64>, Failure> {
+    Ok(a.size("budget", 1, u64::MAX)?)
+}
+
+pub(super) fn model_path(a: &Args) -> Result<&Path, Failure> {
+    a.positional_path(0).ok_or_else(|| Failure::Usage("missing MODEL".into()))
 }
 
 /// The prompt from the argument, `--file`, or stdin (`-` or piped); `None` when there is none.
 fn read_prompt(a: &Args) -> Result<Option<String>, Failure> {
-    let arg = a.positionals.get(1);
-    match (arg.map(String::as_str), a.value("file")) {
+    match (a.positional_text(1, "PROMPT")?, a.path("file")) {
         (Some(_), Some(_)) => Err(Failure::Usage("give the prompt as an argument or with --file, not both".into())),
         (Some("-"), None) => read_stdin().map(Some),
         (Some(p), None) => Ok(Some(p.to_string())),
         (None, Some(f)) => {
             let mut s = String::new();
-            std::fs::File::open(f).and_then(|mut h| h.read_to_string(&mut s)).map_err(|e| io_err(Path::new(f), "read", e))?;
+            std::fs::File::open(f).and_then(|mut h| h.read_to_string(&mut s)).map_err(|e| io_err(f, "read", e))?;
             Ok(Some(s))
         }
         (None, None) if !waste::sys::stdin_is_tty() => read_stdin().map(Some),
@@ -127,13 +130,13 @@ fn sampling(a: &Args) -> Result<(SamplingParams, bool), Failure> {
     if let Some(k) = a.num("top-k", 0usize, 1 << 24)? {
         p.top_k = k;
     }
-    if let Some(v) = a.num("top-p", f32::MIN_POSITIVE, 1.0)? {
+    if let Some(v) = a.num_where("top-p", |v: f32| v > 0.0 && v <= 1.0, "must be > 0 and <= 1")? {
         p.top_p = v;
     }
     if let Some(v) = a.num("min-p", 0.0f32, 1.0)? {
         p.min_p = v;
     }
-    if let Some(v) = a.num("repeat-penalty", f32::MIN_POSITIVE, 100.0)? {
+    if let Some(v) = a.num_where("repeat-penalty", |v: f32| v > 0.0 && v <= 100.0, "must be > 0 and <= 100")? {
         p.repeat_penalty = v;
     }
     let seeded = a.value("seed").is_some();
@@ -152,28 +155,45 @@ fn run(a: &Args) -> Outcome {
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
     let ids = model.tokenize_prompt(&prompt)?;
+    // Checked before the prompt is echoed: a failed run prints nothing on stdout.
+    if model.position() + ids.len() > model.context() {
+        return Err(Failure::Run(waste::Error::new(waste::ErrorKind::Context, format!(
+            "the prompt is {} tokens, more than the context of {} (see --ctx)", ids.len(), model.context()))));
+    }
     let params = GenerateParams {
         max_tokens,
         sampling,
         stop: a.values("stop").iter().map(|s| s.to_string()).collect(),
         stop_at_eos: !a.flag("ignore-eos"),
     };
-    if !seeded && params.sampling.temperature > 0.0 {
-        eprintln!("[seed {}]", params.sampling.seed);
-    }
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(prompt.as_bytes());
-    let _ = out.flush();
-    let summary = model.generate(&ids, &params, |ev| {
-        let _ = out.write_all(ev.text.as_bytes());
-        let _ = out.flush();
-        true
+    super::out::stdout_bytes(prompt.as_bytes())?;
+    // The first failed write ends generation: a closed pipe (the reader has what it wanted)
+    // or a real error, reported after generate returns.
+    let mut write_error = None;
+    let summary = model.generate(&ids, &params, |ev| match super::out::stdout_bytes(ev.text.as_bytes()) {
+        Ok(()) => true,
+        Err(f) => {
+            write_error = Some(f);
+            false
+        }
     })?;
-    let _ = writeln!(out);
-    let secs = summary.decode_time.as_secs_f64();
+    if let Some(f) = write_error {
+        return Err(f);
+    }
+    outln!();
+    let seed = (!seeded && params.sampling.temperature > 0.0).then_some(params.sampling.seed);
     let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
-    eprintln!("[{} tokens, {:.2} s, {:.2} tok/s{experts}]", summary.tokens, secs, summary.tokens_per_second());
+    errln!("{}", summary_line(&summary, seed, &experts));
     Ok(())
+}
+
+/// The run's one stderr line: `[N tokens, S s, X tok/s | prefill P tokens, T s | stop: WHY]`
+/// (see `waste run --help` for what each figure times).
+fn summary_line(s: &waste::GenerateSummary, seed: Option<u64>, experts: &str) -> String {
+    let rate = s.tokens_per_second().map_or("-".to_string(), |r| format!("{r:.2}"));
+    let seed = seed.map_or(String::new(), |v| format!(" | seed {v}"));
+    format!("[{} tokens, {:.2} s, {rate} tok/s | prefill {} tokens, {:.2} s | stop: {}{seed}{experts}]",
+        s.tokens, s.decode_time.as_secs_f64(), s.prompt_tokens, s.prefill_time.as_secs_f64(), s.stop_reason.describe())
 }
 
 /// This process's peak resident set (VmHWM of /proc/self/status), where the OS reports it.
@@ -187,7 +207,7 @@ fn peak_rss() -> Option<u64> {
 fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
-        eprintln!("waste: warning: {w}");
+        errln!("waste: warning: {w}");
     }
     if model.plan().has_experts() {
         let how = match b.source {
@@ -196,7 +216,7 @@ fn report_budget(model: &Model) {
             waste::BudgetSource::Floor => "chosen: the floor".to_string(),
         };
         let h = super::plan::human;
-        eprintln!("[budget {} ({how}), expert cache {}, holding {}]", h(b.bytes).trim(), h(b.expert_cache_bytes).trim(), h(model.memory_used()).trim());
+        errln!("[budget {} ({how}), expert cache {}, holding {}]", h(b.bytes).trim(), h(b.expert_cache_bytes).trim(), h(model.memory_used()).trim());
     }
 }
 
@@ -206,12 +226,12 @@ pub(super) fn parse_ids(list: &str) -> Result<Vec<u32>, Failure> {
         .collect()
 }
 
-fn write_f32_file(path: &str, values: &[f32]) -> Outcome {
+fn write_f32_file(path: &Path, values: &[f32]) -> Outcome {
     let mut bytes = Vec::with_capacity(values.len() * 4);
     for v in values {
         bytes.extend_from_slice(&v.to_le_bytes());
     }
-    waste::format::safetensors::write_atomic(Path::new(path), &bytes).map_err(Failure::Run)
+    waste::format::safetensors::write_atomic(path, &bytes).map_err(Failure::Run)
 }
 
 fn eval(a: &Args) -> Outcome {
@@ -219,7 +239,7 @@ fn eval(a: &Args) -> Outcome {
     let opts = model_options(a)?;
     let mut model = Model::open(model_path(a)?, &opts)?;
     // With --ids, stdin is not a prompt source (it may simply not be a terminal).
-    let prompt = if a.value("ids").is_some() && a.positionals.len() < 2 && a.value("file").is_none() { None } else { read_prompt(a)? };
+    let prompt = if a.value("ids").is_some() && a.positional_count() < 2 && a.path("file").is_none() { None } else { read_prompt(a)? };
     let ids = match (a.value("ids"), prompt) {
         (Some(_), Some(_)) => return Err(Failure::Usage("give a prompt or --ids, not both".into())),
         (Some(list), None) => parse_ids(list)?,
@@ -237,41 +257,35 @@ fn eval(a: &Args) -> Outcome {
     }
     let vocab = model.info().vocab;
     let mut all = Vec::new();
-    if let Some(path) = a.value("dump-hidden") {
+    if let Some(path) = a.path("dump-hidden") {
         let hidden = model.hidden_states(&ids)?;
         write_f32_file(path, &hidden)?;
         model.reset();
     }
     model.eval_all(&ids, &mut all)?;
-    if let Some(path) = a.value("dump-logits") {
+    if let Some(path) = a.path("dump-logits") {
         write_f32_file(path, &all)?;
     }
     let last = &all[(ids.len() - 1) * vocab..];
-    let max = last.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = last.iter().map(|&l| ((l - max) as f64).exp()).sum();
-    let mut order: Vec<usize> = (0..vocab).collect();
-    order.sort_by(|&x, &y| last[y].total_cmp(&last[x]).then(x.cmp(&y)));
-    order.truncate(top);
-    let text = |id: usize| -> String {
-        model.tokenizer().ok().and_then(|t| t.token_bytes(id as u32).ok().map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default()
+    let cands = waste::sample::top_k_distribution(last, top);
+    let text = |id: u32| -> String {
+        model.tokenizer().ok().and_then(|t| t.token_bytes(id).ok().map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default()
     };
     if a.flag("json") {
-        let cands = order.iter().map(|&id| Json::object([
-            ("id", Json::uint(id as u64)),
-            ("text", Json::str(text(id))),
-            ("logit", Json::float(last[id] as f64)),
-            ("prob", Json::float(((last[id] - max) as f64).exp() / sum)),
-        ]));
         let doc = Json::object([
             ("tokens", Json::Array(ids.iter().map(|&i| Json::uint(i as u64)).collect())),
-            ("top", Json::Array(cands.collect())),
+            ("top", Json::Array(cands.iter().map(|c| Json::object([
+                ("id", Json::uint(c.id as u64)),
+                ("text", Json::str(text(c.id))),
+                ("logit", Json::float(c.logit as f64)),
+                ("prob", Json::float(c.prob)),
+            ])).collect())),
         ]);
-        println!("{}", doc.to_string_pretty());
+        outln!("{}", doc.to_string_pretty());
     } else {
-        println!("{} prompt tokens; next-token distribution:", ids.len());
-        for &id in &order {
-            let p = ((last[id] - max) as f64).exp() / sum;
-            println!("{id:>8}  {:>10.4}  {:>8.5}  {:?}", last[id], p, text(id));
+        outln!("{} prompt tokens; next-token distribution:", ids.len());
+        for c in &cands {
+            outln!("{:>8}  {:>10.4}  {:>8.5}  {:?}", c.id, c.logit, c.prob, text(c.id));
         }
     }
     Ok(())
@@ -309,29 +323,38 @@ fn info(a: &Args) -> Outcome {
             m.push(("experts", Json::uint(e as u64)));
             m.push(("experts_per_token", Json::uint(k as u64)));
         }
-        println!("{}", Json::object(m).to_string_pretty());
+        if let Some(mode) = i.io_mode {
+            m.push(("expert_cache_bytes", Json::uint(i.expert_cache_bytes)));
+            m.push(("expert_banks", Json::uint(i.expert_banks as u64)));
+            m.push(("expert_io", Json::str(mode)));
+        }
+        outln!("{}", Json::object(m).to_string_pretty());
         return Ok(());
     }
-    println!("model         {}", i.path.display());
-    println!("architecture  {}", i.architecture);
-    println!("layers        {}", i.layers);
-    println!("hidden        {}", i.hidden);
-    println!("heads         {} ({} kv, head_dim {})", i.heads, i.kv_heads, i.head_dim);
-    println!("intermediate  {}", i.intermediate);
+    outln!("model         {}", i.path.display());
+    outln!("architecture  {}", i.architecture);
+    outln!("layers        {}", i.layers);
+    outln!("hidden        {}", i.hidden);
+    outln!("heads         {} ({} kv, head_dim {})", i.heads, i.kv_heads, i.head_dim);
+    outln!("intermediate  {}", i.intermediate);
     if let Some((e, k)) = i.experts {
-        println!("experts       {e} ({k} per token)");
+        outln!("experts       {e} ({k} per token)");
     }
-    println!("vocab         {}", i.vocab);
-    println!("parameters    {} ({:.2} M)", i.parameters, i.parameters as f64 / 1e6);
-    println!("dtypes        {}", i.dtypes.join(", "));
-    println!("weights       {} bytes", i.weight_bytes);
-    println!("kv cache      {} bytes ({} tokens)", i.kv_bytes, i.context);
-    println!("scratch       {} bytes", i.scratch_bytes);
-    println!("resident      {} bytes", i.weight_bytes + i.kv_bytes + i.scratch_bytes);
-    println!("budget        {} bytes (memory used {} bytes)", model.budget().bytes, model.memory_used());
-    println!("kernels       {} x {} threads{}", i.isa, i.threads, int8_note(&i));
+    if let Some(mode) = i.io_mode {
+        outln!("expert cache  {} bytes ({:.1} MiB)", i.expert_cache_bytes, i.expert_cache_bytes as f64 / (1 << 20) as f64);
+        outln!("expert banks  {} ({mode})", i.expert_banks);
+    }
+    outln!("vocab         {}", i.vocab);
+    outln!("parameters    {} ({:.2} M)", i.parameters, i.parameters as f64 / 1e6);
+    outln!("dtypes        {}", i.dtypes.join(", "));
+    outln!("weights       {} bytes", i.weight_bytes);
+    outln!("kv cache      {} bytes ({} tokens)", i.kv_bytes, i.context);
+    outln!("scratch       {} bytes", i.scratch_bytes);
+    outln!("resident      {} bytes", i.weight_bytes + i.kv_bytes + i.scratch_bytes);
+    outln!("budget        {} bytes (memory used {} bytes)", model.budget().bytes, model.memory_used());
+    outln!("kernels       {} x {} threads{}", i.isa, i.threads, int8_note(&i));
     if let Some(t) = &i.tokenizer {
-        println!("tokenizer     {}", t.display());
+        outln!("tokenizer     {}", t.display());
     }
     Ok(())
 }
@@ -353,7 +376,7 @@ fn bench(a: &Args) -> Outcome {
     let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
     let i = model.info();
     if a.flag("json") {
-        println!("{}", Json::object([
+        outln!("{}", Json::object([
             ("prompt_tokens", Json::uint(prompt_tokens as u64)),
             ("decode_tokens", Json::uint(n as u64)),
             ("prefill_tok_s", Json::float(report.prefill_tok_s)),
@@ -369,19 +392,19 @@ fn bench(a: &Args) -> Outcome {
             ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
         ]).to_string_pretty());
     } else {
-        println!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
-        println!("kernels  {} x {} threads{}", i.isa, i.threads, int8_note(&i));
-        println!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
-        println!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
+        outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
+        outln!("kernels  {} x {} threads{}", i.isa, i.threads, int8_note(&i));
+        outln!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
+        outln!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
         if let Some(rss) = peak_rss() {
-            println!("memory   holds {} bytes, budget {} bytes, peak RSS {rss} bytes", model.memory_used(), model.budget().bytes);
+            outln!("memory   holds {} bytes, budget {} bytes, peak RSS {rss} bytes", model.memory_used(), model.budget().bytes);
         }
         if let Some(c) = &report.decode_cache {
-            println!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
+            outln!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
                 c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
                 if c.direct_io { "O_DIRECT" } else { "buffered reads" });
             if c.prefetched > 0 {
-                println!("ahead    {} records read ahead, {} of them used ({:.0}%)", c.prefetched, c.prefetch_hits,
+                outln!("ahead    {} records read ahead, {} of them used ({:.0}%)", c.prefetched, c.prefetch_hits,
                     100.0 * c.prefetch_hits as f64 / c.prefetched as f64);
             }
         }
@@ -391,11 +414,11 @@ fn bench(a: &Args) -> Outcome {
 
 fn random_model(a: &Args) -> Outcome {
     use waste::format::random;
-    let out = a.value("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
-    let config = match (a.value("preset"), a.value("config")) {
+    let out = a.path("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
+    let config = match (a.value("preset"), a.path("config")) {
         (Some(p), None) => random::preset(p).ok_or_else(|| Failure::Usage(format!(
             "option `--preset`: unknown preset `{p}` (known: {})", random::PRESETS.join(", "))))?,
-        (None, Some(f)) => waste::format::read_json(Path::new(f), 4 << 20)?,
+        (None, Some(f)) => waste::format::read_json(f, 4 << 20)?,
         _ => return Err(Failure::Usage("give exactly one of --preset NAME or --config FILE".into())),
     };
     let dtype = match a.value("dtype").unwrap_or("bf16") {
@@ -413,10 +436,10 @@ fn random_model(a: &Args) -> Outcome {
             "q8" => waste::format::dtype::DType::Q8B32,
             other => return Err(Failure::Usage(format!("option `--experts`: `{other}` is not q4 or q8"))),
         };
-        random::write_container(Path::new(out), &config, experts, seed)?
+        random::write_container(out, &config, experts, seed)?
     } else {
-        random::write_checkpoint(Path::new(out), &config, dtype, seed)?
+        random::write_checkpoint(out, &config, dtype, seed)?
     };
-    eprintln!("wrote {out}: {bytes} bytes in {:.1} s", t.elapsed().as_secs_f64());
+    errln!("wrote {}: {bytes} bytes in {:.1} s", out.display(), t.elapsed().as_secs_f64());
     Ok(())
 }

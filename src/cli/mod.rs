@@ -1,53 +1,63 @@
 //! The command-line client. It parses arguments, renders output and does file I/O; every
 //! capability it uses is a public function of the library.
 //!
-//! Exit status: 0 success, 1 a runtime error (one line on stderr), 2 a usage error.
+//! Exit status: 0 success, 1 a runtime error (one line on stderr), 2 a usage error. A closed
+//! standard output (`waste ... | head`: the reader went away) ends a command quietly with
+//! status 0, and `run` stops generating (see `out`).
 
 mod args;
 mod bench_matmul;
 mod commands;
 mod moe;
+mod out;
 mod plan;
 mod quant;
 mod tokenize;
 
-use args::{flag, val, Command, Opt, Usage};
+use args::{flag, path, val, Command, Opt, Usage};
+use out::errln;
+use std::ffi::OsString;
 
 /// Options every command that opens a model accepts.
 pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU, or per CPU of --cpus)"),
-    val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 0-5, 0-2,6-8, 3)"),
+    val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, strides 0-7:2, groups 0-15:2/4, 4-N, all)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
     flag("scalar", "use the scalar reference kernels"),
     flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),
-    val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T (binary units); default: chosen from usable RAM"),
-    val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
+    val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T, binary (4G = 4Gi = 4GiB = 4GB = 2^32); default: from usable RAM"),
+    val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T (binary, as --budget)"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
-    flag("verify", "check the CRC-32 of every expert record read"),
+    flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
 ];
 
 const SAMPLING_OPTS: &[Opt] = &[
-    Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to generate (default 256)" },
+    Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to generate (default 256)" },
     val("temp", "F", "temperature, 0 = greedy (default 0.8)"),
     val("top-k", "N", "keep the k most likely tokens, 0 = off (default 40)"),
     val("top-p", "F", "nucleus: keep tokens up to probability p, 1 = off (default 0.95)"),
     val("min-p", "F", "drop tokens below p x the top probability, 0 = off (default 0.05)"),
     val("repeat-penalty", "F", "penalty on the last 64 tokens, 1 = off (default 1)"),
     val("seed", "N", "random seed (default: from the clock, printed)"),
-    Opt { long: "stop", short: None, value: Some("STR"), repeat: true, help: "stop when the text contains STR (repeatable)" },
-    val("file", "F", "read the prompt from file F"),
+    Opt { long: "stop", short: None, value: Some("STR"), repeat: true, path: false, help: "stop when the text contains STR (repeatable)" },
+    path("file", "F", "read the prompt from file F"),
     flag("ignore-eos", "keep generating past end-of-sequence tokens"),
 ];
 
-pub(crate) const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, help: "show this help" }];
+pub(crate) const HELP_OPT: &[Opt] = &[Opt { long: "help", short: Some('h'), value: None, repeat: false, path: false, help: "show this help" }];
 
 pub const RUN: Command = Command {
     name: "run",
     usage: "run MODEL [PROMPT | -] [options]",
     about: "Generate text after a prompt, streaming it to stdout. The prompt is the argument, --file F, \
-or stdin (`-`, or piped). A one-line summary goes to stderr.",
+or stdin (`-`, or piped); one that starts with `-` goes after `--`. A prompt longer than the context fails \
+before anything is printed. One summary line goes to stderr: `[N tokens, S s, X tok/s | prefill P tokens, \
+T s | stop: WHY]` (plus `seed K` when the seed came from the clock), where N counts the generated tokens, \
+S and X time the decode steps after the first token (each one forward pass and one sampling, output time \
+excluded), the prefill is the prompt's forward pass and the first token's sampling, and WHY is \
+end of sequence, stop string, token limit or context full.",
     opts: &[SAMPLING_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
 };
@@ -60,9 +70,9 @@ pub const EVAL: Command = Command {
         val("ids", "LIST", "comma-separated token ids instead of a prompt"),
         val("top", "K", "how many candidates to print (default 10)"),
         flag("json", "print JSON"),
-        val("dump-logits", "PATH", "write the logits of every position: raw little-endian f32 [positions x vocab]"),
-        val("dump-hidden", "PATH", "write the hidden states: raw f32 [layers+2 x positions x hidden]"),
-        val("file", "F", "read the prompt from file F"),
+        path("dump-logits", "PATH", "write the logits of every position: raw little-endian f32 [positions x vocab]"),
+        path("dump-hidden", "PATH", "write the hidden states: raw f32 [layers+2 x positions x hidden]"),
+        path("file", "F", "read the prompt from file F"),
         flag("markup", "resolve special-token strings in the prompt to control tokens"),
     ], MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
@@ -82,7 +92,7 @@ pub const BENCH: Command = Command {
     about: "Measure prefill and decode speed (figures are printed, never asserted).",
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
-        Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, help: "tokens to decode (default 64)" },
+        Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to decode (default 64)" },
         flag("json", "print JSON"),
     ], MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
@@ -95,8 +105,8 @@ pub const RANDOM_MODEL: Command = Command {
 Presets: smollm2-135m, llama-1b (dense), qwen3-30b-a3b (MoE: written as a container).",
     opts: &[&[
         val("preset", "NAME", "a known shape"),
-        val("config", "FILE", "a config.json to take the shape from"),
-        val("out", "DIR", "output directory (config.json + model.safetensors)"),
+        path("config", "FILE", "a config.json to take the shape from"),
+        path("out", "DIR", "output directory (config.json + model.safetensors)"),
         val("dtype", "T", "bf16 (default), f16 or f32"),
         flag("container", "write a container directly (MoE shapes): q4 trunk, q8 embeddings/head/routers"),
         val("experts", "ENC", "with --container: q4 (default) or q8 experts"),
@@ -119,8 +129,8 @@ pub const CONVERT: Command = Command {
     about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
 Resumable: run the same command again after an interruption and it finishes.",
     opts: &[&[
-        val("in", "DIR", "the Hugging Face checkpoint directory"),
-        val("out", "DIR", "the container directory to write"),
+        path("in", "DIR", "the Hugging Face checkpoint directory"),
+        path("out", "DIR", "the container directory to write"),
         val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
         val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
         val("experts", "ENC", "routed experts: f32, bf16, f16, q8 or q4 (default q4)"),
@@ -133,7 +143,7 @@ pub const BENCH_CACHE: Command = Command {
     usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
     about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
     opts: &[&[
-        val("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
+        path("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
         val("slots", "N", "cache slots (records)"),
         val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
         val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
@@ -171,51 +181,92 @@ fn overview() -> String {
     s
 }
 
+/// The one line `waste` alone prints (on stderr).
+const SHORT_USAGE: &str = "usage: waste COMMAND [ARGS] (`waste --help` lists the commands, `waste help COMMAND` describes one)";
+
 /// Runs the command line `args` (without the program name); returns the exit status.
-pub fn main(args: Vec<String>) -> i32 {
-    let Some(name) = args.first() else {
-        eprint!("{}", overview());
+pub fn main(args: Vec<OsString>) -> i32 {
+    let Some(first) = args.first() else {
+        errln!("{SHORT_USAGE}");
         return 2;
     };
-    if name == "--help" || name == "-h" || name == "help" {
-        print!("{}", overview());
-        return 0;
-    }
-    if name == "--version" || name == "-V" {
-        println!("waste {}", waste::VERSION);
-        return 0;
-    }
-    // `bench` has sub-benchmarks named by its first argument.
-    let sub = args.get(1).map(|a| format!("{name} {a}"));
-    let (cmd, rest) = match COMMANDS.iter().find(|c| Some(c.name) == sub.as_deref()) {
-        Some(c) => (c, &args[2..]),
-        None => match COMMANDS.iter().find(|c| c.name == name) {
-            Some(c) => (c, &args[1..]),
+    let name = first.to_string_lossy();
+    let word = |i: usize| args.get(i).map(|a| a.to_string_lossy().into_owned());
+    match name.as_ref() {
+        "--help" | "-h" => print_or_quiet(&overview()),
+        // `waste help` is the overview, `waste help CMD [SUB]` the command's own help.
+        "help" => match (word(1), word(2)) {
+            (None, _) => print_or_quiet(&overview()),
+            (Some(c), sub) => match find_command(&c, sub.as_deref()) {
+                Some((cmd, _)) => print_or_quiet(&cmd.help()),
+                None => {
+                    errln!("waste: unknown command `{c}` (see `waste --help`)");
+                    2
+                }
+            },
+        },
+        "--version" | "-V" => print_or_quiet(&format!("waste {}\n", waste::VERSION)),
+        _ => match find_command(&name, word(1).as_deref()) {
+            Some((cmd, skip)) => run_command(cmd, &args[skip..]),
             None => {
-                eprintln!("waste: unknown command `{name}` (see `waste --help`)");
-                return 2;
+                errln!("waste: unknown command `{name}` (see `waste --help`)");
+                2
             }
         },
-    };
+    }
+}
+
+/// The command named by `name` (and `sub`, for `bench`'s sub-benchmarks) and how many
+/// arguments name it.
+fn find_command(name: &str, sub: Option<&str>) -> Option<(&'static Command, usize)> {
+    let two = sub.map(|s| format!("{name} {s}"));
+    COMMANDS.iter().find(|c| Some(c.name) == two.as_deref()).map(|c| (*c, 2))
+        .or_else(|| COMMANDS.iter().find(|c| c.name == name).map(|c| (*c, 1)))
+}
+
+/// Prints `text` to stdout: status 0, also when the reader has gone (see `out`), 1 when the
+/// write fails otherwise.
+fn print_or_quiet(text: &str) -> i32 {
+    match out::stdout_bytes(text.as_bytes()) {
+        Ok(()) | Err(commands::Failure::Closed) => 0,
+        Err(f) => report(None, f),
+    }
+}
+
+fn run_command(cmd: &'static Command, rest: &[OsString]) -> i32 {
     let parsed = match cmd.parse(rest) {
         Ok(p) => p,
         Err(Usage(msg)) => {
-            eprintln!("waste {msg}");
+            errln!("waste {msg}");
             return 2;
         }
     };
     if parsed.flag("help") {
-        print!("{}", cmd.help());
-        return 0;
+        return print_or_quiet(&cmd.help());
     }
     match commands::dispatch(cmd.name, &parsed) {
         Ok(()) => 0,
-        Err(commands::Failure::Usage(msg)) => {
-            eprintln!("waste {}: {msg}", cmd.name);
+        Err(f) => report(Some(cmd.name), f),
+    }
+}
+
+/// Prints a failure on stderr (one line: the error and its sources) and returns the status.
+fn report(cmd: Option<&str>, f: commands::Failure) -> i32 {
+    let who = cmd.map_or("waste".to_string(), |c| format!("waste {c}"));
+    match f {
+        commands::Failure::Closed => 0,
+        commands::Failure::Usage(msg) => {
+            errln!("{who}: {msg}");
             2
         }
-        Err(commands::Failure::Run(e)) => {
-            eprintln!("waste {}: {e}", cmd.name);
+        commands::Failure::Run(e) => {
+            let mut line = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                line.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            errln!("{who}: {line}");
             1
         }
     }

@@ -2,8 +2,7 @@
 
 use super::args::Args;
 use super::commands::Failure;
-use std::io::Write;
-use std::path::Path;
+use super::out::{err, errln, outln};
 use waste::cache::policy::Policy;
 use waste::cache::replay::{belady, replay, Trace};
 use waste::format::convert::{self, ConvertOptions, Encoding, Progress};
@@ -25,8 +24,8 @@ fn encoding(a: &Args, name: &str) -> Result<Option<Encoding>, Failure> {
 }
 
 pub fn convert(a: &Args) -> Result<(), Failure> {
-    let input = a.value("in").ok_or_else(|| Failure::Usage("missing --in HF_DIR".into()))?;
-    let output = a.value("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
+    let input = a.path("in").ok_or_else(|| Failure::Usage("missing --in HF_DIR".into()))?;
+    let output = a.path("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
     let mut opts = ConvertOptions::new(input, output);
     if let Some(e) = encoding(a, "trunk")? {
         opts.trunk = e;
@@ -43,30 +42,30 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
         let pct = if p.total == 0 { 100 } else { p.done * 100 / p.total };
         if tty {
             let bar = "#".repeat((pct / 4) as usize);
-            eprint!("\r[{bar:<25}] {pct:>3}%  {:>8.1} / {:.1} MiB  {:<24}", p.done as f64 / 1048576.0, p.total as f64 / 1048576.0, p.file);
-            let _ = std::io::stderr().flush();
+            err!("\r[{bar:<25}] {pct:>3}%  {:>8.1} / {:.1} MiB  {:<24}", p.done as f64 / 1048576.0, p.total as f64 / 1048576.0, p.file);
         } else if p.file != last_file || pct / 10 != last_pct / 10 {
-            eprintln!("convert: {pct}% ({} of {} bytes) {}", p.done, p.total, p.file);
+            errln!("convert: {pct}% ({} of {} bytes) {}", p.done, p.total, p.file);
         }
         last_pct = pct;
         last_file.clone_from(&p.file);
     };
     let report = convert::convert(&opts, &mut show)?;
     if tty {
-        eprintln!();
+        errln!();
     }
     let total: u64 = report.files.iter().map(|f| f.1).sum();
     for (name, size) in &report.files {
-        println!("{size:>14}  {name}");
+        outln!("{size:>14}  {name}");
     }
-    println!("{total:>14}  total ({:.1} s{})", start.elapsed().as_secs_f64(),
-        if report.resumed_units > 0 { format!(", resumed {} units", report.resumed_units) } else { String::new() });
+    outln!("{total:>14}  total ({:.1} s{})", start.elapsed().as_secs_f64(),
+        if report.verified_existing { ", already converted: every file verified, none rewritten".to_string() } // wp-container
+        else if report.resumed_units > 0 { format!(", resumed {} units", report.resumed_units) } else { String::new() });
     Ok(())
 }
 
 pub fn bench_cache(a: &Args) -> Result<(), Failure> {
-    let path = a.value("trace").ok_or_else(|| Failure::Usage("missing --trace FILE".into()))?;
-    let mut trace = Trace::load(Path::new(path))?;
+    let path = a.path("trace").ok_or_else(|| Failure::Usage("missing --trace FILE".into()))?;
+    let mut trace = Trace::load(path)?;
     if let Some(e) = a.num("experts", 1usize, 1 << 20)? {
         if e < trace.experts {
             return Err(Failure::Usage(format!("option `--experts`: the trace uses expert id {}", trace.experts - 1)));
@@ -90,8 +89,8 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
         .ok_or_else(|| Failure::Usage(format!("option `--policy`: `{name}` is not next-use, frequency or lru")))?;
     let mut rows = Vec::new();
     if !a.flag("json") {
-        println!("trace {path}: {} tokens, {} layers x {} experts, top-{top_k}", trace.tokens.len(), trace.layers, trace.experts);
-        println!("{:>10} {:>7} {:>10} {:>8} {:>8}", "cache", "slots", name, "LRU", "Belady");
+        outln!("trace {}: {} tokens, {} layers x {} experts, top-{top_k}", path.display(), trace.tokens.len(), trace.layers, trace.experts);
+        outln!("{:>10} {:>7} {:>10} {:>8} {:>8}", "cache", "slots", name, "LRU", "Belady");
     }
     for (label, slots) in sizes {
         let (f, l, b) = (replay(&trace, slots, ours), replay(&trace, slots, Policy::Lru), belady(&trace, slots));
@@ -99,30 +98,23 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
             rows.push(Json::object([("cache", Json::str(label)), ("slots", Json::uint(slots as u64)),
                 ("policy", Json::float(f)), ("lru", Json::float(l)), ("belady", Json::float(b))]));
         } else {
-            println!("{label:>10} {slots:>7} {:>9.1}% {:>7.1}% {:>7.1}%", 100.0 * f, 100.0 * l, 100.0 * b);
+            outln!("{label:>10} {slots:>7} {:>9.1}% {:>7.1}% {:>7.1}%", 100.0 * f, 100.0 * l, 100.0 * b);
         }
     }
     if a.flag("json") {
-        println!("{}", Json::Array(rows).to_string_pretty());
+        outln!("{}", Json::Array(rows).to_string_pretty());
     }
     Ok(())
 }
 
 pub fn bench_disk(a: &Args) -> Result<(), Failure> {
-    let file = a.positionals.first().ok_or_else(|| Failure::Usage("missing FILE".into()))?;
-    let size = |name: &str, default: u64| -> Result<u64, Failure> {
-        match a.value(name) {
-            None => Ok(default),
-            Some(v) => super::args::parse_size(v).filter(|&b| b > 0)
-                .ok_or_else(|| Failure::Usage(format!("option `--{name}`: `{v}` is not a size"))),
-        }
-    };
-    let record = size("record", 4 << 20)? as usize;
-    let limit = size("limit", 4 << 30)?;
+    let file = a.positional_path(0).ok_or_else(|| Failure::Usage("missing FILE".into()))?;
+    let record = a.size("record", 1, 1 << 40)?.unwrap_or(4 << 20) as usize;
+    let limit = a.size("limit", 1, u64::MAX)?.unwrap_or(4 << 30);
     let threads = a.num("threads", 1usize, 256)?.unwrap_or(4);
-    let r = waste::cache::disk::bench_disk(Path::new(file), record, threads, limit)?;
-    println!("disk {file}: {} reads of {} bytes, {} in flight, {}", r.bytes / r.record_bytes as u64, r.record_bytes, r.threads,
+    let r = waste::cache::disk::bench_disk(file, record, threads, limit)?;
+    outln!("disk {}: {} reads of {} bytes, {} in flight, {}", file.display(), r.bytes / r.record_bytes as u64, r.record_bytes, r.threads,
         if r.direct { "O_DIRECT" } else { "buffered (O_DIRECT refused), pages dropped" });
-    println!("read {:.2} GB/s ({} bytes in {:.2} s)", r.gb_per_s(), r.bytes, r.seconds);
+    outln!("read {:.2} GB/s ({} bytes in {:.2} s)", r.gb_per_s(), r.bytes, r.seconds);
     Ok(())
 }

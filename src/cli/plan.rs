@@ -1,8 +1,9 @@
 //! `waste plan`: prints a model's memory plan (seed 001 §3) — the floor, the recommendation,
 //! what a budget leaves for the expert cache — next to the RAM this machine can give it.
 
-use super::args::{flag, parse_size, val, Args, Command};
-use super::commands::{model_options, model_path, Failure};
+use super::args::{flag, val, Args, Command};
+use super::commands::{budget, model_options, model_path, Failure};
+use super::out::{errln, outln};
 use super::HELP_OPT;
 use waste::format::json::Json;
 use waste::cache::plan::ModelKind;
@@ -15,7 +16,7 @@ pub const PLAN: Command = Command {
 the recommended budget, and the expert cache a budget leaves; plus this machine's physical and usable RAM \
 (usable = physical, or the cgroup memory limit when smaller). Reads headers only, no weights.",
     opts: &[&[
-        val("budget", "SIZE", "RAM budget: bytes, or with a K, M, G or T suffix in binary units (1K = 1024, 1G = 2^30)"),
+        val("budget", "SIZE", "RAM budget: bytes, or K, M, G or T, optionally with i and B, in binary units: 1K = 1024, 4G = 4Gi = 4GiB = 4GB"),
         val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
         val("threads", "N", "compute threads, which size the scratch (default: one per available CPU)"),
         val("chunk", "N", "prefill chunk: tokens per forward pass (default 32)"),
@@ -25,11 +26,7 @@ the recommended budget, and the expert cache a budget leaves; plus this machine'
 };
 
 pub fn run(a: &Args) -> Result<(), Failure> {
-    let budget = match a.value("budget") {
-        None => None,
-        Some(s) => Some(parse_size(s).ok_or_else(|| Failure::Usage(format!(
-            "option `--budget`: `{s}` is not a size (bytes, or a number with K, M, G or T: binary units)")))?),
-    };
+    let budget = budget(a)?;
     let opts = model_options(a)?;
     let path = model_path(a)?;
     let plan = waste::plan_memory_opts(path, &opts)?;
@@ -52,49 +49,55 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             m.push(("budget_bytes", chosen.bytes));
             m.push(("expert_cache_bytes", chosen.expert_cache_bytes));
         }
-        println!("{}", Json::object(m.into_iter().map(|(k, v)| (k, Json::uint(v)))).to_string_pretty());
+        outln!("{}", Json::object(m.into_iter().map(|(k, v)| (k, Json::uint(v)))).to_string_pretty());
     } else {
-        print_table(path, &plan, &ram, &chosen);
+        print_table(path, &plan, &ram, &chosen)?;
     }
     if let Some(w) = &chosen.warning {
-        eprintln!("waste plan: warning: {w}");
+        errln!("waste plan: warning: {w}");
     }
     Ok(())
 }
 
-fn print_table(path: &str, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) {
-    let row = |label: &str, bytes: u64| println!("  {label:<24} {:>12}  {bytes:>15} bytes", human(bytes));
+/// One row of the table: label, human size, exact bytes.
+fn row(label: &str, bytes: u64) -> Result<(), Failure> {
+    outln!("  {label:<24} {:>12}  {bytes:>15} bytes", human(bytes));
+    Ok(())
+}
+
+fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) -> Result<(), Failure> {
     let kind = match plan.kind {
         ModelKind::HfCheckpoint => "Hugging Face checkpoint, loaded whole",
         ModelKind::Container => "waste container, experts streamed",
     };
-    println!("  model {path} ({kind})");
-    println!("  context {} tokens, {} threads, prefill chunk {}", plan.ctx, plan.threads, plan.prefill_chunk);
-    row("resident trunk", plan.trunk_bytes);
-    row("state + KV cache", plan.state_bytes);
-    row("scratch", plan.scratch_bytes);
-    row("minimum expert cache", plan.min_expert_cache_bytes);
-    println!("  {}", "-".repeat(62));
-    row("FLOOR", plan.floor_bytes());
-    row("working set (1 token)", plan.working_set_bytes);
-    row("recommended", plan.recommended_bytes());
+    outln!("  model {} ({kind})", path.display());
+    outln!("  context {} tokens, {} threads, prefill chunk {}", plan.ctx, plan.threads, plan.prefill_chunk);
+    row("resident trunk", plan.trunk_bytes)?;
+    row("state + KV cache", plan.state_bytes)?;
+    row("scratch", plan.scratch_bytes)?;
+    row("minimum expert cache", plan.min_expert_cache_bytes)?;
+    outln!("  {}", "-".repeat(62));
+    row("FLOOR", plan.floor_bytes())?;
+    row("working set (1 token)", plan.working_set_bytes)?;
+    row("recommended", plan.recommended_bytes())?;
     let how = match chosen.source {
         BudgetSource::Explicit => String::new(),
         BudgetSource::WorkingSets(n) => format!(" (no --budget: floor + {n} working sets)"),
         BudgetSource::Floor => " (no --budget: the floor)".to_string(),
     };
     let dense = if plan.has_experts() { "" } else { " (no experts stream: nothing to cache)" };
-    println!("  budget {}{how} -> expert cache {}{dense}", human(chosen.bytes), human(chosen.expert_cache_bytes));
-    println!();
-    row("physical RAM", ram.physical_bytes);
-    row("usable RAM", ram.usable_bytes);
+    outln!("  budget {}{how} -> expert cache {}{dense}", human(chosen.bytes), human(chosen.expert_cache_bytes));
+    outln!();
+    row("physical RAM", ram.physical_bytes)?;
+    row("usable RAM", ram.usable_bytes)?;
     match &ram.limit {
-        Some(l) => println!("  (usable RAM is the cgroup limit in {})", l.file.display()),
-        None => println!("  (no cgroup limit below physical RAM)"),
+        Some(l) => outln!("  (usable RAM is the cgroup limit in {})", l.file.display()),
+        None => outln!("  (no cgroup limit below physical RAM)"),
     }
     for n in &ram.notes {
-        println!("  note: {n}");
+        outln!("  note: {n}");
     }
+    Ok(())
 }
 
 /// Bytes in binary units with two decimals ("1.50 GiB").

@@ -281,12 +281,16 @@ impl ModelConfig {
         }
         let head_dim = match f.usize_opt("head_dim")? {
             Some(d) => d,
+            // transformers' Qwen3Config declares `head_dim: int = 128`, not hidden / heads
+            // (spec §1.1); Qwen3-MoE's class has no default, so it falls through (§2.3).
+            None if family.arch == Arch::Qwen3 => 128,
             None if hidden % heads == 0 => hidden / heads,
             None => return Err(Error::config(path, "head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
         };
         if head_dim == 0 || head_dim % 2 != 0 || head_dim > 4096 {
             return Err(Error::config(path, "head_dim", format!("{head_dim} must be even and in 2..=4096")));
         }
+        check_activation(&f)?;
         let intermediate = f.usize_opt("intermediate_size")?.unwrap_or(0);
         if intermediate > MAX_DIM {
             return Err(Error::config(path, "intermediate_size", format!("{intermediate} is out of range")));
@@ -366,36 +370,58 @@ impl ModelConfig {
     }
 }
 
+/// The FFN is SwiGLU (spec §0.4): `hidden_act` must be SiLU, which transformers also calls
+/// `swish`. Absent, every supported family's class defaults to `silu`.
+fn check_activation(f: &Fields) -> Result<()> {
+    match f.get("hidden_act") {
+        None => Ok(()),
+        Some(Json::String(a)) if a == "silu" || a == "swish" => Ok(()),
+        Some(Json::String(a)) => Err(Error::unsupported(format!(
+            "{}: field `hidden_act`: `{a}` is not supported (the engine's feed-forward is SwiGLU: `silu` or `swish`)",
+            f.path.display()))),
+        Some(v) => Err(Error::config(f.path, "hidden_act", format!("expected a string, found {}", v.type_name()))),
+    }
+}
+
 /// RoPE fields, merged per spec §0.7: `rope_parameters` wins, then `rope_scaling`, then the
-/// top-level `rope_theta`, then the family default.
+/// top-level `rope_theta`, then the family default. Errors name the key as the file spells it
+/// (`rope_parameters.factor` or `rope_scaling.factor`).
 fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig> {
     let params = f.get("rope_parameters");
     let scaling = f.get("rope_scaling");
-    let lookup = |key: &str| -> Option<&Json> {
-        params.and_then(|p| p.get(key)).filter(|v| !v.is_null())
-            .or_else(|| scaling.and_then(|s| s.get(key)).filter(|v| !v.is_null()))
+    // A value and the dictionary it came from.
+    let lookup = |key: &str| -> Option<(&Json, &'static str)> {
+        params.and_then(|p| p.get(key)).filter(|v| !v.is_null()).map(|v| (v, "rope_parameters"))
+            .or_else(|| scaling.and_then(|s| s.get(key)).filter(|v| !v.is_null()).map(|v| (v, "rope_scaling")))
     };
-    let theta = match lookup("rope_theta") {
-        Some(v) => f64_of(f.path, "rope_theta", Some(v))?,
-        None => f.f64_opt("rope_theta")?,
-    }
-    .unwrap_or(family.default_rope_theta);
+    let nested = |key: &str, top: &str| -> Result<Option<f64>> {
+        match lookup(key) {
+            Some((v, section)) => f64_of(f.path, &format!("{section}.{key}"), Some(v)),
+            None => f.f64_opt(top),
+        }
+    };
+    let theta_key = lookup("rope_theta").map_or("rope_theta".to_string(), |(_, s)| format!("{s}.rope_theta"));
+    let theta = nested("rope_theta", "rope_theta")?.unwrap_or(family.default_rope_theta);
     if !(theta > 1.0) {
-        return Err(Error::config(f.path, "rope_theta", format!("{theta} must be greater than 1")));
+        return Err(Error::config(f.path, &theta_key, format!("{theta} must be greater than 1")));
     }
-    let partial = match lookup("partial_rotary_factor") {
-        Some(v) => f64_of(f.path, "partial_rotary_factor", Some(v))?,
-        None => f.f64_opt("partial_rotary_factor")?,
-    }
-    .unwrap_or(1.0);
+    let partial_key = lookup("partial_rotary_factor").map_or("partial_rotary_factor".to_string(), |(_, s)| format!("{s}.partial_rotary_factor"));
+    let partial = nested("partial_rotary_factor", "partial_rotary_factor")?.unwrap_or(1.0);
     if !(partial > 0.0 && partial <= 1.0) {
-        return Err(Error::config(f.path, "partial_rotary_factor", format!("{partial} is out of range (0, 1]")));
+        return Err(Error::config(f.path, &partial_key, format!("{partial} is out of range (0, 1]")));
     }
     let dim = ((head_dim as f64 * partial) as usize) & !1;
-    let kind = lookup("rope_type").or_else(|| lookup("type")).and_then(Json::as_str).unwrap_or("default");
+    let kind_entry = lookup("rope_type").or_else(|| lookup("type"));
+    let kind = kind_entry.and_then(|(v, _)| v.as_str()).unwrap_or("default");
+    // The dictionary that names the scaling: where its other fields belong.
+    let section = kind_entry.map(|(_, s)| s)
+        .unwrap_or(if params.is_some() { "rope_parameters" } else { "rope_scaling" });
     let num = |key: &str| -> Result<f64> {
-        f64_of(f.path, &format!("rope_scaling.{key}"), lookup(key))?
-            .ok_or_else(|| Error::config(f.path, &format!("rope_scaling.{key}"), format!("missing for rope_type `{kind}`")))
+        match lookup(key) {
+            Some((v, from)) => f64_of(f.path, &format!("{from}.{key}"), Some(v))?,
+            None => None,
+        }
+        .ok_or_else(|| Error::config(f.path, &format!("{section}.{key}"), format!("missing for rope_type `{kind}`")))
     };
     let scaling = match kind {
         "default" => RopeScaling::None,
@@ -408,7 +434,7 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
             };
             if let RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } = s {
                 if factor <= 0.0 || low_freq_factor <= 0.0 || high_freq_factor <= low_freq_factor || original_max <= 0.0 {
-                    return Err(Error::config(f.path, "rope_scaling", "llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0"));
+                    return Err(Error::config(f.path, section, "llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings > 0"));
                 }
             }
             s
@@ -416,12 +442,15 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
         "linear" => {
             let factor = num("factor")?;
             if factor <= 0.0 {
-                return Err(Error::config(f.path, "rope_scaling.factor", "must be positive"));
+                return Err(Error::config(f.path, &format!("{section}.factor"), "must be positive"));
             }
             RopeScaling::Linear { factor }
         }
         other => {
-            return Err(Error::unsupported(format!("{}: field `rope_scaling.rope_type`: `{other}` is not supported for {}",
+            let key = kind_entry.map_or("rope_type".to_string(), |(_, s)| {
+                format!("{s}.{}", if lookup("rope_type").is_some() { "rope_type" } else { "type" })
+            });
+            return Err(Error::unsupported(format!("{}: field `{key}`: `{other}` is not supported for {}",
                 f.path.display(), family.class)))
         }
     };
@@ -604,6 +633,57 @@ mod tests {
             "layer_types": ["full_attention", "sliding_attention", "full_attention", "full_attention",
             "full_attention", "full_attention"]}}"#)).must();
         assert_eq!(c.sliding_window, vec![None, Some(8), None, None, None, None]);
+    }
+
+    #[test]
+    fn rope_errors_name_the_key_the_file_used() {
+        for section in ["rope_parameters", "rope_scaling"] {
+            let text = format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "{section}": {{"rope_type": "llama3", "factor": 8.0,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}}}}"#);
+            let e = cfg(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{section}.original_max_position_embeddings`")), "{e}");
+            let text = format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "{section}": {{"rope_type": "linear", "factor": "x"}}}}"#);
+            let e = cfg(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{section}.factor`")), "{e}");
+            let text = format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "{section}": {{"type": "yarn", "factor": 2.0}}}}"#);
+            let e = cfg(&text).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Unsupported);
+            assert!(e.to_string().contains(&format!("`{section}.type`: `yarn`")), "{e}");
+            let text = format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "{section}": {{"rope_theta": 0.5}}}}"#);
+            let e = cfg(&text).unwrap_err().to_string();
+            assert!(e.contains(&format!("`{section}.rope_theta`")), "{e}");
+        }
+        let e = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "rope_theta": 0.5}}"#)).unwrap_err().to_string();
+        assert!(e.contains("field `rope_theta`"), "{e}");
+    }
+
+    #[test]
+    fn hidden_act_other_than_silu_is_unsupported() {
+        for ok in [r#""hidden_act": "silu","#, r#""hidden_act": "swish","#, ""] {
+            cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {ok} {BASE}}}"#)).must();
+        }
+        let e = cfg(&format!(r#"{{"architectures": ["Qwen2ForCausalLM"], "hidden_act": "gelu_pytorch_tanh", {BASE}}}"#)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("`hidden_act`: `gelu_pytorch_tanh`"), "{e}");
+        let e = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], "hidden_act": 1, {BASE}}}"#)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Config);
+    }
+
+    /// transformers' Qwen3Config defaults head_dim to 128; Llama and Qwen3-MoE fall back to
+    /// hidden / heads (spec §1.1, §2.3).
+    #[test]
+    fn head_dim_defaults_follow_the_config_classes() {
+        assert_eq!(cfg(&format!(r#"{{"architectures": ["Qwen3ForCausalLM"], {BASE}}}"#)).must().head_dim, 128);
+        assert_eq!(cfg(&format!(r#"{{"architectures": ["Qwen3ForCausalLM"], {BASE}, "head_dim": 32}}"#)).must().head_dim, 32);
+        assert_eq!(cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}}}"#)).must().head_dim, 16);
+        let moe = r#""num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32"#;
+        assert_eq!(cfg(&format!(r#"{{"architectures": ["Qwen3MoeForCausalLM"], {BASE}, {moe}}}"#)).must().head_dim, 16);
+    }
+
+    #[test]
+    fn a_repeated_key_takes_its_last_value() {
+        let c = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "vocab_size": 300}}"#)).must();
+        assert_eq!(c.vocab, 300);
     }
 
     #[test]

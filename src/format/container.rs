@@ -1,9 +1,10 @@
 //! The waste container: a directory that holds a model ready to stream. `docs/CONTAINER.md`
 //! documents it for other implementations; this module reads and writes it.
 //!
-//! - `manifest.json` — format version, architecture, the model config, the trunk files, the
-//!   tokenizer files, and one entry per expert bank. Written last, atomically: a directory
-//!   without it is not a container.
+//! - `manifest.json` — format version, architecture, the model config, the trunk files (with
+//!   their sizes and CRC-32s) and the index of every trunk tensor, the tokenizer kind and
+//!   files, and one entry per expert bank. Written last, atomically: a directory without it is
+//!   not a container.
 //! - trunk files — safetensors (float, or the Q4B32/Q8B32 format, one width per file) holding
 //!   every tensor that stays resident.
 //! - one expert bank per MoE layer — records of `record_bytes` each, expert `e` at byte
@@ -11,20 +12,29 @@
 //!   one aligned read; it starts with a header the engine checks on every read.
 
 use super::config::ModelConfig;
-use super::crc32::crc32;
+use super::crc32::{crc32, Crc32};
 use super::dtype::DType;
 use super::json::Json;
+use super::safetensors::{SafeTensors, TensorInfo};
 use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 
-/// The container format version this engine writes and reads.
-pub const VERSION: u64 = 1;
+/// The manifest format version this engine writes and the only one it reads. Version 2 added
+/// the trunk index, the trunk files' CRC-32s, the tokenizer kind and the conversion's source
+/// fingerprint; a version-1 manifest lacks what the checks at open need, so it is refused
+/// (convert again) rather than half-checked.
+pub const VERSION: u64 = 2;
+/// The version in every record header. Records are unchanged since the first container
+/// version, so it stays 1 while the manifest's version moves.
+pub const RECORD_VERSION: u32 = 1;
 /// Records are multiples of this and start at multiples of it (the `O_DIRECT` granule).
 pub const RECORD_ALIGN: usize = 4096;
 /// Bytes reserved for a record header; the first matrix starts here.
 pub const HEADER_BYTES: usize = 256;
 /// The first eight bytes of every record.
 pub const MAGIC: [u8; 8] = *b"WASTEXPR";
+/// Header bytes up to here hold fields (the three descriptors end at 136); the rest are zero.
+const HEADER_USED: usize = 40 + 32 * 3;
 /// Matrices inside a record start at multiples of this (SIMD loads).
 const MATRIX_ALIGN: usize = 64;
 /// Names of the three matrices of an expert, in record order.
@@ -67,6 +77,11 @@ fn dtype_of_code(c: u32) -> Option<DType> {
     [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32].get(c as usize).copied()
 }
 
+/// Index of the first non-zero byte.
+fn nonzero_at(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&x| x != 0)
+}
+
 fn round_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
@@ -96,7 +111,7 @@ impl RecordLayout {
         let h = &mut rec[..HEADER_BYTES];
         h.fill(0);
         h[0..8].copy_from_slice(&MAGIC);
-        h[8..12].copy_from_slice(&(VERSION as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&RECORD_VERSION.to_le_bytes());
         h[12..16].copy_from_slice(&(layer as u32).to_le_bytes());
         h[16..20].copy_from_slice(&(expert as u32).to_le_bytes());
         h[20..24].copy_from_slice(&3u32.to_le_bytes());
@@ -114,8 +129,14 @@ impl RecordLayout {
     }
 
     /// Checks the header of a record read for (`layer`, `expert`) from `path` against this
-    /// layout; with `verify`, also the CRC-32 of the payload. Nothing is computed from a record
-    /// that fails.
+    /// layout, and that every byte the layout says is zero is zero (header bytes 136..256, each
+    /// descriptor's reserved word, the gaps between matrices and the padding after the
+    /// payload); with `verify`, also the CRC-32 of the payload. Nothing is computed from a
+    /// record that fails.
+    ///
+    /// The zero checks run on every read: they cover at most 120 + 12 + 2·63 + 4095 bytes of a
+    /// record of at least 4096 (usually megabytes) that was just read into cache, so they cost
+    /// far less than the CRC, which is a pass over the whole payload and stays behind `verify`.
     pub fn check(&self, rec: &[u8], path: &Path, layer: usize, expert: usize, verify: bool) -> Result<()> {
         let bad = |what: String| Error::new(ErrorKind::Corrupt, format!(
             "{}: layer {layer} expert {expert} (record at byte {}): {what}", path.display(), expert * self.record_bytes));
@@ -127,8 +148,8 @@ impl RecordLayout {
         if rec[0..8] != MAGIC {
             return Err(bad("wrong magic (not an expert record)".into()));
         }
-        if u32_at(8) as u64 != VERSION {
-            return Err(bad(format!("record version {}, expected {VERSION}", u32_at(8))));
+        if u32_at(8) != RECORD_VERSION {
+            return Err(bad(format!("record version {}, expected {RECORD_VERSION}", u32_at(8))));
         }
         if u32_at(12) as usize != layer || u32_at(16) as usize != expert {
             return Err(bad(format!("header says layer {} expert {} (a record out of place)", u32_at(12), u32_at(16))));
@@ -144,6 +165,17 @@ impl RecordLayout {
                 return Err(bad(format!("{} matrix descriptor {:?} disagrees with the manifest ({}, {}, {}, {}, {})",
                     MATRIX_NAMES[i], found, m.dtype, m.rows, m.cols, m.offset, m.bytes)));
             }
+            if u32_at(d + 12) != 0 {
+                return Err(bad(format!("{} matrix descriptor's reserved word (header byte {}) is {}, not 0", MATRIX_NAMES[i], d + 12, u32_at(d + 12))));
+            }
+        }
+        if let Some(i) = nonzero_at(&rec[HEADER_USED..HEADER_BYTES]) {
+            return Err(bad(format!("header byte {} is 0x{:02x}; bytes {HEADER_USED}..{HEADER_BYTES} must be zero", HEADER_USED + i, rec[HEADER_USED + i])));
+        }
+        for (from, to) in self.zero_ranges() {
+            if let Some(i) = nonzero_at(&rec[from..to]) {
+                return Err(bad(format!("byte {} of the record is 0x{:02x}; the padding {from}..{to} must be zero", from + i, rec[from + i])));
+            }
         }
         if verify {
             let want = u32_at(32);
@@ -153,6 +185,14 @@ impl RecordLayout {
             }
         }
         Ok(())
+    }
+
+    /// The byte ranges of a record after its header that hold no matrix: the alignment gaps
+    /// before each matrix and the padding after the last one.
+    fn zero_ranges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let ends = std::iter::once(HEADER_BYTES).chain(self.matrices.iter().map(|m| m.offset + m.bytes));
+        let starts = self.matrices.iter().map(|m| m.offset).chain(std::iter::once(self.record_bytes));
+        ends.zip(starts).filter(|(a, b)| a < b)
     }
 
     fn to_json(self) -> Json {
@@ -177,6 +217,50 @@ pub struct Bank {
     pub layout: RecordLayout,
 }
 
+/// The size and CRC-32 of a whole file (a trunk file: header and data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSum {
+    pub bytes: u64,
+    pub crc32: u32,
+}
+
+impl FileSum {
+    /// Reads `path` once, front to back, in pieces of 8 MiB.
+    pub fn of_file(path: &Path) -> Result<FileSum> {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let mut buf = vec![0u8; 8 << 20];
+        let (mut crc, mut bytes) = (Crc32::new(), 0u64);
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(path, &format!("read at byte {bytes}"), e)),
+            };
+            crc.update(&buf[..n]);
+            bytes += n as u64;
+        }
+        Ok(FileSum { bytes, crc32: crc.finish() })
+    }
+}
+
+/// One entry of the trunk index: where a resident tensor is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrunkTensor {
+    pub name: String,
+    /// The trunk file holding it.
+    pub file: String,
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// Absolute byte range in the file, `begin..end`.
+    pub begin: u64,
+    pub end: u64,
+}
+
+/// The tokenizer kinds a manifest may name (what [`crate::Tokenizer::kind_name`] reports).
+pub const TOKENIZER_KINDS: [&str; 4] = ["tiktoken", "hf-bytelevel", "hf-sentencepiece", "llama2c"];
+
 /// The parsed manifest of a container.
 #[derive(Clone, Debug)]
 pub struct Manifest {
@@ -185,11 +269,23 @@ pub struct Manifest {
     /// The config.json object as converted (kept verbatim).
     pub config_json: Json,
     pub trunk_files: Vec<String>,
+    /// Per trunk file, in the same order: its size and CRC-32.
+    pub trunk_sums: Vec<FileSum>,
+    /// Every trunk tensor, file by file in byte order.
+    pub trunk_index: Vec<TrunkTensor>,
+    /// The tokenizer's kind (one of [`TOKENIZER_KINDS`]); `None` when the model has no
+    /// tokenizer this engine reads.
+    pub tokenizer_kind: Option<String>,
     pub tokenizer_files: Vec<String>,
+    /// Other files copied from the source (`generation_config.json`).
+    pub other_files: Vec<String>,
     /// Human-readable encodings: trunk, embeddings, experts (e.g. "q4", "q8", "bf16").
     pub trunk_encoding: String,
     pub expert_encoding: String,
     pub banks: Vec<Bank>,
+    /// What the converter made the container from (its options and the source's digests), so
+    /// that a rerun of the same conversion recognises its finished output; `Null` otherwise.
+    pub source: Json,
 }
 
 /// File name of the manifest inside a container.
@@ -208,9 +304,45 @@ fn plain_name(path: &Path, field: &str, name: &str) -> Result<String> {
     Ok(name.to_string())
 }
 
+/// The version rule: exactly [`VERSION`]; older and newer manifests are refused, saying which.
+fn check_version(path: &Path, version: u64) -> Result<()> {
+    match version {
+        VERSION => Ok(()),
+        v if v < VERSION => Err(Error::unsupported(format!(
+            "{}: container version {v} predates the trunk index and checksums this engine checks (it reads version {VERSION}); \
+             convert the model again", path.display()))),
+        v => Err(Error::unsupported(format!(
+            "{}: container version {v} is newer than this engine, which reads version {VERSION}", path.display()))),
+    }
+}
+
 impl Manifest {
-    /// Reads and checks `dir/manifest.json`, and that every bank file it names exists with the
-    /// size its records need.
+    /// A manifest for trunk files already written in `dir` (their sums given), with the trunk
+    /// index read from their headers. Tokenizer, encodings and source are left empty for the
+    /// caller to fill in.
+    pub fn new(dir: &Path, config_json: Json, trunk: Vec<(String, FileSum)>, banks: Vec<Bank>) -> Result<Manifest> {
+        let config = ModelConfig::from_json(&dir.join(MANIFEST), &config_json)?;
+        let (trunk_files, trunk_sums): (Vec<String>, Vec<FileSum>) = trunk.into_iter().unzip();
+        let mut trunk_index = Vec::new();
+        for name in &trunk_files {
+            let st = SafeTensors::open(&dir.join(name))?;
+            let mut tensors: Vec<&TensorInfo> = st.tensors.iter().collect();
+            tensors.sort_by_key(|t| (t.offset, t.len));
+            trunk_index.extend(tensors.into_iter().map(|t| TrunkTensor {
+                name: t.name.clone(), file: name.clone(), dtype: t.dtype, shape: t.shape.clone(), begin: t.offset, end: t.offset + t.len,
+            }));
+        }
+        Ok(Manifest {
+            dir: dir.to_path_buf(), config, config_json, trunk_files, trunk_sums, trunk_index,
+            tokenizer_kind: None, tokenizer_files: Vec::new(), other_files: Vec::new(),
+            trunk_encoding: String::new(), expert_encoding: String::new(), banks, source: Json::Null,
+        })
+    }
+
+    /// Reads and checks `dir/manifest.json`: its version, its architecture against its config,
+    /// every trunk tensor of the index against the trunk files' headers (and each file's size),
+    /// that the tokenizer and side files it lists exist, and that every bank file exists with
+    /// the size its records need. The trunk CRC-32s are checked by [`Manifest::verify_trunk`].
     pub fn open(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
         let root = super::read_json(&path, 64 << 20)?;
@@ -218,19 +350,33 @@ impl Manifest {
         if field("format")?.as_str() != Some("waste-container") {
             return Err(Error::config(&path, "format", "is not `waste-container`"));
         }
-        let version = field("version")?.as_u64().ok_or_else(|| Error::config(&path, "version", "not an integer"))?;
-        if version != VERSION {
-            return Err(Error::unsupported(format!("{}: container version {version}; this engine reads version {VERSION}", path.display())));
-        }
+        check_version(&path, field("version")?.as_u64().ok_or_else(|| Error::config(&path, "version", "not an integer"))?)?;
         let config_json = field("config")?.clone();
         let config = ModelConfig::from_json(&path, &config_json).map_err(|e| e.context("field `config`"))?;
-        let names = |k: &str| -> Result<Vec<String>> {
-            let a = field(k)?.get("files").and_then(Json::as_array).ok_or_else(|| Error::config(&path, &format!("{k}.files"), "missing or not a list"))?;
-            a.iter().map(|v| v.as_str().ok_or_else(|| Error::config(&path, &format!("{k}.files"), "not a list of strings"))
-                .and_then(|s| plain_name(&path, &format!("{k}.files"), s))).collect()
+        let arch = field("architecture")?.as_str().ok_or_else(|| Error::config(&path, "architecture", "not a string"))?;
+        if arch != config.class {
+            return Err(Error::config(&path, "architecture", format!("is `{arch}`, but the config's `architectures` names `{}`", config.class)));
+        }
+        let names = |v: Option<&Json>, k: &str| -> Result<Vec<String>> {
+            let a = v.and_then(Json::as_array).ok_or_else(|| Error::config(&path, k, "missing or not a list"))?;
+            a.iter().map(|v| v.as_str().ok_or_else(|| Error::config(&path, k, "not a list of strings"))
+                .and_then(|s| plain_name(&path, k, s))).collect()
         };
-        let trunk_files = names("trunk")?;
-        let tokenizer_files = names("tokenizer")?;
+        let (trunk_files, trunk_sums, trunk_index) = parse_trunk(&path, field("trunk")?)?;
+        let tok = field("tokenizer")?;
+        let tokenizer_kind = match tok.get("kind") {
+            None => return Err(Error::config(&path, "tokenizer.kind", "missing")),
+            Some(Json::Null) => None,
+            Some(k) => Some(k.as_str().filter(|k| TOKENIZER_KINDS.contains(k)).ok_or_else(|| Error::config(&path, "tokenizer.kind",
+                format!("{} is not null or one of {}", k.to_string_compact(), TOKENIZER_KINDS.join(", "))))?.to_string()),
+        };
+        let tokenizer_files = names(tok.get("files"), "tokenizer.files")?;
+        let other_files = names(root.get("files"), "files")?;
+        for (k, name) in tokenizer_files.iter().map(|n| ("tokenizer.files", n)).chain(other_files.iter().map(|n| ("files", n))) {
+            if !dir.join(name).is_file() {
+                return Err(Error::config(&path, k, format!("names `{name}`, which is not in {}", dir.display())));
+            }
+        }
         let enc = |k: &str| field(k).ok().and_then(|v| v.get("encoding")).and_then(Json::as_str).unwrap_or("").to_string();
         let mut banks = Vec::new();
         for (i, b) in field("banks")?.as_array().ok_or_else(|| Error::config(&path, "banks", "not a list"))?.iter().enumerate() {
@@ -241,33 +387,122 @@ impl Manifest {
         if bank_layers != moe_layers {
             return Err(Error::config(&path, "banks", format!("banks cover layers {bank_layers:?}, the config's MoE layers are {moe_layers:?}")));
         }
-        Ok(Manifest {
+        let m = Manifest {
             dir: dir.to_path_buf(),
             config,
             config_json,
             trunk_files,
+            trunk_sums,
+            trunk_index,
+            tokenizer_kind,
             tokenizer_files,
+            other_files,
             trunk_encoding: enc("trunk"),
             expert_encoding: enc("experts"),
             banks,
-        })
+            source: root.get("source").cloned().unwrap_or(Json::Null),
+        };
+        m.check_trunk_headers()?;
+        Ok(m)
+    }
+
+    /// Each trunk file's size and header against the manifest: the same tensors, each with the
+    /// dtype, shape and byte range the index gives. Reads only the headers.
+    fn check_trunk_headers(&self) -> Result<()> {
+        let path = self.dir.join(MANIFEST);
+        for (name, sum) in self.trunk_files.iter().zip(&self.trunk_sums) {
+            let st = SafeTensors::open(&self.dir.join(name))?;
+            if st.file_size != sum.bytes {
+                return Err(Error::new(ErrorKind::Corrupt, format!(
+                    "{}: trunk file is {} bytes, the manifest says {}", st.path.display(), st.file_size, sum.bytes)));
+            }
+            let listed: std::collections::HashMap<&str, &TrunkTensor> =
+                self.trunk_index.iter().filter(|t| &t.file == name).map(|t| (t.name.as_str(), t)).collect();
+            for t in &st.tensors {
+                let Some(e) = listed.get(t.name.as_str()) else {
+                    return Err(Error::new(ErrorKind::Corrupt, format!(
+                        "{}: tensor `{}` is not in the trunk index of {}", st.path.display(), t.name, path.display())));
+                };
+                if (e.dtype, &e.shape, e.begin, e.end) != (t.dtype, &t.shape, t.offset, t.offset + t.len) {
+                    return Err(Error::new(ErrorKind::Corrupt, format!(
+                        "{}: trunk tensor `{}`: the index says {} {:?} at bytes {}..{} of {name}, the file's header says {} {:?} at bytes {}..{}",
+                        path.display(), t.name, e.dtype, e.shape, e.begin, e.end, t.dtype, t.shape, t.offset, t.offset + t.len)));
+                }
+            }
+            if let Some(missing) = self.trunk_index.iter().find(|t| &t.file == name && st.get(&t.name).is_none()) {
+                return Err(Error::new(ErrorKind::Corrupt, format!(
+                    "{}: trunk tensor `{}` is indexed in {name}, whose header does not have it", path.display(), missing.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every trunk file once and checks its CRC-32 against the manifest (what `verify`
+    /// adds at open: a pass over the trunk's bytes, which the load then reads again, mostly
+    /// from the page cache).
+    pub fn verify_trunk(&self) -> Result<()> {
+        for (name, want) in self.trunk_files.iter().zip(&self.trunk_sums) {
+            let p = self.dir.join(name);
+            let got = FileSum::of_file(&p)?;
+            if got != *want {
+                return Err(Error::new(ErrorKind::Corrupt, format!(
+                    "{}: trunk file has CRC-32 {:08x} over {} bytes, the manifest says {:08x} over {} bytes: it changed after conversion",
+                    p.display(), got.crc32, got.bytes, want.crc32, want.bytes)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that the tokenizer the container's files load as (its
+    /// [`kind_name`](crate::Tokenizer::kind_name), `None` when none loads) is the one the
+    /// manifest names.
+    pub fn check_tokenizer(&self, loaded: Option<&str>) -> Result<()> {
+        if self.tokenizer_kind.as_deref() == loaded {
+            return Ok(());
+        }
+        Err(Error::config(&self.dir.join(MANIFEST), "tokenizer.kind", format!(
+            "names {}, but the container's tokenizer files load as {}",
+            self.tokenizer_kind.as_deref().unwrap_or("no tokenizer"), loaded.unwrap_or("no tokenizer"))))
     }
 
     /// The manifest as JSON (what [`Manifest::write`] stores).
     pub fn to_json(&self) -> Json {
         let files = |v: &[String]| Json::Array(v.iter().map(|s| Json::str(s.clone())).collect());
-        Json::object([
+        let mut members = vec![
             ("format", Json::str("waste-container")),
             ("version", Json::uint(VERSION)),
             ("architecture", Json::str(self.config.class.clone())),
             ("config", self.config_json.clone()),
-            ("trunk", Json::object([("encoding", Json::str(self.trunk_encoding.clone())), ("files", files(&self.trunk_files))])),
+        ];
+        if !self.source.is_null() {
+            members.push(("source", self.source.clone()));
+        }
+        members.extend([
+            ("trunk", Json::object([
+                ("encoding", Json::str(self.trunk_encoding.clone())),
+                ("files", Json::Array(self.trunk_files.iter().zip(&self.trunk_sums).map(|(n, s)| Json::object([
+                    ("name", Json::str(n.clone())),
+                    ("bytes", Json::uint(s.bytes)),
+                    ("crc32", Json::uint(s.crc32 as u64)),
+                ])).collect())),
+                ("tensors", Json::Array(self.trunk_index.iter().map(|t| Json::object([
+                    ("name", Json::str(t.name.clone())),
+                    ("file", Json::str(t.file.clone())),
+                    ("dtype", Json::str(t.dtype.name())),
+                    ("shape", Json::Array(t.shape.iter().map(|&d| Json::uint(d)).collect())),
+                    ("byte_range", Json::Array(vec![Json::uint(t.begin), Json::uint(t.end)])),
+                ])).collect())),
+            ])),
             ("experts", Json::object([
                 ("encoding", Json::str(self.expert_encoding.clone())),
                 ("record_align", Json::uint(RECORD_ALIGN as u64)),
                 ("header_bytes", Json::uint(HEADER_BYTES as u64)),
             ])),
-            ("tokenizer", Json::object([("files", files(&self.tokenizer_files))])),
+            ("tokenizer", Json::object([
+                ("kind", self.tokenizer_kind.as_ref().map_or(Json::Null, |k| Json::str(k.clone()))),
+                ("files", files(&self.tokenizer_files)),
+            ])),
+            ("files", files(&self.other_files)),
             ("banks", Json::Array(self.banks.iter().map(|b| Json::object([
                 ("layer", Json::uint(b.layer as u64)),
                 ("file", Json::str(b.file.clone())),
@@ -276,7 +511,8 @@ impl Manifest {
                 ("payload_bytes", Json::uint(b.layout.payload_bytes as u64)),
                 ("matrices", b.layout.to_json()),
             ])).collect())),
-        ])
+        ]);
+        Json::object(members)
     }
 
     /// Writes `dir/manifest.json` atomically (temporary file, fsync, rename).
@@ -298,6 +534,42 @@ impl Manifest {
     pub fn expert_bytes(&self) -> u64 {
         self.banks.iter().map(|b| (b.experts * b.layout.record_bytes) as u64).sum()
     }
+}
+
+/// The `trunk` object: its files with their sums, and the index of its tensors (each naming
+/// one of those files, no name twice).
+fn parse_trunk(path: &Path, trunk: &Json) -> Result<(Vec<String>, Vec<FileSum>, Vec<TrunkTensor>)> {
+    let files = trunk.get("files").and_then(Json::as_array).ok_or_else(|| Error::config(path, "trunk.files", "missing or not a list"))?;
+    let (mut names, mut sums) = (Vec::with_capacity(files.len()), Vec::with_capacity(files.len()));
+    for (i, f) in files.iter().enumerate() {
+        let k = |s: &str| format!("trunk.files[{i}].{s}");
+        names.push(plain_name(path, &k("name"), f.get("name").and_then(Json::as_str).unwrap_or(""))?);
+        let bytes = f.get("bytes").and_then(Json::as_u64).ok_or_else(|| Error::config(path, &k("bytes"), "missing or not an integer"))?;
+        let crc32 = f.get("crc32").and_then(Json::as_u64).and_then(|c| u32::try_from(c).ok())
+            .ok_or_else(|| Error::config(path, &k("crc32"), "missing or not a 32-bit unsigned integer"))?;
+        sums.push(FileSum { bytes, crc32 });
+    }
+    let tensors = trunk.get("tensors").and_then(Json::as_array).ok_or_else(|| Error::config(path, "trunk.tensors", "missing or not a list"))?;
+    let mut index = Vec::with_capacity(tensors.len());
+    let mut seen = std::collections::HashSet::new();
+    for (i, t) in tensors.iter().enumerate() {
+        let k = |s: &str| format!("trunk.tensors[{i}].{s}");
+        let name = t.get("name").and_then(Json::as_str).ok_or_else(|| Error::config(path, &k("name"), "missing or not a string"))?;
+        if !seen.insert(name) {
+            return Err(Error::config(path, &k("name"), format!("tensor `{name}` is indexed twice")));
+        }
+        let file = t.get("file").and_then(Json::as_str).filter(|f| names.iter().any(|n| n == f))
+            .ok_or_else(|| Error::config(path, &k("file"), format!("tensor `{name}`: missing or not one of trunk.files")))?;
+        let dtype = t.get("dtype").and_then(Json::as_str).and_then(DType::from_name)
+            .ok_or_else(|| Error::config(path, &k("dtype"), format!("tensor `{name}`: missing or unknown")))?;
+        let shape = t.get("shape").and_then(Json::as_array).and_then(|a| a.iter().map(Json::as_u64).collect::<Option<Vec<u64>>>())
+            .ok_or_else(|| Error::config(path, &k("shape"), format!("tensor `{name}`: missing or not a list of integers")))?;
+        let range = t.get("byte_range").and_then(Json::as_array).and_then(|a| a.iter().map(Json::as_u64).collect::<Option<Vec<u64>>>())
+            .filter(|r| r.len() == 2 && r[0] <= r[1])
+            .ok_or_else(|| Error::config(path, &k("byte_range"), format!("tensor `{name}`: missing or not [begin, end]")))?;
+        index.push(TrunkTensor { name: name.to_string(), file: file.to_string(), dtype, shape, begin: range[0], end: range[1] });
+    }
+    Ok((names, sums, index))
 }
 
 fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) -> Result<Bank> {
@@ -329,14 +601,22 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
     if record_bytes != layout.record_bytes {
         return Err(Error::config(path, &f("record_bytes"), format!("{record_bytes}, the layout needs {}", layout.record_bytes)));
     }
+    if b.get("payload_bytes").and_then(Json::as_u64) != Some(layout.payload_bytes as u64) {
+        return Err(Error::config(path, &f("payload_bytes"), format!("missing or not {}, what the layout needs", layout.payload_bytes)));
+    }
     let bank_path = dir.join(&file);
     let size = std::fs::metadata(&bank_path).map_err(|e| Error::io(&bank_path, &format!("open the bank of layer {layer}"), e))?.len();
     let want = (experts * record_bytes) as u64;
-    if size != want {
+    if size < want {
         let complete = size / record_bytes as u64;
         return Err(Error::new(ErrorKind::Corrupt, format!(
-            "{}: bank of layer {layer} is {size} bytes, expected {want}: expert {complete} is {}",
-            bank_path.display(), if size < want { "truncated" } else { "followed by extra bytes" })));
+            "{}: bank of layer {layer} is {size} bytes, expected {want} ({experts} records of {record_bytes}): expert {complete} is truncated",
+            bank_path.display())));
+    }
+    if size > want {
+        return Err(Error::new(ErrorKind::Corrupt, format!(
+            "{}: bank of layer {layer} is {size} bytes, expected {want} ({experts} records of {record_bytes}): {} extra bytes follow the last record (expert {})",
+            bank_path.display(), size - want, experts - 1)));
     }
     Ok(Bank { layer, file, experts, layout })
 }
@@ -352,7 +632,7 @@ mod tests {
         assert_eq!(l.record_bytes % RECORD_ALIGN, 0);
         assert!(l.matrices.iter().all(|m| m.offset % 64 == 0));
         let mut rec = vec![0u8; l.record_bytes];
-        for (i, b) in rec[HEADER_BYTES..].iter_mut().enumerate() {
+        for (i, b) in rec[HEADER_BYTES..HEADER_BYTES + l.payload_bytes].iter_mut().enumerate() {
             *b = i as u8;
         }
         l.write_header(&mut rec, 3, 5);
@@ -364,5 +644,44 @@ mod tests {
         assert!(l.check(&rec, p, 3, 5, true).unwrap_err().to_string().contains("CRC"));
         rec[0] = b'X';
         assert!(l.check(&rec, p, 3, 5, false).unwrap_err().to_string().contains("magic"));
+    }
+
+    /// The bytes the layout says are zero are checked on every read, without `verify`.
+    #[test]
+    fn reserved_and_padding_bytes_must_be_zero() {
+        let l = RecordLayout::new(DType::Q8B32, 64, 96).must();
+        let end = HEADER_BYTES + l.payload_bytes;
+        assert!(end < l.record_bytes, "the test needs padding after the payload");
+        let fresh = || {
+            let mut rec = vec![0u8; l.record_bytes];
+            for m in &l.matrices {
+                rec[m.offset..m.offset + m.bytes].fill(0x11);
+            }
+            l.write_header(&mut rec, 0, 2);
+            rec
+        };
+        let p = Path::new("bank");
+        l.check(&fresh(), p, 0, 2, true).must();
+        for (at, what) in [(40 + 12, "reserved word"), (40 + 32 + 13, "reserved word"), (136, "header byte 136"), (255, "header byte 255"),
+                           (end, "padding"), (l.record_bytes - 1, "padding")] {
+            let mut rec = fresh();
+            rec[at] = 1;
+            let e = l.check(&rec, p, 0, 2, false).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("layer 0 expert 2"), "byte {at}: {e}");
+        }
+        // The alignment gap between two matrices.
+        let g = RecordLayout::new(DType::BF16, 3, 5).must();
+        let gap = g.matrices[0].offset + g.matrices[0].bytes;
+        assert!(gap < g.matrices[1].offset);
+        let mut rec = vec![0u8; g.record_bytes];
+        g.write_header(&mut rec, 1, 0);
+        g.check(&rec, p, 1, 0, true).must();
+        rec[gap] = 7;
+        g.write_header(&mut rec, 1, 0); // a valid CRC: only the zero check can catch it
+        assert!(g.check(&rec, p, 1, 0, true).unwrap_err().to_string().contains("padding"));
+        // A longer slot than the record: bytes past the record are not the record's.
+        let mut slot = fresh();
+        slot.extend_from_slice(&[0xFF; 100]);
+        l.check(&slot, p, 0, 2, true).must();
     }
 }

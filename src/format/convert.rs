@@ -2,15 +2,20 @@
 //!
 //! Conversion streams: one source tensor (or one expert's three matrices) is in memory at a
 //! time. It is resumable: every output file is written under a temporary name and renamed when
-//! complete; a bank interrupted part-way keeps its complete, checksummed records and continues
-//! after the last good one; the manifest is written last, atomically. Killed at any point and
-//! run again with the same options, conversion finishes with byte-identical output.
+//! complete; a state file ties the outputs to the conversion that made them (format version,
+//! options, config.json and the source headers) and records each finished trunk file's size
+//! and CRC-32, checked before a rerun trusts it; a bank interrupted part-way keeps its
+//! complete, checksummed records and continues after the last good one; the manifest is
+//! written last, atomically. Killed at any point and run again with the same options,
+//! conversion finishes with byte-identical output; run again on its finished output, it
+//! verifies it.
 
 use super::config::ModelConfig;
-use super::container::{Bank, Manifest, RecordLayout};
+use super::container::{Bank, FileSum, Manifest, RecordLayout, MANIFEST};
 use super::dtype::DType;
 use super::json::Json;
 use super::safetensors::{commit_file, temp_sibling, Checkpoint, SafeTensors, TensorInfo, TensorSpec, Writer};
+use super::sha256;
 use crate::error::{Error, ErrorKind, Result};
 use crate::kernels::{scalar, MatRef};
 use std::io::Write;
@@ -77,12 +82,16 @@ pub struct ConvertOptions {
     pub experts: Encoding,
     /// Testing hook: stop abruptly (no cleanup, like a kill) after this many units of work.
     pub interrupt_after: Option<u64>,
+    /// Testing hook: stop abruptly inside the `n`-th small atomic write (state file, tokenizer
+    /// and side files, manifest; counted from 1) at the given stage.
+    pub interrupt_write: Option<(u64, WriteStage)>,
 }
 
 impl ConvertOptions {
     /// The defaults: q4 trunk and experts, q8 embeddings/head/routers.
     pub fn new(input: impl Into<PathBuf>, output: impl Into<PathBuf>) -> ConvertOptions {
-        ConvertOptions { input: input.into(), output: output.into(), trunk: Encoding::Q4, embeddings: None, experts: Encoding::Q4, interrupt_after: None }
+        ConvertOptions { input: input.into(), output: output.into(), trunk: Encoding::Q4, embeddings: None, experts: Encoding::Q4,
+            interrupt_after: None, interrupt_write: None }
     }
 
     fn embedding_encoding(&self) -> Encoding {
@@ -110,9 +119,24 @@ pub struct ConvertReport {
     pub files: Vec<(String, u64)>,
     /// Units of work found already done by an earlier, interrupted run.
     pub resumed_units: u64,
+    /// The output directory already held this same conversion, finished (a rerun, or a run
+    /// killed after its last step): every file was verified and none needed rewriting.
+    pub verified_existing: bool,
 }
 
-/// The state file that ties partial outputs to the options that made them.
+/// Where the testing hook [`ConvertOptions::interrupt_write`] stops inside a small file write
+/// (the state file, a tokenizer or side file, the manifest), as a kill would.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteStage {
+    /// Half the bytes are in the temporary file.
+    Torn,
+    /// The temporary file is complete, not yet renamed into place.
+    BeforeRename,
+    /// Renamed into place; nothing after it has run.
+    AfterRename,
+}
+
+/// The state file that ties partial outputs to the conversion that made them.
 const STATE: &str = ".waste-convert.json";
 
 /// One trunk output file: its encoding and its tensors.
@@ -122,91 +146,179 @@ struct TrunkFile {
     tensors: Vec<(String, DType)>,
 }
 
-/// Converts, resuming an interrupted run of the same options.
+/// What the state file holds: the conversion's fingerprint and the trunk files it finished
+/// (with their sums, checked before a rerun trusts them).
+struct State {
+    fingerprint: Json,
+    finished: Vec<(String, FileSum)>,
+}
+
+impl Default for State {
+    fn default() -> State {
+        State { fingerprint: Json::Null, finished: Vec::new() }
+    }
+}
+
+impl State {
+    fn to_json(&self) -> Json {
+        Json::object([
+            ("fingerprint", self.fingerprint.clone()),
+            ("finished", Json::Array(self.finished.iter().map(|(n, s)| Json::object([
+                ("name", Json::str(n.clone())),
+                ("bytes", Json::uint(s.bytes)),
+                ("crc32", Json::uint(s.crc32 as u64)),
+            ])).collect())),
+        ])
+    }
+
+    /// The state in `j`, when it is one (`None` for anything else: a torn or foreign file).
+    fn parse(j: &Json, fingerprint_key: &str, files: Option<&Json>) -> Option<State> {
+        let fingerprint = j.get(fingerprint_key)?.clone();
+        let mut finished = Vec::new();
+        for f in files?.as_array()? {
+            let sum = FileSum { bytes: f.get("bytes")?.as_u64()?, crc32: u32::try_from(f.get("crc32")?.as_u64()?).ok()? };
+            finished.push((f.get("name")?.as_str()?.to_string(), sum));
+        }
+        Some(State { fingerprint, finished })
+    }
+
+    fn read(path: &Path) -> Option<State> {
+        let j = super::read_json(path, 16 << 20).ok()?;
+        State::parse(&j, "fingerprint", j.get("finished"))
+    }
+
+    fn sum_of(&self, name: &str) -> Option<FileSum> {
+        self.finished.iter().find(|(n, _)| n == name).map(|(_, s)| *s)
+    }
+}
+
+/// Converts, resuming an interrupted run of the same conversion (and verifying, rather than
+/// refusing, a finished one).
 pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
-    let cfg = ModelConfig::load(&opts.input)?;
+    let config_path = opts.input.join("config.json");
+    let config_bytes = super::read_bounded(&config_path, 4 << 20)?;
+    let config_json = super::json::parse(&config_bytes).map_err(|e| Error::format(&config_path, e))?;
+    let cfg = ModelConfig::from_json(&config_path, &config_json)?;
     let src = Checkpoint::open(&opts.input)?;
+    // Detected before anything is written: a tokenizer the engine would refuse at open stops
+    // the conversion here.
+    let tokenizer_kind = detect_tokenizer(&opts.input)?;
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create directory", e))?;
-    prepare_state(opts, &src)?;
     let (trunk, experts) = classify(&cfg, &src, opts)?;
     let banks = bank_plan(&cfg, opts)?;
-    let mut job = Job { opts, src: &src, done: 0, total: 0, units: 0, resumed: 0, progress };
+    let mut job = Job { opts, src: &src, done: 0, total: 0, units: 0, resumed: 0, writes: 0, written: 0, state: State::default(), progress };
     job.total = trunk.iter().map(|f| trunk_file_bytes(&src, f)).sum::<u64>()
         + banks.iter().map(|b| (b.experts * b.layout.record_bytes) as u64).sum::<u64>();
+    let finished_before = super::container::is_container(out);
+    job.state = job.prepare_state(fingerprint(opts, &src, &config_bytes)?)?;
+    let mut sums = Vec::with_capacity(trunk.len());
     for f in &trunk {
-        job.write_trunk_file(f)?;
+        sums.push((f.name.clone(), job.write_trunk_file(f)?));
     }
     for b in &banks {
         job.write_bank(&cfg, b, &experts)?;
     }
-    let tokenizer_files = copy_side_files(&opts.input, out)?;
-    let manifest = Manifest {
-        dir: out.clone(),
-        config: cfg,
-        config_json: super::read_json(&opts.input.join("config.json"), 4 << 20)?,
-        trunk_files: trunk.iter().map(|f| f.name.clone()).collect(),
-        tokenizer_files,
-        trunk_encoding: format!("{} (embeddings, head, routers: {})", opts.trunk.name(), opts.embedding_encoding().name()),
-        expert_encoding: opts.experts.name().to_string(),
-        banks,
-    };
-    manifest.write()?;
-    let _ = std::fs::remove_file(out.join(STATE));
+    let (tokenizer_files, other_files) = job.copy_side_files()?;
+    let mut manifest = Manifest::new(out, config_json, sums, banks)?;
+    manifest.tokenizer_kind = tokenizer_kind;
+    manifest.tokenizer_files = tokenizer_files;
+    manifest.other_files = other_files;
+    manifest.trunk_encoding = format!("{} (embeddings, head, routers: {})", opts.trunk.name(), opts.embedding_encoding().name());
+    manifest.expert_encoding = opts.experts.name().to_string();
+    manifest.source = job.state.fingerprint.clone();
+    job.write_if_changed(&out.join(MANIFEST), manifest.to_json().to_string_pretty().as_bytes())?;
+    // Killed from here on, the directory is a finished container: a rerun verifies it.
+    if let Err(e) = std::fs::remove_file(out.join(STATE)) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(Error::io(&out.join(STATE), "remove", e));
+        }
+    }
+    remove_stale_temps(out, &manifest)?;
     let mut files: Vec<(String, u64)> = Vec::new();
     for name in manifest.trunk_files.iter().chain(manifest.banks.iter().map(|b| &b.file)).chain(&manifest.tokenizer_files)
-        .chain(std::iter::once(&super::container::MANIFEST.to_string())) {
+        .chain(&manifest.other_files).chain(std::iter::once(&MANIFEST.to_string())) {
         let size = std::fs::metadata(out.join(name)).map(|m| m.len()).unwrap_or(0);
         files.push((name.clone(), size));
     }
-    Ok(ConvertReport { files, resumed_units: job.resumed })
+    Ok(ConvertReport { files, resumed_units: job.resumed, verified_existing: finished_before && job.written == 0 })
 }
 
-/// The options and source a conversion is made of, as stored in the state file.
-fn fingerprint(opts: &ConvertOptions, src: &Checkpoint) -> Json {
-    Json::object([
-        ("converter", Json::uint(super::container::VERSION)),
+/// The tokenizer kind of the source directory (`None` when it has no tokenizer the engine
+/// reads; its files are copied all the same).
+fn detect_tokenizer(dir: &Path) -> Result<Option<String>> {
+    match crate::tokenizer::Tokenizer::from_model_dir(dir) {
+        Ok(t) => Ok(Some(t.kind_name().to_string())),
+        Err(e) if e.kind() == ErrorKind::Unsupported || e.message().contains("no tokenizer file found") => Ok(None),
+        Err(e) => Err(e.context("the source's tokenizer")),
+    }
+}
+
+/// What a conversion is made of: the format version, the options, config.json's bytes and
+/// each source file's name, size and header (digests). Stored in the state file and in the
+/// manifest's `source`. Tensor data is not hashed (that would be a pass over the whole
+/// source): a source rewritten in place with identical headers is not noticed.
+fn fingerprint(opts: &ConvertOptions, src: &Checkpoint, config_bytes: &[u8]) -> Result<Json> {
+    let mut files = Vec::with_capacity(src.files.len());
+    for st in &src.files {
+        files.push(Json::object([
+            ("file", Json::str(st.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())),
+            ("bytes", Json::uint(st.file_size)),
+            ("header_sha256", Json::str(sha256::hex(&header_digest(st)?))),
+        ]));
+    }
+    Ok(Json::object([
+        ("format_version", Json::uint(super::container::VERSION)),
         ("trunk", Json::str(opts.trunk.name())),
         ("embeddings", Json::str(opts.embedding_encoding().name())),
         ("experts", Json::str(opts.experts.name())),
-        ("source", Json::Array(src.files.iter().map(|f| Json::object([
-            ("file", Json::str(f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())),
-            ("bytes", Json::uint(f.file_size)),
-        ])).collect())),
-    ])
+        ("config_sha256", Json::str(sha256::hex(&sha256::digest(config_bytes)))),
+        ("source", Json::Array(files)),
+    ]))
 }
 
-/// Makes sure partial outputs in the directory belong to this conversion: a directory with a
-/// different state file is restarted (our own outputs only); one with foreign files and no
-/// state file is refused rather than overwritten.
-fn prepare_state(opts: &ConvertOptions, src: &Checkpoint) -> Result<()> {
-    let out = &opts.output;
-    let state_path = out.join(STATE);
-    let want = fingerprint(opts, src);
-    if state_path.is_file() {
-        let have = super::read_json(&state_path, 1 << 20)?;
-        if have == want {
-            return Ok(());
-        }
-        // A different conversion was interrupted here: remove what it wrote, nothing else.
-        for entry in std::fs::read_dir(out).map_err(|e| Error::io(out, "list", e))?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if is_our_output(&name) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    } else if std::fs::read_dir(out).map_err(|e| Error::io(out, "list", e))?.next().is_some() {
-        let existing = super::container::is_container(out);
-        return Err(Error::new(ErrorKind::Arg, format!(
-            "{}: the output directory is not empty{}; choose an empty or new directory",
-            out.display(), if existing { " (it holds a finished container)" } else { "" })));
-    }
-    super::safetensors::write_atomic(&state_path, want.to_string_pretty().as_bytes())
+/// SHA-256 of a safetensors file's length prefix and header (already validated at open).
+fn header_digest(st: &SafeTensors) -> Result<[u8; 32]> {
+    let mut len = [0u8; 8];
+    crate::sys::read_exact_at(&st.file, &st.path, &mut len, 0)?;
+    let n = u64::from_le_bytes(len).min(super::safetensors::MAX_HEADER_BYTES) as usize;
+    let mut header = vec![0u8; 8 + n];
+    crate::sys::read_exact_at(&st.file, &st.path, &mut header, 0)?;
+    Ok(sha256::digest(&header))
 }
 
+/// Names the converter writes (and their temporary names): outputs it may remove when a
+/// different conversion's partial work is in the way. Tokenizer files are not among them:
+/// they are only ever replaced by the source's own.
 fn is_our_output(name: &str) -> bool {
-    let n = name.trim_start_matches('.').trim_end_matches(".tmp");
-    n.starts_with("trunk-") || n.starts_with("experts-") || n == super::container::MANIFEST
+    let n = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).unwrap_or(name);
+    n.starts_with("trunk-") || n.starts_with("experts-") || n == MANIFEST || n == STATE.trim_start_matches('.')
+        || name == STATE
+}
+
+fn list_dir(dir: &Path) -> Result<Vec<String>> {
+    Ok(std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?.flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+}
+
+fn remove_our_outputs(out: &Path) -> Result<()> {
+    for name in list_dir(out)?.into_iter().filter(|n| is_our_output(n)) {
+        let p = out.join(&name);
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, "remove", e))?;
+    }
+    Ok(())
+}
+
+/// Temporary files a killed run left behind that the finished container does not use.
+fn remove_stale_temps(out: &Path, m: &Manifest) -> Result<()> {
+    for name in list_dir(out)? {
+        let Some(inner) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else { continue };
+        if is_our_output(&name) || m.tokenizer_files.iter().chain(&m.other_files).any(|f| f == inner) {
+            let p = out.join(&name);
+            std::fs::remove_file(&p).map_err(|e| Error::io(&p, "remove", e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Splits the source tensors into trunk files (by encoding) and routed-expert tensors.
@@ -287,6 +399,11 @@ struct Job<'a> {
     total: u64,
     units: u64,
     resumed: u64,
+    /// Small atomic writes so far (the testing hook counts them).
+    writes: u64,
+    /// Units and files actually written (not found done).
+    written: u64,
+    state: State,
     progress: &'a mut dyn FnMut(&Progress),
 }
 
@@ -295,6 +412,7 @@ impl Job<'_> {
     fn unit(&mut self, bytes: u64, file: &str) -> Result<()> {
         self.done += bytes;
         self.units += 1;
+        self.written += 1;
         (self.progress)(&Progress { done: self.done, total: self.total, file: file.to_string() });
         if self.opts.interrupt_after.is_some_and(|n| self.units >= n) {
             return Err(Error::new(ErrorKind::Io, format!("conversion interrupted after {} units (testing hook)", self.units)));
@@ -302,12 +420,110 @@ impl Job<'_> {
         Ok(())
     }
 
-    fn write_trunk_file(&mut self, f: &TrunkFile) -> Result<()> {
+    /// Writes a small file atomically (temporary file, fsync, rename); the testing hook may
+    /// stop inside it.
+    fn write_small(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
+        self.writes += 1;
+        let stage = self.opts.interrupt_write.and_then(|(n, s)| (n == self.writes).then_some(s));
+        let stop = || Error::new(ErrorKind::Io, format!("conversion interrupted in write {} ({}, {stage:?}) (testing hook)", self.writes, path.display()));
+        let tmp = temp_sibling(path);
+        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+        let cut = if stage == Some(WriteStage::Torn) { bytes.len() / 2 } else { bytes.len() };
+        f.write_all(&bytes[..cut]).map_err(|e| Error::io(&tmp, "write", e))?;
+        if stage.is_some_and(|s| s != WriteStage::AfterRename) {
+            return Err(stop()); // as if killed: the temporary file stays as it is
+        }
+        commit_file(f, &tmp, path)?;
+        stage.map_or(Ok(()), |_| Err(stop()))
+    }
+
+    /// [`Job::write_small`] unless `path` already holds exactly `bytes`.
+    fn write_if_changed(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let same = std::fs::metadata(path).is_ok_and(|m| m.len() == bytes.len() as u64)
+            && std::fs::read(path).ok().as_deref() == Some(bytes);
+        if same {
+            return Ok(());
+        }
+        self.written += 1;
+        self.write_small(path, bytes)
+    }
+
+    fn save_state(&mut self) -> Result<()> {
+        let bytes = self.state.to_json().to_string_pretty();
+        self.write_small(&self.opts.output.join(STATE), bytes.as_bytes())
+    }
+
+    /// Decides what the output directory's contents are worth to this conversion:
+    /// - a state file of this conversion: resume (a complete state file left under its
+    ///   temporary name by a kill is the newest one; a torn one is dropped);
+    /// - a state file of another conversion: its outputs are removed (ours only) and this
+    ///   one starts;
+    /// - a finished container of this same conversion: every file is verified as if resuming;
+    /// - an empty directory, or one holding only our outputs and a torn state file (killed in
+    ///   the first write): start;
+    /// - anything else is refused rather than overwritten.
+    fn prepare_state(&mut self, want: Json) -> Result<State> {
+        let out = self.opts.output.clone();
+        let state_path = out.join(STATE);
+        let tmp = temp_sibling(&state_path);
+        let saw_tmp = tmp.exists();
+        if saw_tmp {
+            if State::read(&tmp).is_some_and(|s| s.fingerprint == want) {
+                std::fs::rename(&tmp, &state_path).map_err(|e| Error::io(&state_path, "rename into place", e))?;
+            } else {
+                std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, "remove", e))?;
+            }
+        }
+        let fresh = |job: &mut Self| -> Result<State> {
+            job.state = State { fingerprint: want.clone(), ..State::default() };
+            job.save_state()?;
+            Ok(std::mem::take(&mut job.state))
+        };
+        if state_path.is_file() {
+            match State::read(&state_path) {
+                Some(s) if s.fingerprint == want => return Ok(s),
+                // Another conversion was interrupted here (or its state is unreadable).
+                _ => {
+                    remove_our_outputs(&out)?;
+                    return fresh(self);
+                }
+            }
+        }
+        let entries = list_dir(&out)?;
+        if entries.is_empty() {
+            return fresh(self);
+        }
+        if super::container::is_container(&out) {
+            let root = super::read_json(&out.join(MANIFEST), 64 << 20).ok();
+            let files = root.as_ref().and_then(|r| r.get("trunk")).and_then(|t| t.get("files"));
+            if let Some(s) = root.as_ref().and_then(|r| State::parse(r, "source", files)).filter(|s| s.fingerprint == want) {
+                return Ok(s);
+            }
+            return Err(Error::new(ErrorKind::Arg, format!(
+                "{}: the output directory holds a finished container of a different conversion (other source, config or \
+                 options); choose an empty or new directory", out.display())));
+        }
+        if saw_tmp && entries.iter().all(|n| is_our_output(n)) {
+            remove_our_outputs(&out)?;
+            return fresh(self);
+        }
+        Err(Error::new(ErrorKind::Arg, format!(
+            "{}: the output directory is not empty; choose an empty or new directory", out.display())))
+    }
+
+    /// Writes one trunk file (or, resuming, checks the finished one against the size and
+    /// CRC-32 the state recorded for it) and returns its sum.
+    fn write_trunk_file(&mut self, f: &TrunkFile) -> Result<FileSum> {
         let path = self.opts.output.join(&f.name);
         if path.is_file() {
-            self.resumed += 1;
-            self.done += trunk_file_bytes(self.src, f);
-            return Ok(());
+            if let Some(want) = self.state.sum_of(&f.name) {
+                if FileSum::of_file(&path)? == want {
+                    self.resumed += 1;
+                    self.done += trunk_file_bytes(self.src, f);
+                    return Ok(want);
+                }
+            }
+            // Not recorded as finished by this conversion, or changed since: written again.
         }
         let mut specs = Vec::with_capacity(f.tensors.len());
         for (name, dtype) in &f.tensors {
@@ -332,20 +548,30 @@ impl Job<'_> {
                 return Err(e);
             }
         }
-        w.finish()?;
-        Ok(())
+        let sum = w.finish_with_sum()?;
+        self.state.finished.retain(|(n, _)| n != &f.name);
+        self.state.finished.push((f.name.clone(), sum));
+        self.save_state()?;
+        Ok(sum)
     }
 
     fn write_bank(&mut self, cfg: &ModelConfig, b: &Bank, expert_tensors: &[String]) -> Result<()> {
         let path = self.opts.output.join(&b.file);
         let rb = b.layout.record_bytes;
-        if path.is_file() {
-            self.resumed += 1;
-            self.done += (b.experts * rb) as u64;
-            return Ok(());
-        }
         let tmp = temp_sibling(&path);
-        let start = resume_bank(&tmp, &b.layout, b.layer)?;
+        if path.is_file() {
+            // A finished bank is trusted only if every record checks (header and CRC-32).
+            let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
+            let size = file.metadata().map_err(|e| Error::io(&path, "stat", e))?.len();
+            if size == (b.experts * rb) as u64 && good_records(&file, &path, &b.layout, b.layer, b.experts)? == b.experts {
+                self.resumed += 1;
+                self.done += (b.experts * rb) as u64;
+                return Ok(());
+            }
+            // Its good records are kept: resumed below under the temporary name.
+            std::fs::rename(&path, &tmp).map_err(|e| Error::io(&tmp, "rename", e))?;
+        }
+        let start = resume_bank(&tmp, &b.layout, b.layer, b.experts)?;
         self.resumed += start as u64;
         self.done += (start * rb) as u64;
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&tmp)
@@ -371,24 +597,54 @@ impl Job<'_> {
         }
         commit_file(file, &tmp, &path)
     }
+
+    /// Copies the tokenizer and generation files next to the manifest (those already there
+    /// with the same bytes are left alone); returns (tokenizer files, other files), sorted so
+    /// the manifest is deterministic.
+    fn copy_side_files(&mut self) -> Result<(Vec<String>, Vec<String>)> {
+        let from = self.opts.input.clone();
+        let mut names = Vec::new();
+        for name in list_dir(&from)? {
+            let wanted = matches!(name.as_str(), "tokenizer.json" | "tokenizer_config.json" | "tokenizer.model" | "tiktoken.model"
+                | "vocab.json" | "merges.txt" | "special_tokens_map.json" | "generation_config.json" | "tokenizer.bin")
+                || name.ends_with(".tiktoken") || (name.starts_with("tok") && name.ends_with(".bin"));
+            if wanted && from.join(&name).is_file() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        for name in &names {
+            let bytes = super::read_bounded(&from.join(name), 256 << 20)?;
+            self.write_if_changed(&self.opts.output.join(name), &bytes)?;
+        }
+        let (other, tokenizer): (Vec<String>, Vec<String>) = names.into_iter().partition(|n| n == "generation_config.json");
+        Ok((tokenizer, other))
+    }
 }
 
-/// How many complete, valid records an interrupted bank already has; truncates anything
-/// after them (a torn last record).
-fn resume_bank(tmp: &Path, layout: &RecordLayout, layer: usize) -> Result<usize> {
-    let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(tmp) else { return Ok(0) };
-    let size = file.metadata().map_err(|e| Error::io(tmp, "stat", e))?.len() as usize;
+/// How many of the first `limit` records of `file` are complete and valid (header and CRC-32),
+/// counting from the start.
+fn good_records(file: &std::fs::File, path: &Path, layout: &RecordLayout, layer: usize, limit: usize) -> Result<usize> {
+    let size = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len() as usize;
     let rb = layout.record_bytes;
     let mut good = 0;
     let mut rec = vec![0u8; rb];
-    while (good + 1) * rb <= size {
-        crate::sys::read_exact_at(&file, tmp, &mut rec, (good * rb) as u64)?;
-        if layout.check(&rec, tmp, layer, good, true).is_err() {
+    while good < limit && (good + 1) * rb <= size {
+        crate::sys::read_exact_at(file, path, &mut rec, (good * rb) as u64)?;
+        if layout.check(&rec, path, layer, good, true).is_err() {
             break;
         }
         good += 1;
     }
-    file.set_len((good * rb) as u64).map_err(|e| Error::io(tmp, "truncate", e))?;
+    Ok(good)
+}
+
+/// How many complete, valid records an interrupted bank already has; truncates anything
+/// after them (a torn last record).
+fn resume_bank(tmp: &Path, layout: &RecordLayout, layer: usize, experts: usize) -> Result<usize> {
+    let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).open(tmp) else { return Ok(0) };
+    let good = good_records(&file, tmp, layout, layer, experts)?;
+    file.set_len((good * layout.record_bytes) as u64).map_err(|e| Error::io(tmp, "truncate", e))?;
     Ok(good)
 }
 
@@ -398,6 +654,9 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
     let mut raw = vec![0u8; t.len as usize];
     st.read_into(t, &mut raw)?;
     if t.dtype == dtype {
+        // A quantized source copied as it is: its block scales are checked here, where the
+        // bytes are read (seed 000: a non-finite scale is refused, never passed on).
+        super::quant::check_scales(&st.path, t, 0, &raw)?;
         return Ok(raw);
     }
     if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
@@ -429,28 +688,4 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
         }
     }
     Ok(out)
-}
-
-/// Copies the tokenizer and generation files next to the container's manifest; returns the
-/// names copied (sorted, so the manifest is deterministic).
-fn copy_side_files(from: &Path, to: &Path) -> Result<Vec<String>> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(from).map_err(|e| Error::io(from, "list", e))?.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let wanted = matches!(name.as_str(), "tokenizer.json" | "tokenizer_config.json" | "tokenizer.model" | "vocab.json"
-            | "merges.txt" | "special_tokens_map.json" | "generation_config.json" | "tokenizer.bin")
-            || name.ends_with(".tiktoken") || (name.starts_with("tok") && name.ends_with(".bin"));
-        if wanted && entry.path().is_file() {
-            names.push(name);
-        }
-    }
-    names.sort();
-    for name in &names {
-        let (src, dst) = (from.join(name), to.join(name));
-        let bytes = super::read_bounded(&src, 256 << 20)?;
-        if std::fs::read(&dst).ok().as_deref() != Some(&bytes[..]) {
-            super::safetensors::write_atomic(&dst, &bytes)?;
-        }
-    }
-    Ok(names)
 }

@@ -16,7 +16,9 @@ use std::fmt::Write as _;
 pub const DEFAULT_MAX_DEPTH: usize = 128;
 
 /// A parsed JSON value. Objects keep their keys in file order (duplicates are kept; callers
-/// that need unique keys check them).
+/// that need unique keys check them, as the safetensors header reader does). [`Json::get`]
+/// answers with the *last* of repeated keys, as Python's `json` module does: a config.json
+/// means what transformers reads from it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Json {
     Null,
@@ -71,6 +73,11 @@ pub fn parse(input: &[u8]) -> Result<Json, JsonError> {
 
 /// Parses a complete JSON text; arrays and objects may nest at most `max_depth` deep.
 pub fn parse_with_depth(input: &[u8], max_depth: usize) -> Result<Json, JsonError> {
+    // RFC 8259 §8.1: a JSON text must not begin with a byte order mark (Python's json.loads
+    // refuses one too); name it, rather than report its first byte as a stray character.
+    if input.starts_with(b"\xEF\xBB\xBF") {
+        return Err(JsonError { offset: 0, message: "the text begins with a UTF-8 byte order mark (EF BB BF), which JSON does not allow".into() });
+    }
     let mut p = Parser { s: input, i: 0, max_depth };
     p.skip_ws();
     let v = p.value(0)?;
@@ -348,10 +355,11 @@ impl<'a> Parser<'a> {
 }
 
 impl Json {
-    /// The member `key` of an object (the first, if repeated); `None` for other values.
+    /// The member `key` of an object (the last, if repeated: Python's `json`, and so
+    /// transformers, keeps the last); `None` for other values.
     pub fn get(&self, key: &str) -> Option<&Json> {
         match self {
-            Json::Object(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            Json::Object(m) => m.iter().rfind(|(k, _)| k == key).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -603,6 +611,22 @@ mod tests {
         assert_eq!(e.offset, DEFAULT_MAX_DEPTH);
         let ok = "[".repeat(100) + &"]".repeat(100);
         assert!(parse(ok.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn repeated_keys_answer_with_the_last_as_python_does() {
+        let v = parse(br#"{"a": 1, "b": 2, "a": 3}"#).must();
+        assert_eq!(v.get("a").must().as_u64(), Some(3));
+        assert_eq!(v.get("b").must().as_u64(), Some(2));
+        assert_eq!(v.as_object().must().len(), 3, "every member is kept for callers that refuse repeats");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_named() {
+        let e = parse(b"\xEF\xBB\xBF{}").unwrap_err();
+        assert_eq!(e.offset, 0);
+        assert!(e.message.contains("UTF-8 byte order mark"), "{e}");
+        assert!(parse(b" \xEF\xBB\xBF{}").unwrap_err().message.contains("unexpected character"));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 
 use super::dtype::{DType, BLOCK};
 use super::quant::{self, Width};
-use super::safetensors::{commit_file, temp_sibling, Checkpoint, SafeTensors, TensorInfo, TensorSpec, Writer};
+use super::safetensors::{Checkpoint, SafeTensors, TempFile, TensorInfo, TensorSpec, Writer};
 use super::sha256;
 use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
@@ -97,7 +97,8 @@ pub fn quantize_checkpoint(input: &Path, output: &Path, width: Width) -> Result<
     prepare_output(&ckpt.dir, output)?;
     let path = output.join(OUTPUT_FILE);
     let specs: Vec<TensorSpec> = plan.iter().map(|(_, _, _, s)| s.clone()).collect();
-    let mut w = Writer::create(&path, &specs, &width.metadata())?;
+    // A name of its own: two runs writing one directory must not share a temporary file.
+    let mut w = Writer::create_unique(&path, &specs, &width.metadata())?;
     for (st, t, action, _) in &plan {
         match action {
             Action::Quantize => quantize_tensor(&mut w, st, t, width)?,
@@ -105,18 +106,23 @@ pub fn quantize_checkpoint(input: &Path, output: &Path, width: Width) -> Result<
             Action::Copy => copy_tensor(&mut w, st, t)?,
         }
     }
-    w.finish()?;
+    // The weights stay under their temporary name (removed if anything below fails) until
+    // they are checked and the side files are in place: a failed run never leaves weights
+    // without their config, nor a stray temporary file.
+    let pending = w.finish_pending()?;
     // Re-open the result: the reader's header rules apply to what we wrote.
-    let written = SafeTensors::open(&path)?;
+    let written = SafeTensors::open(pending.temp_path())?;
     if written.width != Some(width) {
         return Err(Error::format(&path, "the written file does not declare the requested width"));
     }
     let bytes = written.file_size;
     drop(written);
+    let digest = sha256::digest_file(pending.temp_path())?;
     let copied = copy_sidecars(&ckpt.dir, output)?;
+    pending.commit()?;
     let quantized = plan.iter().filter(|p| p.2 == Action::Quantize).count();
     Ok(QuantizeReport {
-        digest: sha256::digest_file(&path)?,
+        digest,
         model: path,
         bytes,
         source_bytes: ckpt.file_bytes(),
@@ -289,13 +295,13 @@ fn copy_sidecars(from: &Path, to: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Copies one file under a temporary name, syncs it and renames it into place.
+/// Copies one file under a temporary name, syncs it and renames it into place (the temporary
+/// file is removed if any step fails).
 fn copy_atomic(src: &Path, dst: &Path) -> Result<()> {
     let mut input = std::fs::File::open(src).map_err(|e| Error::io(src, "open", e))?;
-    let tmp = temp_sibling(dst);
-    let mut out = std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-    std::io::copy(&mut input, &mut out).map_err(|e| Error::io(&tmp, &format!("copy {} into", src.display()), e))?;
-    commit_file(out, &tmp, dst)
+    let mut out = TempFile::create(dst)?;
+    std::io::copy(&mut input, out.file()).map_err(|e| Error::io(dst, &format!("copy {} into", src.display()), e))?;
+    out.commit().map(|_| ())
 }
 
 #[cfg(test)]

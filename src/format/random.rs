@@ -258,8 +258,7 @@ and `waste convert` it", cfg.class)));
                 left -= n;
             }
         }
-        w.finish()?;
-        trunk_files.push(name.to_string());
+        trunk_files.push((name.to_string(), w.finish_with_sum()?));
     }
     let layout = RecordLayout::new(experts, cfg.hidden, moe.expert_intermediate)?;
     let mut banks = Vec::new();
@@ -282,16 +281,9 @@ and `waste convert` it", cfg.class)));
         super::safetensors::commit_file(f, &tmp, &path)?;
         banks.push(Bank { layer: l, file, experts: moe.experts, layout });
     }
-    let manifest = Manifest {
-        dir: dir.to_path_buf(),
-        config: cfg,
-        config_json: config.clone(),
-        trunk_files,
-        tokenizer_files: Vec::new(),
-        trunk_encoding: "q4 (embeddings, head, routers: q8)".into(),
-        expert_encoding: if experts == DType::Q4B32 { "q4".into() } else { "q8".into() },
-        banks,
-    };
+    let mut manifest = Manifest::new(dir, config.clone(), trunk_files, banks)?;
+    manifest.trunk_encoding = "q4 (embeddings, head, routers: q8)".into();
+    manifest.expert_encoding = if experts == DType::Q4B32 { "q4".into() } else { "q8".into() };
     manifest.write()?;
     Ok(total)
 }

@@ -151,6 +151,11 @@ fn parse_metadata(path: &Path, entry: &Json) -> Result<Vec<(String, String)>> {
     let Some(m) = entry.as_object() else {
         return Err(Error::format(path, "`__metadata__` is not an object"));
     };
+    // Repeats are refused here as for tensor names: which one a reader takes is not agreed on.
+    let mut seen = std::collections::HashSet::new();
+    if let Some((k, _)) = m.iter().find(|(k, _)| !seen.insert(k.as_str())) {
+        return Err(Error::format(path, format!("`__metadata__` field `{k}` appears twice")));
+    }
     m.iter()
         .map(|(k, v)| match v.as_str() {
             Some(s) => Ok((k.clone(), s.to_string())),
@@ -182,7 +187,10 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
         },
         _ => return Err(bad(format!("field `data_offsets` has {} values, not 2", offsets.len()))),
     };
-    if begin > end || end > data_size {
+    if begin > end {
+        return Err(bad(format!("field `data_offsets` [{begin}, {end}] is reversed (begin {begin} > end {end})")));
+    }
+    if end > data_size {
         return Err(bad(format!(
             "field `data_offsets` [{begin}, {end}] is outside the {data_size} data bytes (file offset {})",
             data_start.saturating_add(end))));
@@ -257,6 +265,14 @@ impl Checkpoint {
         self.files.iter().find_map(|f| f.width)
     }
 
+    /// The weight files' names, comma-separated (for messages about a tensor none of them has).
+    pub fn file_names(&self) -> String {
+        self.files.iter()
+            .map(|f| f.path.file_name().map_or_else(|| f.path.display().to_string(), |n| n.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Total bytes of the weight files.
     pub fn file_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.file_size).sum()
@@ -283,6 +299,13 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
             }
             let p = dir.join(f);
             if !shards.contains(&p) {
+                // Named here, with the entry that points at it: opening it later could only say
+                // that some file is missing, not which tensor the index expected there.
+                if !p.is_file() {
+                    return Err(Error::new(ErrorKind::Io, format!(
+                        "{}: weight_map entry `{tensor}` names shard `{f}`, which is not a file in {}",
+                        index.display(), dir.display())));
+                }
                 shards.push(p);
             }
         }
@@ -309,20 +332,35 @@ pub struct TensorSpec {
 
 /// Writes a safetensors file tensor by tensor without holding the whole model: the header is
 /// computed from the specs first, then each tensor's bytes are streamed in order. The file is
-/// written under a temporary name, synced, and renamed into place by [`Writer::finish`].
+/// written under a temporary name, synced, and renamed into place by [`Writer::finish`]; a
+/// writer dropped before then (an error on the way) removes it. [`Writer::create`] uses the
+/// fixed name `.NAME.tmp` (a resumed conversion overwrites what a killed one left);
+/// [`Writer::create_unique`] a name of its own, for writers that may run concurrently.
 pub struct Writer {
-    path: PathBuf,
-    tmp: PathBuf,
     out: std::io::BufWriter<File>,
+    temp: TempGuard,
     expected: Vec<(String, u64)>,
     next: usize,
     written_in_tensor: u64,
+    /// The CRC-32 and length of everything written so far (header included): a container
+    /// records them per trunk file without reading the file back.
+    crc: super::crc32::Crc32,
+    bytes: u64,
 }
 
 impl Writer {
-    /// Creates `path`'s temporary sibling and writes the header for `specs` (in that order)
-    /// with `metadata` as `__metadata__`.
+    /// Creates `path`'s temporary sibling `.NAME.tmp` and writes the header for `specs` (in that
+    /// order) with `metadata` as `__metadata__`.
     pub fn create(path: &Path, specs: &[TensorSpec], metadata: &[(String, String)]) -> Result<Writer> {
+        Writer::start(TempFile::create_fixed(path)?, specs, metadata)
+    }
+
+    /// As [`Writer::create`], under a temporary name no other writer uses ([`TempFile::create`]).
+    pub fn create_unique(path: &Path, specs: &[TensorSpec], metadata: &[(String, String)]) -> Result<Writer> {
+        Writer::start(TempFile::create(path)?, specs, metadata)
+    }
+
+    fn start(temp: TempFile, specs: &[TensorSpec], metadata: &[(String, String)]) -> Result<Writer> {
         let mut members = Vec::new();
         if !metadata.is_empty() {
             members.push(("__metadata__".to_string(),
@@ -346,13 +384,18 @@ impl Writer {
         while (8 + header.len()) % 8 != 0 {
             header.push(b' ');
         }
-        let tmp = temp_sibling(path);
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+        let (file, temp) = temp.into_parts();
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        let io = |e| Error::io(&tmp, "write", e);
-        out.write_all(&(header.len() as u64).to_le_bytes()).map_err(io)?;
+        let path = temp.path.clone();
+        let io = |e| Error::io(&path, "write", e);
+        let len = (header.len() as u64).to_le_bytes();
+        out.write_all(&len).map_err(io)?;
         out.write_all(&header).map_err(io)?;
-        Ok(Writer { path: path.to_path_buf(), tmp, out, expected, next: 0, written_in_tensor: 0 })
+        let mut crc = super::crc32::Crc32::new();
+        crc.update(&len);
+        crc.update(&header);
+        let bytes = 8 + header.len() as u64;
+        Ok(Writer { out, temp, expected, next: 0, written_in_tensor: 0, crc, bytes })
     }
 
     /// Appends bytes of the current tensor (tensors are written in spec order; a tensor may be
@@ -362,11 +405,13 @@ impl Writer {
         while !rest.is_empty() {
             let Some((name, len)) = self.expected.get(self.next) else {
                 return Err(Error::new(ErrorKind::Tensor, format!(
-                    "{}: {} bytes written past the last tensor", self.tmp.display(), rest.len())));
+                    "{}: {} bytes written past the last tensor", self.temp.path.display(), rest.len())));
             };
             let room = (len - self.written_in_tensor) as usize;
             let take = room.min(rest.len());
-            self.out.write_all(&rest[..take]).map_err(|e| Error::io(&self.tmp, &format!("write tensor `{name}`"), e))?;
+            self.out.write_all(&rest[..take]).map_err(|e| Error::io(&self.temp.path, &format!("write tensor `{name}`"), e))?;
+            self.crc.update(&rest[..take]);
+            self.bytes += take as u64;
             self.written_in_tensor += take as u64;
             rest = &rest[take..];
             if self.written_in_tensor == *len {
@@ -382,25 +427,131 @@ impl Writer {
     }
 
     /// Checks every tensor was written in full, syncs the file and renames it into place.
-    pub fn finish(mut self) -> Result<PathBuf> {
+    pub fn finish(self) -> Result<PathBuf> {
+        let (pending, _) = self.finish_pending_with_sum()?;
+        pending.commit()
+    }
+
+    /// [`Writer::finish`], returning the finished file's size and CRC-32.
+    pub fn finish_with_sum(self) -> Result<super::container::FileSum> {
+        let (pending, sum) = self.finish_pending_with_sum()?;
+        pending.commit()?;
+        Ok(sum)
+    }
+
+    /// Checks every tensor was written in full and syncs the file, but leaves it under its
+    /// temporary name: the caller checks it (or writes the files that must accompany it)
+    /// and then calls [`TempFile::commit`]; dropping it instead removes it.
+    pub fn finish_pending(self) -> Result<TempFile> {
+        Ok(self.finish_pending_with_sum()?.0)
+    }
+
+    fn finish_pending_with_sum(mut self) -> Result<(TempFile, super::container::FileSum)> {
         while self.expected.get(self.next).is_some_and(|(_, l)| *l == 0) {
             self.next += 1;
         }
         if let Some((name, len)) = self.expected.get(self.next) {
             return Err(Error::new(ErrorKind::Tensor, format!(
-                "{}: tensor `{name}` has {} of its {len} bytes", self.tmp.display(), self.written_in_tensor)));
+                "{}: tensor `{name}` has {} of its {len} bytes", self.temp.path.display(), self.written_in_tensor)));
         }
-        self.out.flush().map_err(|e| Error::io(&self.tmp, "write", e))?;
-        let file = self.out.into_inner().map_err(|e| Error::io(&self.tmp, "write", e.into_error()))?;
-        commit_file(file, &self.tmp, &self.path)?;
-        Ok(self.path)
+        let path = self.temp.path.clone();
+        self.out.flush().map_err(|e| Error::io(&path, "write", e))?;
+        let sum = super::container::FileSum { bytes: self.bytes, crc32: self.crc.finish() };
+        let file = self.out.into_inner().map_err(|e| Error::io(&path, "write", e.into_error()))?;
+        file.sync_all().map_err(|e| Error::io(&path, "fsync", e))?;
+        Ok((TempFile { file, temp: self.temp }, sum))
+    }
+}
+/// Removes a temporary file when dropped, unless disarmed (after the rename into place).
+struct TempGuard {
+    /// The destination the temporary file stands for (named in errors).
+    path: PathBuf,
+    tmp: PathBuf,
+    armed: bool,
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }
 
-/// `dir/name` → `dir/.name.tmp`, the name a file is written under before it is complete.
+/// A file written under a temporary name beside its destination, renamed into place by
+/// [`TempFile::commit`] and removed if dropped before: a failed write never leaves a
+/// half-written file under the final name, nor a stray temporary one. The temporary name
+/// is `.NAME.PID.N.tmp`, created exclusively (N counts up past names in use), so concurrent
+/// writers of one destination, in this process or others, never share a temporary file.
+pub struct TempFile {
+    file: File,
+    temp: TempGuard,
+}
+
+impl TempFile {
+    /// Creates the temporary sibling of `path`. Errors name `path`, the file the caller asked
+    /// for, and the reason.
+    pub fn create(path: &Path) -> Result<TempFile> {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let pid = std::process::id();
+        for n in 0..10_000u32 {
+            let tmp = path.with_file_name(format!(".{name}.{pid}.{n}.tmp"));
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Ok(file) => return Ok(TempFile { file, temp: TempGuard { path: path.to_path_buf(), tmp, armed: true } }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(path, "create", e)),
+            }
+        }
+        Err(Error::new(ErrorKind::Io, format!("{}: cannot create: every temporary name beside it is taken", path.display())))
+    }
+
+    /// A temporary file under the fixed name `.NAME.tmp` (created or truncated), for writers
+    /// whose next run should overwrite what a killed one left.
+    pub fn create_fixed(path: &Path) -> Result<TempFile> {
+        let tmp = temp_sibling(path);
+        let file = File::create(&tmp).map_err(|e| Error::io(path, "create", e))?;
+        Ok(TempFile { file, temp: TempGuard { path: path.to_path_buf(), tmp, armed: true } })
+    }
+
+    /// The temporary file's path (where the bytes are until [`TempFile::commit`]).
+    pub fn temp_path(&self) -> &Path {
+        &self.temp.tmp
+    }
+
+    /// The destination.
+    pub fn path(&self) -> &Path {
+        &self.temp.path
+    }
+
+    /// The open file, for writing.
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    fn into_parts(self) -> (File, TempGuard) {
+        let TempFile { file, temp } = self;
+        (file, temp)
+    }
+
+    /// Syncs the file, renames it to its destination and syncs the directory, so that after a
+    /// crash the destination is either the old file or the complete new one.
+    pub fn commit(self) -> Result<PathBuf> {
+        let TempFile { file, mut temp } = self;
+        file.sync_all().map_err(|e| Error::io(&temp.path, "fsync", e))?;
+        drop(file);
+        std::fs::rename(&temp.tmp, &temp.path).map_err(|e| Error::io(&temp.path, "rename into place", e))?;
+        temp.armed = false;
+        sync_parent(&temp.path);
+        Ok(temp.path.clone())
+    }
+}
+
+/// `dir/name` → `dir/.name.tmp`: the fixed temporary name, for writers that resume from (or
+/// overwrite) what an interrupted run left there (a container's expert banks, [`Writer::create`]).
 pub fn temp_sibling(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp"))
+    let dot = if name.starts_with('.') { "" } else { "." };
+    path.with_file_name(format!("{dot}{name}.tmp"))
 }
 
 /// Syncs `file` (written at `tmp`), renames it to `path` and syncs the directory, so that after
@@ -409,19 +560,75 @@ pub fn commit_file(file: File, tmp: &Path, path: &Path) -> Result<()> {
     file.sync_all().map_err(|e| Error::io(tmp, "fsync", e))?;
     drop(file);
     std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename into place", e))?;
+    sync_parent(path);
+    Ok(())
+}
+
+/// Syncs the directory holding `path` (best effort: a rename is durable once it is synced).
+fn sync_parent(path: &Path) {
     if let Some(dir) = path.parent() {
         let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
         if let Ok(d) = File::open(dir) {
             let _ = d.sync_all();
         }
     }
-    Ok(())
 }
 
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+/// Writes `bytes` to `path` atomically (a [`TempFile`], fsync, rename). Errors name `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_sibling(path);
-    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-    f.write_all(bytes).map_err(|e| Error::io(&tmp, "write", e))?;
-    commit_file(f, &tmp, path)
+    let mut t = TempFile::create(path)?;
+    t.file().write_all(bytes).map_err(|e| Error::io(path, "write", e))?;
+    t.commit().map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::Must;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("waste-unit-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).must();
+        d
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).must().map(|e| e.must().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn temporary_files_are_unique_and_removed_unless_committed() {
+        let dir = scratch("tempfile");
+        let dst = dir.join("x.bin");
+        let a = TempFile::create(&dst).must();
+        let mut b = TempFile::create(&dst).must();
+        assert_ne!(a.temp_path(), b.temp_path(), "two writers of one file share a temporary name");
+        b.file().write_all(b"b").must();
+        drop(a);
+        assert_eq!(names(&dir).len(), 1, "a dropped temporary file stays: {:?}", names(&dir));
+        b.commit().must();
+        assert_eq!(names(&dir), ["x.bin"]);
+        assert_eq!(std::fs::read(&dst).must(), b"b");
+        // A writer dropped half-way (an error on the way out) leaves nothing.
+        let spec = TensorSpec { name: "t".into(), dtype: DType::F32, shape: vec![4] };
+        for unique in [false, true] {
+            let m = dir.join("m.safetensors");
+            let specs = std::slice::from_ref(&spec);
+            let mut w = if unique { Writer::create_unique(&m, specs, &[]) } else { Writer::create(&m, specs, &[]) }.must();
+            w.write(&[0u8; 8]).must();
+            drop(w);
+            assert_eq!(names(&dir), ["x.bin"], "unique {unique}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn errors_name_the_destination_not_the_temporary_file() {
+        let e = write_atomic(Path::new("/nonexistent-dir-of-waste/x.f32"), b"1234").unwrap_err().to_string();
+        assert!(e.contains("/nonexistent-dir-of-waste/x.f32: cannot create"), "{e}");
+        assert!(!e.contains(".tmp"), "{e}");
+    }
 }

@@ -193,17 +193,17 @@ macro_rules! int8_driver {
 /// offset correction per lane (−offset·Σx, the `vpdpbusd` starting value) and each block's
 /// scale across its 8 lanes.
 #[derive(Clone, Copy)]
-struct XPair {
-    q: __m512i,
-    off: __m512i,
-    d: __m512,
+pub(super) struct XPair {
+    pub q: __m512i,
+    pub off: __m512i,
+    pub d: __m512,
 }
 
 /// Blocks `b, b + 1` of one vector's activations (`q` at block b, `d` its scale; only block b
 /// when `!both`), with the byte order `order` and weight offset `offset`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn x_pair(q: *const i8, d: *const f32, both: bool, order: Option<__m512i>, offset: i8) -> XPair {
+pub(super) unsafe fn x_pair(q: *const i8, d: *const f32, both: bool, order: Option<__m512i>, offset: i8) -> XPair {
     // SAFETY: the caller guarantees 64 (or, when !both, 32) readable bytes at q and 2 (1) scales.
     unsafe {
         let (x, d) = if both {
@@ -232,7 +232,7 @@ fn halves(lo: __m512, hi: __m256) -> __m512 {
 /// Each 32-byte half reordered to the Q4B32 nibble layout: even positions, then odd.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-fn q4_order() -> __m512i {
+pub(super) fn q4_order() -> __m512i {
     let mut idx = [0i8; 64];
     for (i, v) in idx.iter_mut().enumerate() {
         let (half, k) = (i / 32, i % 32);
@@ -245,7 +245,7 @@ fn q4_order() -> __m512i {
 /// Two blocks' scales across their 8 lanes each (block b + 1's zero when `!both`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn scale_pair(p: *const u8, bytes: usize, both: bool) -> __m512 {
+pub(super) unsafe fn scale_pair(p: *const u8, bytes: usize, both: bool) -> __m512 {
     // SAFETY: the caller guarantees the block(s) at p.
     unsafe {
         let s0 = scale_bits(p);
@@ -267,7 +267,7 @@ unsafe fn scale_bits(p: *const u8) -> f32 {
 /// Q8B32 blocks `b, b + 1` + 128 as unsigned bytes (block b + 1 zero when `!both`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn w_pair_q8(p: *const u8, both: bool) -> __m512i {
+pub(super) unsafe fn w_pair_q8(p: *const u8, both: bool) -> __m512i {
     // SAFETY: the caller guarantees the 34-byte block(s) at p.
     unsafe {
         let lo = _mm512_castsi256_si512(_mm256_loadu_si256(p.add(2) as *const __m256i));
@@ -279,7 +279,7 @@ unsafe fn w_pair_q8(p: *const u8, both: bool) -> __m512i {
 /// Q4B32 blocks `b, b + 1` + 8 as unsigned bytes, each block's low nibbles then high nibbles.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 #[inline]
-unsafe fn w_pair_q4(p: *const u8, both: bool) -> __m512i {
+pub(super) unsafe fn w_pair_q4(p: *const u8, both: bool) -> __m512i {
     // SAFETY: the caller guarantees the 18-byte block(s) at p.
     unsafe {
         let v = _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(2) as *const __m128i));
@@ -341,8 +341,33 @@ macro_rules! vnni_tile {
 
 vnni_tile!(tile_q8_vnni, 34, w_pair_q8, false, -128);
 vnni_tile!(tile_q4_vnni, 18, w_pair_q4, true, 8);
-int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", rows_q8_vnni, tile_q8_vnni, 8, 2, 4);
-int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", rows_q4_vnni, tile_q4_vnni, 8, 2, 4);
+int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", decode_q8_vnni, tile_q8_vnni, 8, 2, 4);
+int8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c", decode_q4_vnni, tile_q4_vnni, 8, 2, 4);
+
+/// The VNNI kernels: one vector to the decode tiles above, several to
+/// [`super::int8_prefill_x86`] (the same bits).
+macro_rules! vnni_rows {
+    ($name:ident, $decode:ident, $prefill:path) => {
+        /// SIMD int8-path kernel (see [`super::int8::Int8RowsFn`]).
+        ///
+        /// # Safety
+        /// As `Int8RowsFn`; the CPU has AVX-512 F/BW/VL, VNNI and VBMI.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, y: *mut f32, ys: usize) {
+            // SAFETY: forwarded contract.
+            unsafe {
+                if n == 1 {
+                    $decode(w, r0, r1, x, n, y, ys)
+                } else {
+                    $prefill(w, r0, r1, x, n, y, ys)
+                }
+            }
+        }
+    };
+}
+
+vnni_rows!(rows_q8_vnni, decode_q8_vnni, super::int8_prefill_x86::rows_q8);
+vnni_rows!(rows_q4_vnni, decode_q4_vnni, super::int8_prefill_x86::rows_q4);
 
 // ---- AVX2 ----
 

@@ -109,6 +109,8 @@ pub mod avx512;
 pub mod avx512_prefill;
 #[cfg(target_arch = "x86_64")]
 mod int8_x86;
+#[cfg(target_arch = "x86_64")]
+mod int8_prefill_x86;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 

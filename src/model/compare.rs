@@ -12,6 +12,8 @@
 //!   quantized model's logits for the same inputs: `steps = n`, `values = n × vocab`.
 //! - `prefill`: the same difference for the first of those distributions alone (after the
 //!   prompt, before any generated token).
+//! - A NaN or infinite logit anywhere, in either model, fails the comparison whatever the
+//!   tokens: argmax skips NaN, so two broken models could otherwise "agree".
 
 use crate::error::{Error, Result};
 use crate::Model;
@@ -31,6 +33,10 @@ pub struct CompareReport {
     /// The same over the distribution after the prompt alone.
     pub prefill_max: f64,
     pub prefill_mean: f64,
+    /// Non-finite logits seen from the float and the quantized model (every distribution
+    /// either decode computed).
+    pub non_finite_float: usize,
+    pub non_finite_quant: usize,
 }
 
 impl CompareReport {
@@ -44,8 +50,19 @@ impl CompareReport {
         self.tokens_float.iter().zip(&self.tokens_quant).position(|(a, b)| a != b)
     }
 
-    /// The seed's `COMPARE` lines, ending with `COMPARE OK` when the tokens match and
-    /// `COMPARE FAIL step=…` when they do not.
+    /// True when every logit of both models was finite.
+    pub fn finite(&self) -> bool {
+        self.non_finite_float == 0 && self.non_finite_quant == 0
+    }
+
+    /// True when the comparison passes: finite logits and the same tokens.
+    pub fn passed(&self) -> bool {
+        self.finite() && self.matches()
+    }
+
+    /// The seed's `COMPARE` lines, ending with `COMPARE OK` when the tokens match and every
+    /// logit is finite, `COMPARE FAIL non_finite …` when a logit is not, and
+    /// `COMPARE FAIL step=…` when the tokens differ.
     pub fn lines(&self) -> Vec<String> {
         let ids = |v: &[u32]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" ");
         let mut out = vec![
@@ -57,6 +74,7 @@ impl CompareReport {
                 self.matches(), self.tokens_float.len(), self.max_diff, self.mean_diff),
         ];
         match self.first_difference() {
+            _ if !self.finite() => out.push(format!("COMPARE FAIL non_finite float={} quant={}", self.non_finite_float, self.non_finite_quant)),
             None => out.push("COMPARE OK".to_string()),
             Some(i) => out.push(format!("COMPARE FAIL step={i} float={} quant={}", self.tokens_float[i], self.tokens_quant[i])),
         }
@@ -88,6 +106,10 @@ impl Diff {
     }
 }
 
+fn non_finite(logits: &[f32]) -> usize {
+    logits.iter().filter(|v| !v.is_finite()).count()
+}
+
 /// The id of the largest logit (lowest id on ties; NaN never wins).
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0usize;
@@ -110,6 +132,17 @@ pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -
     if n == 0 {
         return Err(Error::arg("compare: -n must be at least 1"));
     }
+    // The reference must be the floating point model: a quantized one on that side would
+    // measure one quantization against another and call it the error. The one exception is a
+    // quantized checkpoint compared with itself, which isolates the activation path (the
+    // reference side always runs f32 activations; the other may use int8 ones).
+    let (fi, qi) = (float.info(), quant.info());
+    let same = fi.path == qi.path || matches!((fi.path.canonicalize(), qi.path.canonicalize()), (Ok(a), Ok(b)) if a == b);
+    if let Some(d) = fi.dtypes.iter().find(|d| matches!(d.as_str(), "Q4B32" | "Q8B32")).filter(|_| !same) {
+        return Err(Error::arg(format!(
+            "compare: the float model {} is quantized ({d}); give the floating point checkpoint first, then the quantized one",
+            fi.path.display())));
+    }
     let (vf, vq) = (float.config().vocab, quant.config().vocab);
     if vf != vq {
         return Err(Error::arg(format!("compare: the float model has a vocabulary of {vf}, the quantized one {vq}")));
@@ -119,11 +152,14 @@ pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -
     let mut steps = Diff::default();
     let mut prefill = Diff::default();
     let mut tokens_float = Vec::with_capacity(n);
+    let (mut bad_float, mut bad_quant) = (0, 0);
     for step in 0..n {
         let input: &[u32] = if step == 0 { prompt } else { &tokens_float[step - 1..step] };
         let input = input.to_vec();
         let lf = float.eval(&input)?;
         let lq = quant.eval(&input)?;
+        bad_float += non_finite(lf);
+        bad_quant += non_finite(lq);
         steps.add(lf, lq);
         if step == 0 {
             prefill.add(lf, lq);
@@ -132,11 +168,13 @@ pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -
     }
     quant.reset();
     let mut tokens_quant = Vec::with_capacity(n);
-    let mut next = argmax(quant.eval(prompt)?);
-    tokens_quant.push(next);
+    let mut input = prompt.to_vec();
     while tokens_quant.len() < n {
-        next = argmax(quant.eval(&[next])?);
+        let lq = quant.eval(&input)?;
+        bad_quant += non_finite(lq);
+        let next = argmax(lq);
         tokens_quant.push(next);
+        input = vec![next];
     }
     Ok(CompareReport {
         prompt: prompt.to_vec(),
@@ -148,6 +186,8 @@ pub fn compare(float: &mut Model, quant: &mut Model, prompt: &[u32], n: usize) -
         mean_diff: steps.mean(),
         prefill_max: prefill.max,
         prefill_mean: prefill.mean(),
+        non_finite_float: bad_float,
+        non_finite_quant: bad_quant,
     })
 }
 
@@ -173,6 +213,8 @@ mod tests {
             mean_diff: 0.125,
             prefill_max: 0.25,
             prefill_mean: 0.0625,
+            non_finite_float: 0,
+            non_finite_quant: 0,
         };
         let l = r.lines();
         assert_eq!(l[0], "COMPARE tokens_float 5 6");
@@ -182,6 +224,29 @@ mod tests {
         assert_eq!(l[4], "COMPARE result match=false tokens=2 max_diff=0.500000 mean_diff=0.125000000");
         assert_eq!(l[5], "COMPARE FAIL step=1 float=6 quant=7");
         assert!(!r.matches());
+        assert!(!r.passed());
+    }
+
+    #[test]
+    fn non_finite_logits_fail_even_when_the_tokens_match() {
+        let r = CompareReport {
+            prompt: vec![1],
+            tokens_float: vec![5, 5],
+            tokens_quant: vec![5, 5],
+            steps: 2,
+            values: 8,
+            max_diff: f64::NAN,
+            mean_diff: f64::NAN,
+            prefill_max: f64::NAN,
+            prefill_mean: f64::NAN,
+            non_finite_float: 0,
+            non_finite_quant: 8,
+        };
+        assert!(r.matches() && !r.passed());
+        let l = r.lines();
+        assert_eq!(l.last().map(String::as_str), Some("COMPARE FAIL non_finite float=0 quant=8"));
+        assert!(!l.iter().any(|x| x == "COMPARE OK"), "{l:?}");
+        assert_eq!(non_finite(&[1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]), 3);
     }
 
     #[test]

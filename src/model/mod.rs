@@ -73,7 +73,8 @@ pub struct ModelInfo {
     pub experts: Option<(usize, usize)>,
     /// Number of weights (elements of every tensor loaded).
     pub parameters: u64,
-    /// The stored dtypes of the weight matrices.
+    /// The stored dtypes of every tensor loaded (matrices, norm vectors, biases), in the order
+    /// first met: a BF16 checkpoint with F32 norms lists both.
     pub dtypes: Vec<String>,
     /// Bytes of weights held in RAM.
     pub weight_bytes: u64,
@@ -91,6 +92,12 @@ pub struct ModelInfo {
     pub int8_activations: Option<&'static str>,
     /// The tokenizer file, if the model has one.
     pub tokenizer: Option<PathBuf>,
+    /// Streamed experts (wp-container): bytes of the expert cache's slots (0 when experts are
+    /// resident or absent), the banks streamed, and how they are read — `O_DIRECT`,
+    /// `buffered+fadvise` (the fallback) or `mixed` — (`None` without streamed experts).
+    pub expert_cache_bytes: u64,
+    pub expert_banks: usize,
+    pub io_mode: Option<&'static str>,
 }
 
 /// Which logits a forward pass produces.
@@ -123,6 +130,10 @@ impl Model {
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        // wp-container: with `verify`, the trunk files' CRC-32s too (one pass over the trunk).
+        if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
+            m.verify_trunk()?;
+        }
         let (cfg, ckpt) = match &manifest {
             Some(m) => (m.config.clone(), Checkpoint::open_files(path, &m.trunk_files)?),
             None => (ModelConfig::load(path)?, Checkpoint::open(path)?),
@@ -135,6 +146,7 @@ impl Model {
                 io_threads: opts.io_threads,
                 verify: opts.verify,
                 policy: None,
+                direct_io: opts.direct_io,
             })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
@@ -143,7 +155,15 @@ impl Model {
         drop(ckpt);
         let mut tokenizer_error = None;
         let tokenizer = match Tokenizer::from_model_dir(path) {
-            Ok(t) => Some(t),
+            // A tokenizer that does not fit the model is kept out (and reported when text is
+            // needed), so it cannot produce or be asked to decode ids the model lacks.
+            Ok(t) => match tokenizer_fits(&t, cfg.vocab) {
+                Ok(()) => Some(t),
+                Err(e) => {
+                    tokenizer_error = Some(e);
+                    None
+                }
+            },
             Err(e) if e.message().contains("no tokenizer file found") => None,
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 tokenizer_error = Some(e);
@@ -151,6 +171,9 @@ impl Model {
             }
             Err(e) => return Err(e),
         };
+        if let Some(m) = &manifest {
+            m.check_tokenizer(tokenizer.as_ref().map(Tokenizer::kind_name))?; // wp-container
+        }
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
@@ -214,6 +237,9 @@ impl Model {
             isa: self.kernels.isa().name(),
             int8_activations: self.kernels.int8_isa().map(|i| i.name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
+            expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
+            expert_banks: self.cache_stats().map_or(0, |s| s.banks),
+            io_mode: self.cache_stats().map(CacheStats::io_mode),
         }
     }
 
@@ -547,6 +573,25 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
 /// Parameters of a container's routed experts (their matrices' elements).
 fn expert_params(m: &Manifest) -> u64 {
     m.banks.iter().map(|b| b.experts as u64 * b.layout.matrices.iter().map(|x| (x.rows * x.cols) as u64).sum::<u64>()).sum()
+}
+
+/// Checks a tokenizer against the model's `vocab_size`: no id may reach past the embedding
+/// rows, and a llama2.c `tok*.bin` (which has no record count of its own: llama2.c reads
+/// exactly `vocab_size` records) must hold exactly that many.
+fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
+    let n = t.vocab_size();
+    let file = t.path().display();
+    let llama2c = t.path().extension().is_some_and(|e| e == "bin");
+    if llama2c && n != vocab {
+        let what = if n < vocab { "the file is truncated or belongs to another model" } else { "trailing data after the records, or another model's file" };
+        return Err(Error::new(ErrorKind::Tokenizer, format!(
+            "{file}: holds {n} token records, but the model's vocab_size (config.json) is {vocab}: {what}")));
+    }
+    if n > vocab {
+        return Err(Error::new(ErrorKind::Tokenizer, format!(
+            "{file}: token ids go up to {}, past the model's vocab_size (config.json) of {vocab}", n - 1)));
+    }
+    Ok(())
 }
 
 /// EOS ids from `generation_config.json`, when present.

@@ -96,7 +96,7 @@ pub struct Weights {
     pub bytes: u64,
     /// Number of parameters (elements).
     pub params: u64,
-    /// Distinct dtypes of the matrices, for `info`.
+    /// Distinct stored dtypes of every tensor loaded (matrices and vectors), for `info`.
     pub dtypes: Vec<DType>,
 }
 
@@ -136,7 +136,7 @@ impl<'a> Loader<'a> {
 
     fn find(&self, name: &str) -> Result<(&'a crate::format::safetensors::SafeTensors, &'a crate::format::safetensors::TensorInfo)> {
         self.ckpt.get(name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `{name}` is missing", self.ckpt.dir.display())))
+            "{}: tensor `{name}` is missing (not in {})", self.ckpt.dir.display(), self.ckpt.file_names())))
     }
 
     /// The checkpoint's directory.
@@ -174,10 +174,15 @@ impl<'a> Loader<'a> {
         };
         self.bytes += t.len;
         self.params += t.elements();
-        if !self.dtypes.contains(&t.dtype) {
-            self.dtypes.push(t.dtype);
-        }
+        self.note_dtype(t.dtype);
         Ok(Matrix { dtype: t.dtype, rows, cols, buf })
+    }
+
+    /// Records a stored dtype (once, in the order first met).
+    fn note_dtype(&mut self, d: DType) {
+        if !self.dtypes.contains(&d) {
+            self.dtypes.push(d);
+        }
     }
 
     /// The stored dtype of tensor `name`.
@@ -196,8 +201,13 @@ impl<'a> Loader<'a> {
         }
         if !self.counting {
             file.read_into(t, out)?;
+            // As for the trunk's matrices (`Loader::matrix`): an expert's block scales are
+            // checked where its bytes are read, so a NaN or infinite scale never reaches the
+            // kernels.
+            crate::format::quant::check_scales(&file.path, t, 0, out)?;
         }
         self.params += t.elements();
+        self.note_dtype(t.dtype);
         Ok(())
     }
 
@@ -219,6 +229,7 @@ impl<'a> Loader<'a> {
                 "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", file.path.display(), t.dtype)));
         }
         self.bytes += (len * 4) as u64;
+        self.note_dtype(t.dtype);
         if self.counting {
             self.params += len as u64;
             return Ok(Vec::new());

@@ -268,6 +268,11 @@ impl HfTokenizer {
         self.control.len()
     }
 
+    /// True for the byte-level kind (GPT-2 style), false for the SentencePiece kind.
+    pub fn is_byte_level(&self) -> bool {
+        self.byte_level
+    }
+
     /// Every added token (special or not): what markup may spell.
     pub fn markup_tokens(&self) -> Vec<(String, u32)> {
         self.markup.entries().to_vec()

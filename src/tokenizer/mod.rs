@@ -104,6 +104,18 @@ impl Tokenizer {
         Ok(Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() })
     }
 
+    /// The vocabulary kind, as a container's manifest names it: `tiktoken` (a rank file or
+    /// Kimi's `tiktoken.model`), `hf-bytelevel` or `hf-sentencepiece` (a `tokenizer.json` BPE
+    /// of either kind), or `llama2c` (`tokenizer.bin`/`tok512.bin`).
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::SentencePiece(_) => "llama2c",
+            Kind::Tiktoken(_) => "tiktoken",
+            Kind::Hf(h) if h.is_byte_level() => "hf-bytelevel",
+            Kind::Hf(_) => "hf-sentencepiece",
+        }
+    }
+
     /// The file the tokenizer was loaded from.
     pub fn path(&self) -> &Path {
         &self.path

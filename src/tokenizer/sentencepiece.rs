@@ -46,8 +46,19 @@ impl SentencePiece {
         let mut byte_ids = [None; 256];
         while at < data.len() {
             let id = bytes.len() as u32;
+            // Fewer bytes than a record header after a plausible vocabulary: say what they are
+            // (a short tail inside the control tokens is a truncated record, reported below).
+            if data.len() - at < 8 && id > EOS {
+                return Err(bad(at, &format!("{} bytes of trailing data after the {id} token records (a record takes at least 8; \
+                    or the file is truncated)", data.len() - at)));
+            }
             let score = f32::from_le_bytes(word(at).ok_or_else(|| bad(at, "truncated token record"))?);
-            let len = u32::from_le_bytes(word(at + 4).ok_or_else(|| bad(at + 4, "truncated token record"))?) as usize;
+            let raw_len = i32::from_le_bytes(word(at + 4).ok_or_else(|| bad(at + 4, "truncated token record"))?);
+            // llama2.c reads the length as a signed int.
+            if raw_len < 0 {
+                return Err(bad(at + 4, &format!("token {id} has a negative length ({raw_len})")));
+            }
+            let len = raw_len as usize;
             if len > max_len as usize || len > 256 {
                 return Err(bad(at + 4, &format!("token {id} has length {len}, over the declared maximum {max_len}")));
             }

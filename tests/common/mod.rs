@@ -65,9 +65,22 @@ pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-/// max|a − b| / max|b|.
+/// Panics, naming the first offender, unless every value of `v` is finite. `f32::max` ignores
+/// NaN, so a comparison that folds with it would let an all-NaN output pass: every helper
+/// below checks first.
+pub fn assert_finite(what: &str, v: &[f32]) {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        let n = v.iter().filter(|x| !x.is_finite()).count();
+        panic!("{what}: value {i} of {} is {} ({n} non-finite values)", v.len(), v[i]);
+    }
+}
+
+/// max|a − b| / max|b|, after checking both sides are finite (a NaN or an infinity anywhere
+/// fails the test rather than vanishing in the maximum).
 pub fn rel_max_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
+    assert_finite("engine output", a);
+    assert_finite("reference", b);
     let max_ref = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let max_diff = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     max_diff / max_ref
@@ -122,8 +135,10 @@ pub fn oracle(name: &str) -> Oracle {
     }
 }
 
-/// Index of the largest value.
+/// Index of the largest value (the values must be finite: NaN compares false with
+/// everything, so an all-NaN vector would otherwise answer 0).
 pub fn argmax(v: &[f32]) -> u32 {
+    assert_finite("argmax input", v);
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
 }
 
