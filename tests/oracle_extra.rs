@@ -265,7 +265,7 @@ fn feature_variants_have_the_intended_structure() {
     let renorm = |name: &str| {
         let m = open(&oracle(name).dir.join("model"), 1);
         let moe = m.config().moe.clone().unwrap();
-        let waste::format::config::Routing::SoftmaxTopK { renormalize } = moe.routing;
+        let waste::format::config::Routing::SoftmaxTopK { renormalize } = moe.routing else { panic!("{name}: softmax top-k routing") };
         (moe.experts, moe.top_k, renormalize, moe.shared_intermediate, moe.moe_layers)
     };
     assert_eq!(renorm("qwen3_moe_sparse_f32"), (8, 2, true, 0, vec![false, true, false, false, false, true]));

@@ -8,7 +8,8 @@
 //!   experts, norms, head), matrices at their stored size and 1-D vectors widened to f32, as
 //!   `model::weights` loads them — plus, for a Hugging Face MoE checkpoint, which loads whole,
 //!   every routed expert as a resident record;
-//! - **state**: the KV cache for the context (later MLA latents and recurrent state);
+//! - **state**: the KV cache for the context; for MLA layers the latent cache and for KDA layers
+//!   the recurrent and convolution state instead (`model::latent::Sizes`);
 //! - **scratch**: activations of a prefill chunk, per-thread score rows, routing buffers, the
 //!   logits rows, the sampler's buffers and the generation history ([`State::plan_bytes`],
 //!   [`SampleBuffers::plan_bytes`]), the int8 path's buffer when on, a constant per compute

@@ -10,6 +10,11 @@ use super::json::Json;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
+// DeepSeek-V2/V3 and Kimi-Linear (spec §3, §4) read their own fields there.
+#[path = "config_mla.rs"]
+pub mod mla;
+pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
+
 /// The model families the engine knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -20,6 +25,9 @@ pub enum Arch {
     Qwen2Moe,
     Qwen3Moe,
     Olmoe,
+    DeepseekV2,
+    DeepseekV3,
+    KimiLinear,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
@@ -32,11 +40,18 @@ pub enum QkNorm {
     Whole,
 }
 
-/// How the router turns logits into expert weights (spec §2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the router turns logits into expert weights (spec §2, §3.6, §3.7).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Routing {
     /// Softmax over all experts, top-k, then divide by the sum of the k when `renormalize`.
     SoftmaxTopK { renormalize: bool },
+    /// DeepSeek-V3 / Kimi (spec §3.6): sigmoid scores; selection by score + bias within the
+    /// `topk_group` best of `groups` groups (each ranked by its two best); weights from the
+    /// unbiased scores, renormalised (+1e-20) when asked, times `scale`.
+    Sigmoid { groups: usize, topk_group: usize, renormalize: bool, scale: f32 },
+    /// DeepSeek-V2 (spec §3.7): softmax; greedy top-k (`groups` = 1) or group-limited by the
+    /// group maximum, the dropped groups' probabilities zeroed; weights × `scale`.
+    SoftmaxGroups { groups: usize, topk_group: usize, scale: f32 },
 }
 
 /// One row of the family table: what a `config.json` architecture string means structurally.
@@ -84,11 +99,19 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::Olmoe, class: "OlmoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::Whole,
         moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+    Family { arch: Arch::DeepseekV2, class: "DeepseekV2ForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::DeepseekV3, class: "DeepseekV3ForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::KimiLinear, class: "KimiLinearForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "block_sparse_moe", names: ["w1", "w3", "w2"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
-const KNOWN_UNSUPPORTED: &[&str] =
-    &["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiLinearForCausalLM"];
+const KNOWN_UNSUPPORTED: &[&str] = &[];
 
 /// RoPE frequency scaling (spec §0.5).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,6 +121,9 @@ pub enum RopeScaling {
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: f64 },
     /// Position interpolation: inv_freq / factor.
     Linear { factor: f64 },
+    /// YaRN (DeepSeek, spec §0.5): `factor`, `original_max_position_embeddings`, the ramp's
+    /// `beta_fast` / `beta_slow`, and `truncate` (floor/ceil the correction range).
+    Yarn { factor: f64, original_max: f64, beta_fast: f64, beta_slow: f64, truncate: bool },
 }
 
 /// Rotary embedding parameters.
@@ -154,6 +180,8 @@ pub struct ModelConfig {
     pub bos_token: Option<u32>,
     pub eos_tokens: Vec<u32>,
     pub moe: Option<MoeConfig>,
+    /// Latent attention (MLA) and KDA geometry with the per-layer mixer (DeepSeek, Kimi).
+    pub mla: Option<MlaConfig>,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -233,6 +261,9 @@ impl ModelConfig {
             return Err(Error::unsupported(format!("{}: architecture `{class}` {what} (supported: {})",
                 path.display(), FAMILIES.iter().map(|f| f.class).collect::<Vec<_>>().join(", "))));
         };
+        if matches!(family.arch, Arch::DeepseekV2 | Arch::DeepseekV3 | Arch::KimiLinear) {
+            return mla::from_json(&f, family, class);
+        }
         let hidden = f.usize_req("hidden_size")?;
         let layers = f.usize_req("num_hidden_layers")?;
         let heads = f.usize_req("num_attention_heads")?;
@@ -314,6 +345,7 @@ impl ModelConfig {
             bos_token: f.token_ids("bos_token_id")?.first().copied(),
             eos_tokens: f.token_ids("eos_token_id")?,
             moe,
+            mla: None,
         })
     }
 

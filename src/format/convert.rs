@@ -346,6 +346,9 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
                 }
                 (enc, enc.dtype())
             }
+            // wp-mla: Kimi-Linear's KDA conv kernels [C, 1, K] and A_log [1, 1, H, 1] (spec §4.2)
+            // are small parameters, kept in f32 with their shape like the 1-D vectors.
+            3 | 4 if is_kda_parameter(&t.name) => (opts.trunk, DType::F32),
             n => return Err(Error::unsupported(format!("{}: tensor `{}` has {n} dimensions", st.path.display(), t.name))),
         };
         let name = format!("trunk-{}.safetensors", encoding.name());
@@ -365,6 +368,11 @@ fn layer_of(name: &str) -> Option<usize> {
 fn is_routed_expert(cfg: &ModelConfig, name: &str) -> bool {
     let Some(moe) = &cfg.moe else { return false };
     name.contains(&format!(".{}.experts.", moe.layout.block))
+}
+
+/// KDA's convolution kernels and per-head decay logs (`…conv1d.weight`, `…A_log`).
+fn is_kda_parameter(name: &str) -> bool {
+    name.ends_with("conv1d.weight") || name.ends_with("A_log")
 }
 
 /// Embeddings, the LM head, routers and the shared-expert gate: kept at the higher precision.

@@ -44,6 +44,9 @@ pub fn preset(name: &str) -> Option<Json> {
 
 /// The tensors a checkpoint of `cfg` holds, in file order, with their shapes.
 pub fn tensor_shapes(cfg: &ModelConfig) -> Vec<(String, Vec<u64>)> {
+    if cfg.mla.is_some() {
+        return crate::model::latent::tensor_shapes(cfg); // DeepSeek, Kimi (wp-mla)
+    }
     let (h, v) = (cfg.hidden as u64, cfg.vocab as u64);
     let (qd, kvd, hd) = (cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.head_dim as u64);
     let mut t: Vec<(String, Vec<u64>)> = vec![("model.embed_tokens.weight".into(), vec![v, h])];
@@ -204,6 +207,10 @@ pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> 
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
     let cfg = ModelConfig::from_json(&dir.join("config.json"), config)?;
     let moe = cfg.moe.clone().ok_or_else(|| Error::arg("random containers are for MoE configs"))?;
+    if cfg.mla.is_some() {
+        return Err(Error::unsupported(format!("random containers have Llama-style layers; for {}, write a random checkpoint \
+and `waste convert` it", cfg.class)));
+    }
     let mut noise = Noise(seed ^ 0x2545_F491_4F6C_DD1D);
     let mut total = 0u64;
     // Trunk: two files, one width each (seed 000: one width per file).

@@ -20,6 +20,8 @@ pub mod attention;
 pub mod bench;
 pub mod cpus;
 pub mod int8;
+pub mod kda;
+pub mod mla;
 pub mod pool;
 pub mod scalar;
 

@@ -10,8 +10,12 @@
 pub mod bench;
 pub mod compare;
 pub mod experts;
+pub mod kda;
+pub mod latent;
+pub mod mla;
 pub mod moe;
 pub mod rope;
+pub mod route;
 pub mod state;
 pub mod weights;
 
@@ -29,7 +33,7 @@ use crate::Options;
 use state::State;
 use std::path::{Path, PathBuf};
 use experts::Experts;
-use weights::{Ffn, Linear, Weights};
+use weights::{Ffn, Linear, MixerWeights, Weights};
 
 /// An open model: weights, one session's state, kernels and threads.
 pub struct Model {
@@ -414,7 +418,15 @@ impl Model {
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.attn_norm, cfg.rms_eps);
             }
-            attention_block(cfg, k, pool, st, &layer.attn, l, n);
+            match (&layer.attn, cfg.mla.as_ref()) {
+                (MixerWeights::Attention(a), _) => attention_block(cfg, k, pool, st, a, l, n),
+                (MixerWeights::Mla(m), Some(mc)) => mla::mla_block(cfg, mc, k, pool, st, m, l, n),
+                (MixerWeights::Kda(d), Some(mc)) => match mc.kda.as_ref() {
+                    Some(kc) => kda::kda_block(cfg, kc, k, pool, st, d, l, n),
+                    None => return Err(Error::new(ErrorKind::Config, format!("layer {l} is KDA without a KDA config"))),
+                },
+                _ => return Err(Error::new(ErrorKind::Config, format!("layer {l}: MLA/KDA weights without an MLA config"))),
+            }
             add_rows(&mut st.x, &st.out, n * h);
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.ffn_norm, cfg.rms_eps);

@@ -8,8 +8,9 @@
 use super::experts::Experts;
 use super::state::State;
 use super::weights::{Matrix, Mlp};
+use super::route::{self, top_k as top_k_ids};
 use crate::error::Result;
-use crate::format::config::{ModelConfig, MoeConfig, Routing};
+use crate::format::config::ModelConfig;
 use crate::format::container::RecordLayout;
 use crate::kernels::{self, Kernels, MatRef, Pool};
 
@@ -17,52 +18,11 @@ use crate::kernels::{self, Kernels, MatRef, Pool};
 pub struct MoeWeights {
     /// Router, [experts, hidden].
     pub router: Matrix,
-    /// Qwen2-MoE's shared expert and its sigmoid gate ([1, hidden]).
-    pub shared: Option<(Mlp, Matrix)>,
-}
-
-/// Softmax routing (spec §2.1–2.4) of the `n` tokens whose router logits are in `logits`
-/// (n × experts): fills `ids` and `weights` (n × top_k), each token's slots in descending
-/// probability order.
-pub fn route_experts(moe: &MoeConfig, logits: &mut [f32], n: usize, ids: &mut [u32], weights: &mut [f32]) {
-    let (e, k) = (moe.experts, moe.top_k);
-    for t in 0..n {
-        let p = &mut logits[t * e..(t + 1) * e];
-        kernels::softmax(p);
-        let (ti, tw) = (&mut ids[t * k..(t + 1) * k], &mut weights[t * k..(t + 1) * k]);
-        // Partial selection: k passes of argmax over the not-yet-chosen experts (k ≪ E).
-        for slot in 0..k {
-            let mut best = usize::MAX;
-            for (j, &v) in p.iter().enumerate() {
-                if ti[..slot].contains(&(j as u32)) {
-                    continue;
-                }
-                if best == usize::MAX || v > p[best] {
-                    best = j;
-                }
-            }
-            ti[slot] = best as u32;
-            tw[slot] = p[best];
-        }
-        let Routing::SoftmaxTopK { renormalize } = moe.routing;
-        if renormalize {
-            let sum: f32 = tw.iter().sum();
-            tw.iter_mut().for_each(|w| *w /= sum);
-        }
-    }
-}
-
-/// The indices of the `ids.len()` largest values of `v` (ties: the lower index).
-fn top_k_ids(v: &[f32], ids: &mut [u32]) {
-    for slot in 0..ids.len() {
-        let mut best = usize::MAX;
-        for (j, &x) in v.iter().enumerate() {
-            if !ids[..slot].contains(&(j as u32)) && (best == usize::MAX || x > v[best]) {
-                best = j;
-            }
-        }
-        ids[slot] = best as u32;
-    }
+    /// DeepSeek-V3 / Kimi `e_score_correction_bias` [experts]: for selection only (spec §3.6).
+    pub bias: Option<Vec<f32>>,
+    /// The shared expert, with Qwen2-MoE's sigmoid gate ([1, hidden]); DeepSeek's and Kimi's
+    /// `shared_experts` have no gate (spec §3.6 step 8).
+    pub shared: Option<(Mlp, Option<Matrix>)>,
 }
 
 /// The matrices of one expert record.
@@ -84,7 +44,7 @@ pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w:
     let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
     let (h, top_k, ne) = (cfg.hidden, moe.top_k, moe.experts);
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
-    route_experts(moe, &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w);
+    route::route(moe, w.bias.as_deref(), &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w, &mut st.latent.route_scratch);
     let lookahead = match next {
         Some((next_layer, router)) if n == 1 && experts.is_streamed() => {
             k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
@@ -142,8 +102,10 @@ pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w:
             }
         }
     }
-    if let Some((mlp, gate)) = &w.shared {
-        shared_expert(k, pool, st, mlp, gate, n, h);
+    match &w.shared {
+        Some((mlp, Some(gate))) => shared_expert(k, pool, st, mlp, gate, n, h),
+        Some((mlp, None)) => plain_shared_expert(k, pool, st, mlp, n),
+        None => {}
     }
     Ok(())
 }
@@ -161,5 +123,20 @@ fn shared_expert(k: &Kernels, pool: &Pool, st: &mut State, mlp: &Mlp, gate: &Mat
         for (o, v) in st.out[t * h..(t + 1) * h].iter_mut().zip(&st.ys[t * h..(t + 1) * h]) {
             *o += s * v;
         }
+    }
+}
+
+/// DeepSeek / Kimi: out += SwiGLU_shared(h), no gate, added after the routed experts as the
+/// reference does (spec §3.6 step 8). DeepSeek-V2's `mlp_bias` gives it biases.
+fn plain_shared_expert(k: &Kernels, pool: &Pool, st: &mut State, mlp: &Mlp, n: usize) {
+    let inter = mlp.gate.w.rows;
+    k.matmul_group(pool, &st.h, n, &mut [(mlp.gate.w.view(), &mut st.gate[..]), (mlp.up.w.view(), &mut st.up[..])]);
+    super::add_bias(&mlp.gate, n, &mut st.gate);
+    super::add_bias(&mlp.up, n, &mut st.up);
+    kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
+    super::linear(k, pool, &mlp.down, &st.gate, n, &mut st.ys);
+    let len = n * mlp.down.w.rows;
+    for (o, v) in st.out[..len].iter_mut().zip(&st.ys[..len]) {
+        *o += v;
     }
 }

@@ -1,5 +1,5 @@
-//! Rotary position embeddings (spec §0.5): the inverse frequencies with their scaling, and the
-//! half-split rotation applied to each head of q and k.
+//! Rotary position embeddings (spec §0.5): the inverse frequencies with their scaling (Llama 3,
+//! linear, YaRN), and the half-split and interleaved rotations applied to each head of q and k.
 
 use crate::format::config::{RopeConfig, RopeScaling};
 
@@ -10,6 +10,9 @@ use crate::format::config::{RopeConfig, RopeScaling};
 /// logits. So: base^(2j/d) rounded to f32, then its f32 reciprocal (two roundings, not one), and
 /// the scaling in f32 with the reference's operation order.
 pub fn inv_freq(rope: &RopeConfig) -> Vec<f32> {
+    if let RopeScaling::Yarn { factor, original_max, beta_fast, beta_slow, truncate } = rope.scaling {
+        return yarn(rope, factor, original_max, beta_fast, beta_slow, truncate);
+    }
     let base = rope.theta as f32 as f64;
     (0..rope.dim / 2)
         .map(|j| {
@@ -21,6 +24,7 @@ pub fn inv_freq(rope: &RopeConfig) -> Vec<f32> {
                 RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max } => {
                     llama3(inv, factor, low_freq_factor, high_freq_factor, original_max)
                 }
+                RopeScaling::Yarn { .. } => inv,
             }
         })
         .collect()
@@ -44,6 +48,35 @@ fn llama3(inv: f32, factor: f64, lo: f64, hi: f64, original_max: f64) -> f32 {
     }
 }
 
+/// YaRN frequencies (spec §0.5), in the reference's operation order: `base^(2j/d)` in f32, its
+/// reciprocal (extrapolation) and that of `factor ×` it (interpolation), blended by a linear ramp
+/// between the correction dimensions of `beta_fast` and `beta_slow` (Python floats, floored and
+/// ceiled when `truncate`), every tensor operation rounding to f32.
+fn yarn(rope: &RopeConfig, factor: f64, original_max: f64, beta_fast: f64, beta_slow: f64, truncate: bool) -> Vec<f32> {
+    let (d, base) = (rope.dim, rope.theta);
+    let corr = |rotations: f64| (d as f64 * (original_max / (rotations * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln());
+    let (mut low, mut high) = (corr(beta_fast), corr(beta_slow));
+    if truncate {
+        (low, high) = (low.floor(), high.ceil());
+    }
+    let (low, mut high) = (low.max(0.0), high.min((d as f64) - 1.0));
+    if low == high {
+        high += 0.001; // the reference's guard against a zero-width ramp
+    }
+    let span = (high - low) as f32;
+    (0..d / 2)
+        .map(|j| {
+            let exponent = (2 * j) as f32 / d as f32;
+            let pos_freq = (base as f32 as f64).powf(exponent as f64) as f32;
+            let extrapolation = 1.0 / pos_freq;
+            let interpolation = 1.0 / (factor as f32 * pos_freq);
+            let ramp = ((j as f32 - low as f32) / span).clamp(0.0, 1.0);
+            let extrapolation_factor = 1.0 - ramp;
+            interpolation * (1.0 - extrapolation_factor) + extrapolation * extrapolation_factor
+        })
+        .collect()
+}
+
 /// Fills `cos` and `sin` (each `inv_freq.len()` long) for position `pos`. The angle is the f32
 /// product, as in the reference (visible at long positions).
 pub fn angles(inv_freq: &[f32], pos: usize, cos: &mut [f32], sin: &mut [f32]) {
@@ -63,6 +96,17 @@ pub fn rotate_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
         let (a, b) = (x[j], x[j + half]);
         x[j] = a * cos[j] - b * sin[j];
         x[j + half] = b * cos[j] + a * sin[j];
+    }
+}
+
+/// Rotates one head in place, interleaved layout (GPT-J, DeepSeek): pairs (x[2j], x[2j + 1]).
+/// The reference's V3 code writes the rotated evens then odds (a permutation shared by q and k,
+/// spec §0.5); keeping the pairs in place gives the same dot products.
+pub fn rotate_pairs(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for (j, pair) in x.chunks_exact_mut(2).take(cos.len()).enumerate() {
+        let (a, b) = (pair[0], pair[1]);
+        pair[0] = a * cos[j] - b * sin[j];
+        pair[1] = b * cos[j] + a * sin[j];
     }
 }
 
@@ -93,5 +137,31 @@ mod tests {
         for (j, b) in expect {
             assert_eq!(real[j], b, "pair {j}: {} vs {}", f32::from_bits(real[j]), f32::from_bits(b));
         }
+    }
+
+    fn yarn(dim: usize, factor: f64, original_max: f64) -> RopeConfig {
+        RopeConfig { theta: 1e4, dim, scaling: RopeScaling::Yarn { factor, original_max, beta_fast: 32.0, beta_slow: 1.0, truncate: true } }
+    }
+
+    /// Bit patterns of transformers 5.24.0's `_compute_yarn_parameters` (torch 2.15, CPU) for
+    /// DeepseekV3Config with the same rope_parameters: the fixtures' tiny shapes (factor 40 over
+    /// 8 positions, factor 4 over 128) and DeepSeek-V3's own (d_r 64, factor 40 over 4096).
+    #[test]
+    fn yarn_frequencies_are_the_reference_bits() {
+        assert_eq!(bits(&yarn(8, 40.0, 8.0)), [0x3f800000, 0x3b23d70a, 0x3983126f, 0x37d1b717]);
+        assert_eq!(bits(&yarn(8, 4.0, 128.0)), [0x3f800000, 0x3d800000, 0x3b23d70a, 0x3983126f]);
+        let v3 = bits(&yarn(64, 40.0, 4096.0));
+        for (j, b) in [(0, 0x3f800000), (5, 0x3e72d423), (10, 0x3d6655c2), (11, 0x3d1fc5ba), (12, 0x3cdc321b), (15, 0x3c088d77),
+            (20, 0x3a4f3e37), (25, 0x379d43a3), (31, 0x365fba4f)] {
+            assert_eq!(v3[j], b, "pair {j}: {} vs {}", f32::from_bits(v3[j]), f32::from_bits(b));
+        }
+    }
+
+    #[test]
+    fn interleaved_rotation_turns_each_pair() {
+        let mut x = [1.0f32, 0.0, 0.0, 2.0, 5.0];
+        rotate_pairs(&mut x, &[0.0, 1.0], &[1.0, 0.0]);
+        // Pair 0 turns by 90 degrees, pair 1 by 0; the odd channel past 2·len(cos) is left alone.
+        assert_eq!(x, [0.0, 1.0, 0.0, 2.0, 5.0]);
     }
 }

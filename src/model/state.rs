@@ -5,6 +5,7 @@
 //! memory plan, nothing allocated) and [`State::heap_bytes`] sums the capacities of the
 //! buffers actually allocated. `tests/budget.rs` checks that they agree for every model.
 
+use super::latent::LatentState;
 use crate::error::Result;
 use crate::format::config::{ModelConfig, QkNorm};
 use crate::sys::{vec_bytes, AlignedBuf};
@@ -66,6 +67,9 @@ pub struct State {
     pub norm_tmp: Vec<f32>,
     /// Token history of a generation (prompt and generated ids): room for the whole context.
     pub history: Vec<u32>,
+    /// DeepSeek / Kimi: the MLA latent cache and the KDA recurrent and convolution state,
+    /// which replace the K/V cache of those layers, and their scratch.
+    pub latent: LatentState,
 }
 
 /// The logits buffer is at most about this large: a pass over a prefill chunk computes every
@@ -89,7 +93,9 @@ impl Sizes {
         let moe_rows = if experts > 0 { chunk } else { 0 };
         let half = chunk * cfg.rope.dim / 2;
         Sizes {
-            kv: cfg.layers * ctx * kvd * 4,
+            // Only the layers with ordinary attention keep keys and values (MLA and KDA layers
+            // keep their own state, `LatentState`).
+            kv: cfg.kv_cache_layers() * ctx * kvd * 4,
             // x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w,
             // xs, ys, expert_out, ahead_logits, norm_tmp
             f32s: [chunk * h, chunk * h, chunk * qd, chunk * kvd, chunk * kvd, chunk * qd, chunk * h,
@@ -110,7 +116,8 @@ impl State {
     pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> (u64, u64) {
         let s = Sizes::new(cfg, ctx, chunk, threads);
         let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4 + s.usizes * std::mem::size_of::<usize>();
-        (2 * s.kv as u64, scratch as u64)
+        let (latent_state, latent_scratch) = LatentState::plan_bytes(cfg, ctx, chunk, threads);
+        (2 * s.kv as u64 + latent_state, scratch as u64 + latent_scratch)
     }
 
     /// Bytes this state holds, from its buffers: (KV cache, scratch), every vector counted by
@@ -122,7 +129,8 @@ impl State {
         let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids, &self.history];
         let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
             + vec_bytes(&self.xs_slot);
-        ((self.k_cache.len() + self.v_cache.len()) as u64, scratch)
+        let (latent_state, latent_scratch) = self.latent.heap_bytes();
+        ((self.k_cache.len() + self.v_cache.len()) as u64 + latent_state, scratch + latent_scratch)
     }
 
     /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
@@ -148,7 +156,7 @@ impl State {
 
     /// Activations the int8 path quantizes at most at once.
     pub fn int8_values(cfg: &ModelConfig, chunk: usize) -> usize {
-        chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg))
+        chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg)).max(LatentState::widest_input(cfg))
     }
 
     fn ffn_width(cfg: &ModelConfig) -> usize {
@@ -182,6 +190,7 @@ impl State {
             ahead_ids: vec![0; ahead_ids],
             norm_tmp,
             history: Vec::with_capacity(history),
+            latent: LatentState::new(cfg, ctx, chunk, threads),
         })
     }
 }

@@ -6,7 +6,7 @@
 //! counts them, and nothing is paged in behind its back.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::config::{Mixer, ModelConfig, QkNorm};
 use crate::format::dtype::DType;
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::{scalar, MatRef};
@@ -68,10 +68,19 @@ pub enum Ffn {
     Moe(MoeWeights),
 }
 
+/// What mixes tokens in a layer (spec §0.2): attention, MLA (DeepSeek, Kimi) or KDA (Kimi). The
+/// rarer, larger kinds are boxed; attention stays inline, as every layer of most models has it.
+#[allow(clippy::large_enum_variant)]
+pub enum MixerWeights {
+    Attention(Attention),
+    Mla(Box<super::mla::MlaWeights>),
+    Kda(Box<super::kda::KdaWeights>),
+}
+
 /// One decoder layer.
 pub struct Layer {
     pub attn_norm: Vec<f32>,
-    pub attn: Attention,
+    pub attn: MixerWeights,
     pub ffn_norm: Vec<f32>,
     pub ffn: Ffn,
 }
@@ -209,6 +218,12 @@ impl<'a> Loader<'a> {
             return Err(Error::new(ErrorKind::Tensor, format!(
                 "{}: tensor `{name}` has shape {:?}, the config needs [{len}]", file.path.display(), t.shape)));
         }
+        self.vector_of(file, t, name, len)
+    }
+
+    /// Reads the `len` values of a shape-checked small tensor, widened to f32.
+    fn vector_of(&mut self, file: &crate::format::safetensors::SafeTensors, t: &crate::format::safetensors::TensorInfo,
+                 name: &str, len: usize) -> Result<Vec<f32>> {
         if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
             return Err(Error::new(ErrorKind::Tensor, format!(
                 "{}: tensor `{name}` has dtype {}; a 1-D weight must be F32, BF16 or F16", file.path.display(), t.dtype)));
@@ -226,6 +241,18 @@ impl<'a> Loader<'a> {
         scalar::row_to_f32(&m, 0, &mut out);
         self.params += len as u64;
         Ok(out)
+    }
+
+    /// A small tensor of one of `shapes` (KDA's A_log as [H] or [1, 1, H, 1], conv kernels as
+    /// [C, 1, K]), flattened and widened to f32 like [`Loader::vector`].
+    pub fn flat_vector(&mut self, name: &str, shapes: &[&[u64]]) -> Result<Vec<f32>> {
+        let (file, t) = self.find(name)?;
+        if !shapes.iter().any(|s| t.shape == *s) {
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{name}` has shape {:?}, the config needs one of {shapes:?}", file.path.display(), t.shape)));
+        }
+        let len = t.elements() as usize;
+        self.vector_of(file, t, name, len)
     }
 
     /// A linear layer `prefix.weight` (+ `prefix.bias` when `bias`).
@@ -247,11 +274,44 @@ impl<'a> Loader<'a> {
 
 /// Loads the resident weights of a decoder (spec §1.2, §2): everything but the routed experts.
 pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
-    let (h, hd) = (cfg.hidden, cfg.head_dim);
+    let h = cfg.hidden;
     let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
     let mut layers = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         let p = format!("model.layers.{l}");
+        // DeepSeek and Kimi layers (spec §3.2, §4.2) are read by their own modules.
+        let (attn, ffn) = match (cfg.mixer(l), cfg.mla.as_ref()) {
+            (Mixer::Mla, Some(m)) => (MixerWeights::Mla(Box::new(super::mla::load(ld, cfg, m, &p)?)), super::latent::load_ffn(ld, cfg, l)?),
+            (Mixer::Kda, Some(m)) => {
+                let kda = m.kda.as_ref().ok_or_else(|| Error::new(ErrorKind::Config, format!("layer {l} is KDA without a KDA config")))?;
+                (MixerWeights::Kda(Box::new(super::kda::load(ld, cfg, kda, &p)?)), super::latent::load_ffn(ld, cfg, l)?)
+            }
+            _ => load_attention_layer(ld, cfg, &p, l)?,
+        };
+        layers.push(Layer {
+            attn_norm: ld.vector(&format!("{p}.input_layernorm.weight"), h)?,
+            attn,
+            ffn_norm: ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            ffn,
+        });
+    }
+    let norm = ld.vector("model.norm.weight", h)?;
+    // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
+    let head = if ld.has("lm_head.weight") {
+        Some(ld.matrix("lm_head.weight", cfg.vocab, h)?)
+    } else if cfg.tie_embeddings {
+        None
+    } else {
+        return Err(Error::new(ErrorKind::Tensor, format!(
+            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ld.dir().display())));
+    };
+    Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes.clone() })
+}
+
+/// The attention and FFN of a Llama-style layer `l` (spec §1.2, §2).
+fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -> Result<(MixerWeights, Ffn)> {
+    let (h, hd) = (cfg.hidden, cfg.head_dim);
+    {
         let (qn, kn) = match cfg.qk_norm {
             QkNorm::None => (None, None),
             QkNorm::PerHead => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?),
@@ -277,26 +337,10 @@ pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
                 } else {
                     None
                 };
-                Ffn::Moe(MoeWeights { router, shared })
+                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
             }
             None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
         };
-        layers.push(Layer {
-            attn_norm: ld.vector(&format!("{p}.input_layernorm.weight"), h)?,
-            attn,
-            ffn_norm: ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
-            ffn,
-        });
+        Ok((MixerWeights::Attention(attn), ffn))
     }
-    let norm = ld.vector("model.norm.weight", h)?;
-    // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
-    let head = if ld.has("lm_head.weight") {
-        Some(ld.matrix("lm_head.weight", cfg.vocab, h)?)
-    } else if cfg.tie_embeddings {
-        None
-    } else {
-        return Err(Error::new(ErrorKind::Tensor, format!(
-            "{}: tensor `lm_head.weight` is missing and tie_word_embeddings is false", ld.dir().display())));
-    };
-    Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes.clone() })
 }

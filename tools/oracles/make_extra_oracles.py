@@ -14,6 +14,9 @@ Output, per variant (the layout of the shared oracle fixtures):
   <out>/<name>/logits.f32         raw little-endian f32, [T, vocab], every prompt position
   <out>/<name>/hidden_states.npy  f32 [layers + 1, T, hidden]: embeddings, each layer's output,
                                   with the final norm applied to the last entry (HF's convention)
+  <out>/<name>/decode_logits.f32  (Kimi-Linear decode variant only) raw f32 [T - d + 1, vocab]: the
+                                  logits of positions d-1 .. T-1 from transformers' *cached* decode
+                                  (a d-token prefill with use_cache, then one token at a time)
   <out>/<name>/meta.json          versions, config, tensor names/shapes/dtypes, file sha256,
                                   per layer the FFN kind and attention window of the HF modules,
                                   the smallest router top-k gap; for a variant with a `contrast`,
@@ -148,24 +151,105 @@ VARIANTS = {
             mlp_only_layers=[], use_sliding_window=True, sliding_window=8, max_window_layers=3)),
 }
 
+# DeepSeek-V2/V3 and Kimi-Linear (spec architectures.md §3.10, §4.6). Every matrix's column count
+# is a multiple of 32 (kv_lora_rank, q_lora_rank, heads x v_head_dim, the KDA head_dim), so the same
+# checkpoints also go through `waste quantize` and q4/q8 containers. v_head_dim differs from
+# qk_nope_head_dim where the recipe asks for it. The router's e_score_correction_bias is a buffer,
+# not a parameter: `randomise` leaves it at zero, so these variants set it to 0.3*N(0,1) (spec
+# §3.10) and record a `bias_contrast` (the same weights with the bias zeroed) showing that it changes
+# which experts win. Kimi keeps the library initialisation of A_log (ln U[1,16]) and dt_bias
+# (inverse softplus of U[1e-3, 1e-1]) so that the decays are realistic (spec §4.6).
+MLA_TINY = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_rope_head_dim=8,
+                qk_nope_head_dim=16, max_position_embeddings=320, bos_token_id=1, eos_token_id=2,
+                pad_token_id=0, tie_word_embeddings=False)
+LATENT_RANDOM = dict(bias_sd=0.3, keep=())
+
+VARIANTS.update({
+    # DeepSeek-V3 as §3.10 gives it: q-LoRA, YaRN (factor 40 over an original context of 8, so a
+    # 24-token prompt is deep in the interpolated band) with mscale = mscale_all_dim = 1 (softmax
+    # scale x (1 + 0.1 ln 40)^2), interleaved RoPE, 8 experts in 4 groups of which the best 2 are
+    # kept, top-3, renormalised, x2.5, one shared expert, layer 0 dense. The contrast drops the group
+    # limit (n_group = topk_group = 1) on the same weights.
+    "deepseek_v3_group_f32": dict(prompt_len=24, randomise=LATENT_RANDOM, bias_contrast=True,
+        contrast=dict(n_group=1, topk_group=1), config=dict(
+            MLA_TINY, model_type="deepseek_v3", num_hidden_layers=3, q_lora_rank=32, v_head_dim=24,
+            n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
+            first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
+            rms_norm_eps=1e-6, num_mtp_layers=0,
+            rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=40.0, mscale=1.0, mscale_all_dim=1.0,
+                                 beta_fast=32.0, beta_slow=1.0, original_max_position_embeddings=8))),
+    # The other V3 branches (§3.10): a direct q_proj (q_lora_rank None), half-split RoPE
+    # (rope_interleave false), raw top-k weights (norm_topk_prob false) still x2.5, one group,
+    # default RoPE, two dense layers before the MoE ones. The contrast interleaves the RoPE.
+    "deepseek_v3_plain_f32": dict(prompt_len=24, randomise=LATENT_RANDOM, bias_contrast=True,
+        contrast=dict(rope_interleave=True), config=dict(
+            MLA_TINY, model_type="deepseek_v3", num_hidden_layers=4, q_lora_rank=None, v_head_dim=16,
+            n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1,
+            first_k_dense_replace=2, routed_scaling_factor=2.5, norm_topk_prob=False, rope_interleave=False,
+            rms_norm_eps=1e-6, num_mtp_layers=0, rope_parameters=dict(rope_type="default", rope_theta=1e4))),
+    # DeepSeek-V2-Lite's routing (§3.7): softmax, greedy top-2, no renormalisation, x1.0, two shared
+    # experts; direct q_proj; YaRN with mscale = mscale_all_dim = 0.707 (cos/sin factor 1, softmax
+    # scale x (1 + 0.0707 ln 40)^2). V2 rotates interleaved pairs as complex numbers. The contrast
+    # drops mscale_all_dim: the softmax scale loses its factor and cos/sin gain get_mscale(40).
+    "deepseek_v2_lite_f32": dict(prompt_len=24, config=dict(
+            MLA_TINY, model_type="deepseek_v2", num_hidden_layers=3, q_lora_rank=None, v_head_dim=16,
+            n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=2, topk_method="greedy",
+            first_k_dense_replace=1, routed_scaling_factor=1.0, norm_topk_prob=False, rms_norm_eps=1e-6,
+            rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=40.0, mscale=0.707,
+                                 mscale_all_dim=0.707, original_max_position_embeddings=8)),
+        contrast=dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=40.0, mscale=0.707,
+                                           original_max_position_embeddings=8))),
+    # DeepSeek-V2 group_limited_greedy (§3.7): softmax, the best 2 of 4 groups by their max
+    # probability, the others' probabilities set to 0, top-3 of the rest, x16, no renormalisation;
+    # q-LoRA, v_head_dim 24, default RoPE. The contrast is plain greedy.
+    "deepseek_v2_glg_f32": dict(prompt_len=24, contrast=dict(topk_method="greedy"), config=dict(
+            MLA_TINY, model_type="deepseek_v2", num_hidden_layers=3, q_lora_rank=32, v_head_dim=24,
+            n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1, n_group=4, topk_group=2,
+            topk_method="group_limited_greedy", first_k_dense_replace=1, routed_scaling_factor=16.0,
+            norm_topk_prob=False, rms_norm_eps=1e-6, rope_parameters=dict(rope_type="default", rope_theta=1e4))),
+    # Kimi-Linear (§4.6) with five layers: kda_layers [1, 2, 3, 5] and full_attn_layers [4] are
+    # 1-based, so the NoPE MLA layer is 0-based 3 and layer 4 is KDA again (a 0-based reading would
+    # swap them). KDA head_dim 32, 4 heads, conv kernel 4; sigmoid routing with the bias, top-2 of 4
+    # renormalised, x2.446, one shared expert; layer 0 dense (saved by transformers under
+    # `block_sparse_moe.`, spec §4.2). A 72-token prompt: transformers' chunked prefill (chunks of
+    # 64) carries its state across a chunk boundary. decode_logits.f32 holds transformers' cached
+    # decode from a 12-token prefill on (spec §4.6).
+    "kimi_linear_decode_f32": dict(prompt_len=72, decode_from=12, bias_contrast=True,
+        randomise=dict(bias_sd=0.3, keep=("A_log", "dt_bias")), config=dict(
+            MLA_TINY, model_type="kimi_linear", num_hidden_layers=5, q_lora_rank=None, v_head_dim=16,
+            num_experts=4, num_experts_per_token=2, num_shared_experts=1, num_expert_group=1, topk_group=1,
+            moe_renormalize=True, routed_scaling_factor=2.446, first_k_dense_replace=1, rms_norm_eps=1e-5,
+            mla_use_nope=True, linear_attn_config=dict(head_dim=32, num_heads=4, short_conv_kernel_size=4,
+                                                       kda_layers=[1, 2, 3, 5], full_attn_layers=[4]))),
+})
+
 # A contrast (the same bytes reloaded with the config fields that a fixture is about switched
 # off) must move the logits by at least this, relative to max|logit|: 50 times the engine
 # tests' tolerance (2e-5), so an engine that ignored the feature could not pass.
 MIN_CONTRAST = 1e-3
 
 
-def randomise(model, seed):
-    """Overwrites every floating parameter from one generator, in named_parameters order."""
+def randomise(model, seed, keep=(), bias_sd=None):
+    """Overwrites every floating parameter from one generator, in named_parameters order; the
+    parameters whose name contains one of `keep` keep their library initialisation. With
+    `bias_sd`, the routers' e_score_correction_bias buffers are then drawn as bias_sd*N(0,1)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if not torch.is_floating_point(p):
                 continue
             noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if any(k in name for k in keep):
+                continue
             if "norm" in name:
                 p.copy_(1.0 + 0.2 * noise)
             else:
                 p.copy_(0.15 * noise)
+        if bias_sd is not None:
+            for name, b in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    b.copy_(bias_sd * torch.randn(b.shape, generator=g, dtype=torch.float32))
 
 
 def prompt_ids(n):
@@ -208,8 +292,45 @@ def structure_of(model):
             window = cfg.sliding_window if types[i] == "sliding_attention" else None
         else:
             window = getattr(cfg, "sliding_window", None)
-        out.append(dict(ffn=ffn, sliding_window=window))
+        entry = dict(ffn=ffn, sliding_window=window)
+        mixer = type(layer.self_attn).__name__
+        if "DeltaAttention" in mixer:
+            entry["mixer"] = "kda"
+        elif hasattr(layer.self_attn, "kv_a_proj_with_mqa"):
+            entry["mixer"] = "mla"
+        out.append(entry)
     return out
+
+
+def latent_router_gap(module, x):
+    """The DeepSeek/Kimi routers (spec §3.6, §3.7) recomputed from their input: the smallest gap,
+    over the prompt's tokens, between the k-th and (k+1)-th selection score after the group mask
+    (biased sigmoid scores, or softmax probabilities), and between the last kept and first
+    dropped group score. Near-ties would make the expert choice fragile under f32 noise."""
+    logits = x.reshape(-1, module.weight.shape[1]).float() @ module.weight.float().T
+    e, k = module.weight.shape[0], module.top_k
+    groups = getattr(module, "num_group", None) or 1
+    topk_group = getattr(module, "topk_group", None) or 1
+    method = getattr(module, "topk_method", "noaux_tc")
+    if hasattr(module, "e_score_correction_bias"):
+        choice = logits.sigmoid() + module.e_score_correction_bias
+        gscore = choice.view(-1, groups, e // groups).topk(min(2, e // groups), dim=-1)[0].sum(-1)
+        fill = float("-inf")
+    else:
+        choice = logits.softmax(-1)
+        if method == "greedy":
+            groups, topk_group = 1, 1
+        gscore = choice.view(-1, groups, e // groups).max(-1).values
+        fill = 0.0
+    group_gap = None
+    if groups > 1 and topk_group < groups:
+        gs = gscore.sort(-1, descending=True).values
+        group_gap = float((gs[:, topk_group - 1] - gs[:, topk_group]).min())
+        keep = torch.zeros_like(gscore).scatter_(1, gscore.topk(topk_group, -1)[1], 1.0)
+        mask = keep.unsqueeze(-1).expand(-1, groups, e // groups).reshape(-1, e).bool()
+        choice = choice.masked_fill(~mask, fill)
+    top = choice.sort(-1, descending=True).values
+    return float((top[:, k - 1] - top[:, k]).min()), group_gap
 
 
 def watch_clipping(model, clip):
@@ -236,7 +357,13 @@ def contrast_of(mdir, overrides, x, logits, window):
     other = AutoModelForCausalLM.from_pretrained(mdir, config=cfg, dtype=torch.float32, attn_implementation="eager")
     other.eval()
     for k, v in overrides.items():
-        assert getattr(other.config, k) == v, f"contrast override {k} did not take"
+        got = getattr(other.config, k)
+        if isinstance(v, dict):
+            # transformers standardises a rope_parameters dict (adds its defaults): compare the
+            # keys given, and that the ones left out stayed out.
+            assert all(got.get(kk) == vv for kk, vv in v.items()), f"contrast override {k} did not take: {got}"
+        else:
+            assert got == v, f"contrast override {k} did not take"
     with torch.no_grad():
         alt = other(x, use_cache=False).logits[0].float().numpy()
     scale = float(np.abs(logits).max())
@@ -251,6 +378,68 @@ def contrast_of(mdir, overrides, x, logits, window):
     return out
 
 
+def cached_decode(model, x, d, prefill):
+    """transformers' cached path (spec §4.6): a d-token prefill with use_cache, then the rest of the
+    prompt one token at a time through the cache. Returns the logits of positions d-1 .. T-1 and
+    their distance from the uncached prefill's."""
+    with torch.no_grad():
+        out = model(x[:, :d], use_cache=True)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        rows = [out.logits[0, -1]]
+        for i in range(d, x.shape[1]):
+            out = model(x[:, i:i + 1], cache=cache, use_cache=True)
+            cache = getattr(out, "cache", None) or out.past_key_values
+            rows.append(out.logits[0, -1])
+    dec = torch.stack(rows).float().numpy()
+    ref = prefill[d - 1:]
+    rel = float(np.abs(dec - ref).max() / np.abs(ref).max())
+    return dict(logits=dec, prefill_len=d, positions=[d - 1, int(x.shape[1]) - 1], rel_diff_vs_prefill=rel,
+                note="decode_logits.f32 rows are positions d-1 .. T-1 from the cached decode; "
+                     "rel_diff_vs_prefill is max|decode - prefill| / max|prefill| over those rows")
+
+
+def bias_contrast_of(model, x, logits):
+    """The same weights with every e_score_correction_bias zeroed: how far the logits move, and on
+    how many (layer, token) pairs the selected expert set changes."""
+    changed, hooks, busy = [], [], []
+
+    def watch(module, inputs, output):
+        if busy:
+            return  # the zero-bias call below runs this hook too
+        idx = output[2]
+        with torch.no_grad():
+            busy.append(True)
+            saved = module.e_score_correction_bias.clone()
+            module.e_score_correction_bias.zero_()
+            other = module(inputs[0])[2]
+            module.e_score_correction_bias.copy_(saved)
+            busy.pop()
+        a, b = idx.sort(-1).values, other.sort(-1).values
+        changed.append(int((a != b).any(-1).sum()))
+
+    for layer in model.model.layers:
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is not None and hasattr(gate, "e_score_correction_bias"):
+            hooks.append(gate.register_forward_hook(watch))
+    with torch.no_grad():
+        model(x, use_cache=False)
+    for h in hooks:
+        h.remove()
+    saved = []
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                saved.append((b, b.clone()))
+                b.zero_()
+        alt = model(x, use_cache=False).logits[0].float().numpy()
+        for b, v in saved:
+            b.copy_(v)
+    rel = float(np.abs(alt - logits).max() / np.abs(logits).max())
+    return dict(logits_rel_diff=rel, tokens_with_other_experts=sum(changed),
+                note="max|ref - zero-bias| / max|ref|, and the (MoE layer, token) pairs whose selected "
+                     "experts differ without the bias (the bias is for selection only, spec §3.6)")
+
+
 def build(name, spec, out_root):
     started = time.time()
     kwargs = dict(spec["config"])
@@ -258,7 +447,7 @@ def build(name, spec, out_root):
     config = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
-    randomise(model, SEED)
+    randomise(model, SEED, **spec.get("randomise", {}))
 
     vdir = os.path.join(out_root, name)
     mdir = os.path.join(vdir, "model")
@@ -295,11 +484,21 @@ def build(name, spec, out_root):
             top = probs.topk(top_k + 1, dim=-1).values
             gaps.append(float((top[:, top_k - 1] - top[:, top_k]).min()))
 
+    group_gaps = []
+
+    def watch_latent_router(module, inputs, _output):
+        if len(gaps) < len(hooks):
+            gap, ggap = latent_router_gap(module, inputs[0])
+            gaps.append(gap)
+            if ggap is not None:
+                group_gaps.append(ggap)
+
     if top_k:
         for layer in model.model.layers:
             gate = getattr(layer.mlp, "gate", None)
             if gate is not None and hasattr(gate, "weight") and gate.weight.shape[0] > top_k:
-                hooks.append(gate.register_forward_hook(watch_router))
+                latent = hasattr(gate, "e_score_correction_bias") or hasattr(gate, "topk_method")
+                hooks.append(gate.register_forward_hook(watch_latent_router if latent else watch_router))
         assert hooks, f"{name}: no router found to watch"
     clip = getattr(model.config, "clip_qkv", None)
     clip_counts, clip_hooks = watch_clipping(model, clip) if clip else ([], [])
@@ -319,6 +518,16 @@ def build(name, spec, out_root):
         full = model(gen, use_cache=False).logits[0].float().numpy()
     argmax_full = full[len(ids) - 1:-1].argmax(-1).tolist()
     assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
+    decode = None
+    if spec.get("decode_from"):
+        decode = cached_decode(model, x, spec["decode_from"], logits)
+        decode["logits"].astype("<f4").tofile(os.path.join(vdir, "decode_logits.f32"))
+        del decode["logits"]
+    bias_contrast = None
+    if spec.get("bias_contrast"):
+        bias_contrast = bias_contrast_of(model, x, logits)
+        assert bias_contrast["logits_rel_diff"] >= MIN_CONTRAST, f"{name}: the bias hardly matters: {bias_contrast}"
+        assert bias_contrast["tokens_with_other_experts"] > 0, f"{name}: the bias changes no expert choice"
     router_gap = min(gaps) if gaps else None
     structure = structure_of(model)
     contrast = None
@@ -353,6 +562,13 @@ def build(name, spec, out_root):
     )
     if contrast is not None:
         meta["contrast"] = contrast
+    if group_gaps:
+        meta["min_router_group_gap"] = min(group_gaps)
+    if decode is not None:
+        meta["decode"] = decode
+        meta["outputs"]["decode_logits.f32"] = sha256_of(os.path.join(vdir, "decode_logits.f32"))
+    if bias_contrast is not None:
+        meta["bias_contrast"] = bias_contrast
     if clip:
         meta["clipped_fraction"] = dict(
             clip_qkv=clip, per_layer=clip_counts,
