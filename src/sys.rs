@@ -296,7 +296,7 @@ const HUGE: usize = 2 << 20;
 impl SlotArena {
     /// `count` slots of `slot_bytes` (a multiple of 4096), zero-filled lazily.
     pub fn slots(slot_bytes: usize, count: usize) -> Result<Vec<Slot>> {
-        let bytes = slot_bytes.checked_mul(count).filter(|_| slot_bytes % 4096 == 0)
+        let bytes = slot_bytes.checked_mul(count).filter(|_| slot_bytes.is_multiple_of(4096))
             .ok_or_else(|| Error::arg(format!("bad slot arena: {count} slots of {slot_bytes} bytes")))?;
         let map_len = bytes.div_ceil(HUGE).max(1) * HUGE + HUGE; // room to align the start
         // SAFETY: an anonymous private mapping with no address hint has no preconditions.

@@ -35,7 +35,7 @@ pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Res
         return bench_container(path, threads, limit);
     }
     let files = vec![BankFile::open(path.to_path_buf())?];
-    if record == 0 || record % 4096 != 0 {
+    if record == 0 || !record.is_multiple_of(4096) {
         return Err(Error::arg(format!("record size {record} is not a positive multiple of 4096")));
     }
     // Records are numbered file after file.

@@ -262,7 +262,7 @@ impl ExpertCache {
             let c = self.wait()?;
             let (l, e, slot) = (c.layer, c.expert as u32, c.slot);
             let landed = self.land(c);
-            let wanted_now = l == layer && (misses[..next].iter().any(|&m| m == (e, slot)) || hits.iter().any(|&h| h == (e, slot)));
+            let wanted_now = l == layer && (misses[..next].contains(&(e, slot)) || hits.contains(&(e, slot)));
             if !wanted_now {
                 continue; // a look-ahead record: now resident (or forgotten if it failed)
             }

@@ -402,6 +402,8 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
     };
     let theta_key = lookup("rope_theta").map_or("rope_theta".to_string(), |(_, s)| format!("{s}.rope_theta"));
     let theta = nested("rope_theta", "rope_theta")?.unwrap_or(family.default_rope_theta);
+    // Written negated so that NaN is refused too.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     if !(theta > 1.0) {
         return Err(Error::config(f.path, &theta_key, format!("{theta} must be greater than 1")));
     }

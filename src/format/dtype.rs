@@ -111,7 +111,7 @@ impl DType {
     pub fn row_bytes(self, cols: u64) -> Option<u64> {
         match self.block_bytes() {
             Some(b) => {
-                if cols % BLOCK as u64 != 0 {
+                if !cols.is_multiple_of(BLOCK as u64) {
                     return None;
                 }
                 (cols / BLOCK as u64).checked_mul(b as u64)

@@ -381,7 +381,7 @@ impl Writer {
         }
         let mut header = Json::Object(members).to_string_compact().into_bytes();
         // Pad with spaces so the data starts 8-byte aligned, as the reference writer does.
-        while (8 + header.len()) % 8 != 0 {
+        while !(8 + header.len()).is_multiple_of(8) {
             header.push(b' ');
         }
         let (file, temp) = temp.into_parts();

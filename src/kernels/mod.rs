@@ -420,6 +420,8 @@ impl Kernels {
                 return;
             }
             let r = pool::chunk(w.rows, threads, part);
+            // Capture the whole `OutPtr` (which is Send), not its raw-pointer field.
+            #[allow(clippy::redundant_locals)]
             let out = out;
             // SAFETY: each participant writes only its own rows r of every vector t.
             unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };

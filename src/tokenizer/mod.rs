@@ -38,6 +38,8 @@ pub struct Tokenizer {
     classes: unicode::CharClasses,
 }
 
+// One per model: the variants' sizes (a few KiB of inline tables) do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Kind {
     /// llama2.c `tok512.bin`: SentencePiece-style pieces with scores and byte fallback.
     SentencePiece(SentencePiece),

@@ -94,7 +94,7 @@ fn decompose(c: u32, data: NfcData, out: &mut Vec<u32>) {
         let i = c - S_BASE;
         out.push(L_BASE + i / N_COUNT);
         out.push(V_BASE + (i % N_COUNT) / T_COUNT);
-        if i % T_COUNT != 0 {
+        if !i.is_multiple_of(T_COUNT) {
             out.push(T_BASE + i % T_COUNT);
         }
         return;
@@ -133,7 +133,7 @@ fn compose_pair(a: u32, b: u32, data: NfcData) -> Option<u32> {
     if (L_BASE..L_BASE + L_COUNT).contains(&a) && (V_BASE..V_BASE + V_COUNT).contains(&b) {
         return Some(S_BASE + ((a - L_BASE) * V_COUNT + (b - V_BASE)) * T_COUNT);
     }
-    if (S_BASE..S_BASE + S_COUNT).contains(&a) && (a - S_BASE) % T_COUNT == 0 && (T_BASE + 1..T_BASE + T_COUNT).contains(&b) {
+    if (S_BASE..S_BASE + S_COUNT).contains(&a) && (a - S_BASE).is_multiple_of(T_COUNT) && (T_BASE + 1..T_BASE + T_COUNT).contains(&b) {
         return Some(a + (b - T_BASE));
     }
     primary_composite(a, b, data)
