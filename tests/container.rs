@@ -12,13 +12,6 @@ use waste::{ErrorKind, Model, Options};
 
 const MOE: [&str; 3] = ["mixtral_f32", "qwen3_moe_f32", "olmoe_f32"];
 
-fn float_container(name: &str, tag: &str) -> PathBuf {
-    let o = oracle(name);
-    let out = temp_dir(&format!("{name}-{tag}")).join("model.waste");
-    let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::F32, ..ConvertOptions::new(o.dir.join("model"), &out) };
-    convert(&opts, &mut |_| {}).unwrap();
-    out
-}
 
 fn open(dir: &Path, opts: Options) -> Model {
     Model::open(dir, &opts).unwrap()

@@ -24,32 +24,6 @@ fn fixture_models() -> Vec<PathBuf> {
     v
 }
 
-/// Writes `dir/config.json` and a `model.safetensors` holding `tensors` as zeros. The data is
-/// a hole (`set_len`), so even a billion-parameter shape costs no disk and no time.
-fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec<u64>)]) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("config.json"), config).unwrap();
-    let mut offset = 0u64;
-    let mut members = Vec::new();
-    for (name, dtype, shape) in tensors {
-        let len = dtype.tensor_bytes(shape).unwrap();
-        members.push((name.clone(), Json::object([
-            ("dtype", Json::str(dtype.name())),
-            ("shape", Json::Array(shape.iter().map(|&d| Json::uint(d)).collect())),
-            ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)])),
-        ])));
-        offset += len;
-    }
-    let mut header = Json::Object(members).to_string_compact().into_bytes();
-    while !header.len().is_multiple_of(8) {
-        header.push(b' ');
-    }
-    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
-    bytes.extend_from_slice(&header);
-    let path = dir.join("model.safetensors");
-    std::fs::write(&path, &bytes).unwrap();
-    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + offset).unwrap();
-}
 
 /// The tensors of `config` as the random-model writer lays them out, plus o_proj and MLP
 /// biases when the config asks for them, matrices in `dtype` and vectors in `vec_dtype`.

@@ -290,3 +290,39 @@ pub fn random_matrix(dtype: DType, rows: usize, cols: usize, rng: &mut Rng) -> V
     out
 }
 
+/// Writes `dir/config.json` and a `model.safetensors` holding `tensors` as zeros. The data is
+/// a hole (`set_len`), so even a billion-parameter shape costs no disk and no time.
+pub fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec<u64>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    let mut offset = 0u64;
+    let mut members = Vec::new();
+    for (name, dtype, shape) in tensors {
+        let len = dtype.tensor_bytes(shape).unwrap();
+        members.push((name.clone(), Json::object([
+            ("dtype", Json::str(dtype.name())),
+            ("shape", Json::Array(shape.iter().map(|&d| Json::uint(d)).collect())),
+            ("data_offsets", Json::Array(vec![Json::uint(offset), Json::uint(offset + len)])),
+        ])));
+        offset += len;
+    }
+    let mut header = Json::Object(members).to_string_compact().into_bytes();
+    while !header.len().is_multiple_of(8) {
+        header.push(b' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&header);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(bytes.len() as u64 + offset).unwrap();
+}
+
+/// `oracle(name)` converted to a container with f32 trunk and experts (bit-comparable with
+/// the Hugging Face directory), in a temporary directory tagged `tag`.
+pub fn float_container(name: &str, tag: &str) -> PathBuf {
+    let o = oracle(name);
+    let out = temp_dir(&format!("{name}-{tag}")).join("model.waste");
+    let opts = waste::format::convert::ConvertOptions { trunk: waste::format::convert::Encoding::F32, experts: waste::format::convert::Encoding::F32, ..waste::format::convert::ConvertOptions::new(o.dir.join("model"), &out) };
+    waste::format::convert::convert(&opts, &mut |_| {}).unwrap();
+    out
+}
