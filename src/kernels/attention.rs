@@ -16,13 +16,9 @@ pub struct AttnShape {
     pub window: Option<usize>,
 }
 
-#[derive(Clone, Copy)]
-struct Ptr(*mut f32);
-// SAFETY: participants write disjoint (token, head) slices of the output and their own score
-// row; the pool joins them before the buffers are reused.
-unsafe impl Send for Ptr {}
-// SAFETY: as above.
-unsafe impl Sync for Ptr {}
+// Shared output pointers (`OutPtr`): participants write disjoint (token, head) slices of the
+// output and their own score row; the pool joins them before the buffers are reused.
+use super::OutPtr as Ptr;
 
 /// For the `n` queries in `q` (n × heads·head_dim) at positions `pos0..pos0+n`, attends over
 /// `keys`/`values` (positions × kv_heads·head_dim, holding at least `pos0 + n` positions) and
@@ -38,7 +34,7 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
     let out_ptr = Ptr(out.as_mut_ptr());
     let score_ptr = Ptr(scores.as_mut_ptr());
     let items = n * s.heads;
-    let threads = if items * (pos0 + n) * hd < 16 * 1024 { 1 } else { pool.threads() };
+    let threads = if items * (pos0 + n) * hd < super::PARALLEL_MIN_MACS { 1 } else { pool.threads() };
     let work = |part: usize| {
         let (out_ptr, score_ptr) = (out_ptr, score_ptr);
         // SAFETY: participant `part` owns score row `part` (scores holds threads × ctx floats).

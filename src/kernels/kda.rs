@@ -13,13 +13,9 @@ pub struct KdaShape {
     pub head_dim: usize,
 }
 
-#[derive(Clone, Copy)]
-struct Ptr(*mut f32);
-// SAFETY: participants write disjoint heads of the state and of the output, and their own
-// scratch row; the pool joins them before the buffers are reused.
-unsafe impl Send for Ptr {}
-// SAFETY: as above.
-unsafe impl Sync for Ptr {}
+// Shared output pointers (`OutPtr`): participants write disjoint heads of the state and of the
+// output, and their own scratch row; the pool joins them before the buffers are reused.
+use super::OutPtr as Ptr;
 
 /// Runs `n` tokens through the recurrence. `q`, `k`, `v`, `g` are n × heads·D (q and k already
 /// L2-normalised and q scaled by D^-0.5, g the log decay ≤ 0), `beta` n × heads; `state` is
@@ -34,7 +30,7 @@ pub fn recurrence(pool: &Pool, s: KdaShape, q: &[f32], k: &[f32], v: &[f32], g: 
     }
     assert!(beta.len() >= n * s.heads && out.len() >= n * width, "kda recurrence: beta/out too short");
     assert!(state.len() >= s.heads * d * d && pred.len() >= pool.threads() * d, "kda recurrence: state/scratch too short");
-    let threads = if s.heads * d * d * n < 16 * 1024 { 1 } else { pool.threads().min(s.heads) };
+    let threads = if s.heads * d * d * n < super::PARALLEL_MIN_MACS { 1 } else { pool.threads().min(s.heads) };
     let (state_ptr, out_ptr, pred_ptr) = (Ptr(state.as_mut_ptr()), Ptr(out.as_mut_ptr()), Ptr(pred.as_mut_ptr()));
     let work = |part: usize| {
         let (state_ptr, out_ptr, pred_ptr) = (state_ptr, out_ptr, pred_ptr);

@@ -28,16 +28,10 @@ impl LatentShape {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Ptr(*mut f32);
-// SAFETY: participants write disjoint slices (their heads, their (token, head) pairs, their own
-// scratch row); the pool joins them before the buffers are reused.
-unsafe impl Send for Ptr {}
-// SAFETY: as above.
-unsafe impl Sync for Ptr {}
+// Shared output pointers (`OutPtr`): participants write disjoint slices (their heads, their
+// (token, head) pairs, their own scratch row); the pool joins them before the buffers are reused.
+use super::OutPtr as Ptr;
 
-/// Fewer multiply-adds than this run on the calling thread.
-const PARALLEL_MIN: usize = 16 * 1024;
 
 /// q̃ for the `n` queries of `q` (n × heads·(d_n + d_r)): `out` (n × heads·(r + d_r)) gets, per
 /// token and head, W_UKᵀ_h · q_nope_h (r floats: rows h·(d_n + d_v) .. + d_n of `kv_b`, each
@@ -49,7 +43,7 @@ pub fn absorb_queries(pool: &Pool, s: LatentShape, kv_b: MatRef, q: &[f32], n: u
     assert!(q.len() >= n * qw && out.len() >= n * ow, "absorb_queries: q/out too short");
     assert!(kv_b.rows == s.heads * (s.nope + s.v) && kv_b.cols == r, "absorb_queries: kv_b shape");
     assert!(kv_b.data.len() >= kv_b.rows * kv_b.row_bytes() && rows.len() >= pool.threads() * r, "absorb_queries: buffers");
-    let threads = if s.heads * s.nope * r * n < PARALLEL_MIN { 1 } else { pool.threads().min(s.heads) };
+    let threads = if s.heads * s.nope * r * n < super::PARALLEL_MIN_MACS { 1 } else { pool.threads().min(s.heads) };
     let (out_ptr, row_ptr) = (Ptr(out.as_mut_ptr()), Ptr(rows.as_mut_ptr()));
     let work = |part: usize| {
         let (out_ptr, row_ptr) = (out_ptr, row_ptr);
@@ -97,7 +91,7 @@ pub fn attend_latent(k: &Kernels, pool: &Pool, s: LatentShape, scale: f32, q: &[
     assert!(pos0 + n <= ctx && scores.len() >= pool.threads() * ctx, "attend_latent: score rows too short");
     let (out_ptr, score_ptr) = (Ptr(out.as_mut_ptr()), Ptr(scores.as_mut_ptr()));
     let items = n * s.heads;
-    let threads = if items * (pos0 + n) * w < PARALLEL_MIN { 1 } else { pool.threads() };
+    let threads = if items * (pos0 + n) * w < super::PARALLEL_MIN_MACS { 1 } else { pool.threads() };
     let work = |part: usize| {
         let (out_ptr, score_ptr) = (out_ptr, score_ptr);
         // SAFETY: participant `part` owns score row `part` (scores holds threads × ctx floats).

@@ -261,18 +261,19 @@ fn slot(dtype: DType) -> Option<usize> {
     })
 }
 
-/// A raw output pointer that several pool participants write disjoint elements through.
+/// A raw output pointer that several pool participants write disjoint elements through (the
+/// products here, and attention, MLA and KDA, which each say which elements are whose).
 #[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: participants write disjoint index sets (their own rows); the pool joins them all
-// before the buffer is used again.
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: every user has its participants write disjoint index sets (their own rows, heads or
+// score rows); the pool joins them all before the buffer is used again.
 unsafe impl Send for OutPtr {}
 // SAFETY: as above.
 unsafe impl Sync for OutPtr {}
 
-/// Products smaller than this many weight·vector multiplications run on the calling thread:
-/// waking the workers costs about a microsecond, the product a few.
-const PARALLEL_MIN_MACS: usize = 16 * 1024;
+/// Products (and attention or recurrence steps) smaller than this many multiply-adds run on
+/// the calling thread: waking the workers costs about a microsecond, the work a few.
+pub(crate) const PARALLEL_MIN_MACS: usize = 16 * 1024;
 
 impl Kernels {
     /// The best kernels for this CPU, or the scalar reference when `force_scalar`.
