@@ -725,19 +725,27 @@ mod tests {
         }
     }
 
+    /// A rule whose ranks are `id / div`: `div` pairs share each rank (as SentencePiece scores
+    /// can), so only the position breaks ties.
+    struct SharedRanks(TokenTable, u32);
+
+    impl PairRule for SharedRanks {
+        fn pair(&self, piece: &[u8], l: &Sym, r: &Sym) -> Option<(u32, u32)> {
+            let id = self.0.find(&piece[l.start..r.end])?;
+            Some((id / self.1, id))
+        }
+    }
+
+    fn shared_ranks(div: u32) -> SharedRanks {
+        let toks: [&[u8]; 16] = [b"a", b"b", b"c", b"ab", b"bc", b"ca", b"aa", b"abc", b"bca", b"aaa", b"cab", b"abca", b"bb", b"cc", b"aab", b"bcc"];
+        SharedRanks(table(&toks), div)
+    }
+
     /// The compact-part merge against the wide heap on long pieces, with ranks shared by
     /// several pairs (as SentencePiece scores are), where only the position breaks ties.
     #[test]
     fn parts_and_heap_merges_agree_on_long_pieces() {
-        struct Shared(TokenTable);
-        impl PairRule for Shared {
-            fn pair(&self, piece: &[u8], l: &Sym, r: &Sym) -> Option<(u32, u32)> {
-                let id = self.0.find(&piece[l.start..r.end])?;
-                Some((id / 4, id))
-            }
-        }
-        let toks: [&[u8]; 16] = [b"a", b"b", b"c", b"ab", b"bc", b"ca", b"aa", b"abc", b"bca", b"aaa", b"cab", b"abca", b"bb", b"cc", b"aab", b"bcc"];
-        let t = Shared(table(&toks));
+        let t = shared_ranks(4);
         let mut seed = 777u64;
         for round in 0..3000 {
             seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -850,15 +858,7 @@ mod tests {
     /// Pieces long enough for the rank buckets merge exactly as with the wide heap.
     #[test]
     fn bucketed_merges_agree_on_very_long_pieces() {
-        struct Shared(TokenTable);
-        impl PairRule for Shared {
-            fn pair(&self, piece: &[u8], l: &Sym, r: &Sym) -> Option<(u32, u32)> {
-                let id = self.0.find(&piece[l.start..r.end])?;
-                Some((id / 3, id))
-            }
-        }
-        let toks: [&[u8]; 16] = [b"a", b"b", b"c", b"ab", b"bc", b"ca", b"aa", b"abc", b"bca", b"aaa", b"cab", b"abca", b"bb", b"cc", b"aab", b"bcc"];
-        let t = Shared(table(&toks));
+        let t = shared_ranks(3);
         let mut x = 4242u64;
         for round in 0..6 {
             let len = BUCKETS_FROM + round * 3001;
