@@ -2,13 +2,22 @@
 //! stopping at an end-of-sequence token, a stop string, the token limit, a full context, or
 //! when the caller's callback says so.
 //!
+//! A generation runs in a session and continues it: the prompt is the whole conversation, and
+//! the state the session holds for the prompt's first tokens is kept (only the rest is
+//! prefilled); where the prompt departs from the session's tokens, the state is cut back to the
+//! common prefix, or — for a recurrent state, which cannot be cut — dropped and prefilled whole.
+//! The generation's last token (an end-of-sequence token included) stays in the session,
+//! uncomputed until the session continues, so the next turn starts where the text stopped.
+//!
 //! Stop strings are matched against the text as it streams: text that could still be the
 //! beginning of a stop string is held back until it cannot, so a stop string split across
 //! tokens fires and never reaches the caller.
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::session::Session;
+use crate::model::LogitsOut;
 use crate::sample::{Sampler, SamplingParams};
-use crate::Model;
+use crate::{CacheStats, Model};
 use std::time::{Duration, Instant};
 
 /// What to generate.
@@ -21,11 +30,14 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// End at the model's end-of-sequence tokens (on by default).
     pub stop_at_eos: bool,
+    /// Also end at these token ids, whatever `stop_at_eos` says (a chat template's end-of-turn
+    /// token, for one); reported as [`StopReason::EndOfSequence`].
+    pub stop_tokens: Vec<u32>,
 }
 
 impl Default for GenerateParams {
     fn default() -> GenerateParams {
-        GenerateParams { max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), stop_at_eos: true }
+        GenerateParams { max_tokens: 256, sampling: SamplingParams::default(), stop: Vec::new(), stop_at_eos: true, stop_tokens: Vec::new() }
     }
 }
 
@@ -50,6 +62,45 @@ pub struct TokenEvent<'a> {
     pub token_time: Duration,
     /// Time since generation started (prefill included).
     pub elapsed: Duration,
+    /// The expert cache's work for this token's step (its forward pass; the prefill for the
+    /// first token), measured: zero for a model whose experts do not stream.
+    pub experts: ExpertActivity,
+}
+
+/// What the expert cache did over a stretch of work: lookups that hit and missed, bytes read
+/// from the banks, and the time the computing thread waited for reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertActivity {
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_read: u64,
+    pub io_wait: Duration,
+}
+
+impl ExpertActivity {
+    /// The counters of `now` minus those of `before` (taken earlier from the same cache).
+    pub fn between(before: &ExpertActivity, now: &ExpertActivity) -> ExpertActivity {
+        ExpertActivity {
+            hits: now.hits.saturating_sub(before.hits),
+            misses: now.misses.saturating_sub(before.misses),
+            bytes_read: now.bytes_read.saturating_sub(before.bytes_read),
+            io_wait: now.io_wait.saturating_sub(before.io_wait),
+        }
+    }
+
+    /// The running counters of a cache.
+    pub fn of(stats: Option<&CacheStats>) -> ExpertActivity {
+        stats.map_or_else(ExpertActivity::default, |c| ExpertActivity { hits: c.hits, misses: c.misses, bytes_read: c.bytes_read,
+            io_wait: c.io_wait })
+    }
+
+    /// Adds `other`'s counters.
+    pub fn add(&mut self, other: &ExpertActivity) {
+        self.hits += other.hits;
+        self.misses += other.misses;
+        self.bytes_read += other.bytes_read;
+        self.io_wait += other.io_wait;
+    }
 }
 
 /// Why generation ended.
@@ -85,7 +136,15 @@ impl StopReason {
 /// writing text out) is in none of them.
 #[derive(Clone, Debug)]
 pub struct GenerateSummary {
+    /// Tokens of the prompt (the whole conversation given).
     pub prompt_tokens: usize,
+    /// Prompt tokens whose state the session already held and kept.
+    pub reused_tokens: usize,
+    /// Prompt tokens computed by the prefill (`prompt_tokens − reused_tokens`).
+    pub prefilled_tokens: usize,
+    /// The prompt departed from the session's tokens where its recurrent state (KDA) could
+    /// not be cut back, so that state was dropped and the whole prompt prefilled again.
+    pub state_reset: bool,
     /// Tokens generated (an end-of-sequence token is not counted).
     pub tokens: usize,
     /// The prompt's forward pass and the sampling of the first token from its logits.
@@ -99,6 +158,8 @@ pub struct GenerateSummary {
     pub stop_reason: StopReason,
     /// The generated token ids.
     pub ids: Vec<u32>,
+    /// The expert cache's work over the whole generation (zero when experts do not stream).
+    pub experts: ExpertActivity,
 }
 
 impl GenerateSummary {
@@ -109,10 +170,10 @@ impl GenerateSummary {
         (self.decode_steps > 0 && s > 0.0).then(|| self.decode_steps as f64 / s)
     }
 
-    /// Prefill speed: prompt tokens per second of prefill time.
+    /// Prefill speed: prompt tokens computed per second of prefill time.
     pub fn prefill_tokens_per_second(&self) -> Option<f64> {
         let s = self.prefill_time.as_secs_f64();
-        (self.prompt_tokens > 0 && s > 0.0).then(|| self.prompt_tokens as f64 / s)
+        (self.prefilled_tokens > 0 && s > 0.0).then(|| self.prefilled_tokens as f64 / s)
     }
 }
 
@@ -151,8 +212,8 @@ impl StopMatcher<'_> {
 }
 
 impl Model {
-    /// Generates after `prompt` (appended to the session), calling `on_token` for every token;
-    /// the callback returns `false` to stop.
+    /// Generates after `prompt` in the model's own session (see [`Model::generate_in`]),
+    /// calling `on_token` for every token; the callback returns `false` to stop.
     ///
     /// ```no_run
     /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
@@ -164,23 +225,70 @@ impl Model {
     /// ```
     pub fn generate(&mut self, prompt: &[u32], params: &GenerateParams,
                     on_token: impl FnMut(&TokenEvent) -> bool) -> Result<GenerateSummary> {
-        // The sampler works in the model's buffers and the history lives in its state, both
-        // sized at open (and counted in its memory plan): a token allocates nothing there.
-        // Both go back whatever happens (checked first, so a bad parameter keeps them).
+        let mut s = std::mem::replace(&mut self.session, Session::placeholder());
+        let r = self.generate_in(&mut s, prompt, params, on_token);
+        self.session = s;
+        r
+    }
+
+    /// Generates in `session` after `prompt`, the whole conversation so far as tokens: the
+    /// state the session holds for the prompt's first tokens is kept and only the rest is
+    /// prefilled (the summary says how many of each); the session ends holding the prompt and
+    /// every generated token.
+    ///
+    /// ```no_run
+    /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
+    /// let mut chat = model.new_session()?;
+    /// let params = waste::GenerateParams { max_tokens: 16, ..waste::GenerateParams::greedy() };
+    /// let first = model.tokenize_prompt("Once upon a time")?;
+    /// model.generate_in(&mut chat, &first, &params, |_| true)?;
+    /// // The next turn: the conversation so far, and more.
+    /// let mut next = chat.tokens().to_vec();
+    /// next.extend(model.tokenizer()?.tokenize(" The end."));
+    /// let summary = model.generate_in(&mut chat, &next, &params, |_| true)?;
+    /// assert!(summary.reused_tokens > 0);
+    /// # Ok::<(), waste::Error>(())
+    /// ```
+    pub fn generate_in(&mut self, session: &mut Session, prompt: &[u32], params: &GenerateParams,
+                       on_token: impl FnMut(&TokenEvent) -> bool) -> Result<GenerateSummary> {
+        self.check_session(session)?;
+        // The sampler works in the model's buffers, sized at open (and counted in its memory
+        // plan): a token allocates nothing there. They go back whatever happens (checked first,
+        // so a bad parameter keeps them).
         params.sampling.validate()?;
+        if prompt.is_empty() {
+            return Err(Error::arg("generate: the prompt has no tokens"));
+        }
+        if prompt.len() > self.context() {
+            return Err(Error::new(ErrorKind::Context, format!(
+                "the prompt is {} tokens, more than the context of {}", prompt.len(), self.context())));
+        }
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= self.cfg_vocab()) {
+            return Err(Error::arg(format!("token id {bad} is out of range (vocabulary of {})", self.cfg_vocab())));
+        }
         let mut sampler = Sampler::with_buffers(&params.sampling, std::mem::take(&mut self.sample_buffers))?;
-        let mut history = std::mem::take(&mut self.state.history);
-        let result = self.generate_with(prompt, params, on_token, &mut sampler, &mut history);
-        history.clear();
-        self.state.history = history;
+        let result = self.generate_with(session, prompt, params, on_token, &mut sampler);
         self.sample_buffers = sampler.into_buffers();
+        if result.is_err() && session.is_recurrent() {
+            // A pass broken midway may have advanced a recurrent state without its position.
+            session.reset();
+        }
         result
     }
 
-    fn generate_with(&mut self, prompt: &[u32], params: &GenerateParams, mut on_token: impl FnMut(&TokenEvent) -> bool,
-                     sampler: &mut Sampler, history: &mut Vec<u32>) -> Result<GenerateSummary> {
+    fn generate_with(&mut self, s: &mut Session, prompt: &[u32], params: &GenerateParams,
+                     mut on_token: impl FnMut(&TokenEvent) -> bool, sampler: &mut Sampler) -> Result<GenerateSummary> {
         let start = Instant::now();
-        self.eval(prompt)?;
+        let cont = s.continuation(prompt);
+        if cont.reset {
+            s.reset();
+        } else {
+            s.truncate(cont.keep, prompt);
+        }
+        s.history.extend_from_slice(&prompt[cont.keep..]);
+        let mut activity = ExpertActivity::of(self.cache_stats());
+        let first_activity = activity;
+        self.run(&mut s.cache, &s.history[cont.keep..], LogitsOut::Last, None)?;
         // `pass` is the forward pass whose logits the next token is sampled from.
         let mut pass = start.elapsed();
         let mut prefill_time = pass;
@@ -188,14 +296,13 @@ impl Model {
         let tok = self.tokenizer.as_ref();
         let mut detok = tok.map(|t| t.detokenizer_after(prompt));
         let mut stops = StopMatcher { stops: &params.stop, held: String::new() };
-        history.clear();
-        history.extend_from_slice(prompt);
-        let first = history.len();
+        let first = s.history.len();
         let mut reason = StopReason::MaxTokens;
         let mut index = 0;
+        let mut generated = 0;
         while index < params.max_tokens {
             let t = Instant::now();
-            let id = sampler.sample(self.logits(), history);
+            let id = sampler.sample(self.logits(), &s.history);
             let sampling = t.elapsed();
             if index == 0 {
                 prefill_time += sampling;
@@ -203,17 +310,23 @@ impl Model {
                 decode_time += sampling;
             }
             let token_time = pass + sampling;
-            if params.stop_at_eos && self.eos.contains(&id) {
+            let now = ExpertActivity::of(self.cache_stats());
+            let experts = ExpertActivity::between(&activity, &now);
+            activity = now;
+            // The token joins the session (an end-of-sequence token too: the conversation
+            // continues after it), uncomputed until the next pass.
+            s.history.push(id);
+            if (params.stop_at_eos && self.eos.contains(&id)) || params.stop_tokens.contains(&id) {
                 reason = StopReason::EndOfSequence;
                 break;
             }
-            history.push(id);
+            generated += 1;
             let piece = match (&mut detok, self.tokenizer.as_ref()) {
                 (Some(d), Some(t)) => d.push(t, id)?,
                 _ => String::new(),
             };
             let (text, stopped) = stops.push(&piece);
-            let ev = TokenEvent { id: Some(id), text: &text, index, token_time, elapsed: start.elapsed() };
+            let ev = TokenEvent { id: Some(id), text: &text, index, token_time, elapsed: start.elapsed(), experts };
             let go_on = on_token(&ev);
             index += 1;
             if stopped {
@@ -227,12 +340,13 @@ impl Model {
             if index == params.max_tokens {
                 break;
             }
-            if self.position() >= self.context() {
+            if s.cache.pos >= self.context() {
                 reason = StopReason::ContextFull;
                 break;
             }
             let t = Instant::now();
-            self.eval(&[id])?;
+            let last = s.history.len() - 1;
+            self.run(&mut s.cache, &s.history[last..], LogitsOut::Last, None)?;
             pass = t.elapsed();
             decode_time += pass;
             decode_steps += 1;
@@ -245,17 +359,30 @@ impl Model {
                 rest.push_str(&std::mem::take(&mut stops.held));
             }
             if !rest.is_empty() {
-                on_token(&TokenEvent { id: None, text: &rest, index, token_time: Duration::ZERO, elapsed: start.elapsed() });
+                on_token(&TokenEvent { id: None, text: &rest, index, token_time: Duration::ZERO, elapsed: start.elapsed(),
+                    experts: ExpertActivity::default() });
             }
         }
+        let prefilled = prompt.len() - cont.keep;
+        let st = &mut self.stats;
+        st.prefill_tokens += prefilled as u64;
+        st.prefill_time += prefill_time;
+        st.generated_tokens += generated as u64;
+        st.decode_steps += decode_steps as u64;
+        st.decode_time += decode_time;
+        st.generations += 1;
         Ok(GenerateSummary {
             prompt_tokens: prompt.len(),
-            tokens: history.len() - first,
+            reused_tokens: cont.keep,
+            prefilled_tokens: prefilled,
+            state_reset: cont.reset,
+            tokens: generated,
             prefill_time,
             decode_time,
             decode_steps,
             stop_reason: reason,
-            ids: history[first..].to_vec(),
+            ids: s.history[first..first + generated].to_vec(),
+            experts: ExpertActivity::between(&first_activity, &ExpertActivity::of(self.cache_stats())),
         })
     }
 }

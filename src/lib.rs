@@ -82,9 +82,10 @@ pub(crate) mod test_util {
 pub use error::{Error, ErrorKind, Result};
 pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
 pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
-pub use generate::{GenerateParams, GenerateSummary, StopReason, TokenEvent};
+pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
-pub use model::{Model, ModelInfo};
+pub use model::session::Session;
+pub use model::{Model, ModelInfo, ModelStats};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};
 pub use cache::{CacheOptions, CacheStats};
@@ -142,17 +143,24 @@ pub struct Options {
     /// next MoE layer's experts (its router applied to this layer's input) and start reading
     /// them. Changes only when bytes move, never the result.
     pub lookahead: bool,
+    /// Sessions the budget reserves room for: the model's own and `sessions − 1` more from
+    /// [`Model::new_session`] (a server's slots). Each holds a conversation's state for the
+    /// whole context; the memory plan counts them all, and the expert cache gets what is left.
+    pub sessions: usize,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: false }
+            io_threads: 4, verify: false, direct_io: true, lookahead: false, sessions: 1 }
     }
 }
 
 /// Context lengths above this are refused before anything is sized from them.
 pub const MAX_CONTEXT: usize = 1 << 20;
+
+/// The most sessions [`Options::sessions`] may reserve.
+pub const MAX_SESSIONS: usize = 1024;
 
 impl Options {
     /// Checks ranges; called by [`Model::open`].
@@ -165,6 +173,9 @@ impl Options {
         }
         if self.io_threads > 256 {
             return Err(Error::arg(format!("io_threads: {} is out of range 0..=256", self.io_threads)));
+        }
+        if self.sessions == 0 || self.sessions > MAX_SESSIONS {
+            return Err(Error::arg(format!("sessions: {} is out of range 1..={MAX_SESSIONS}", self.sessions)));
         }
         if self.prefill_chunk == 0 || self.prefill_chunk > 4096 {
             return Err(Error::arg(format!("prefill_chunk: {} is out of range 1..=4096", self.prefill_chunk)));

@@ -22,16 +22,27 @@ unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
     /// A buffer of `len` zero bytes aligned to `align` (a power of two). Fails, rather than
-    /// aborting, when the allocation is refused.
+    /// aborting, when the allocation is refused. A length of 0 allocates nothing.
     pub fn zeroed(len: usize, align: usize) -> Result<AlignedBuf> {
         let layout = std::alloc::Layout::from_size_align(len.max(1), align)
             .map_err(|_| Error::arg(format!("bad buffer layout: {len} bytes aligned to {align}")))?;
-        // SAFETY: the layout has a non-zero size (len.max(1)).
+        if len == 0 {
+            return Ok(AlignedBuf::empty(align));
+        }
+        // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = std::ptr::NonNull::new(raw).ok_or_else(|| {
             Error::new(crate::ErrorKind::Io, format!("out of memory allocating {len} bytes"))
         })?;
         Ok(AlignedBuf { ptr, len, align })
+    }
+
+    /// An empty buffer: no allocation, a well-aligned dangling pointer (as `Vec::new`).
+    pub fn empty(align: usize) -> AlignedBuf {
+        let align = align.max(1).next_power_of_two();
+        // A non-zero address that is a multiple of `align`, never dereferenced: len is 0.
+        let ptr = std::ptr::NonNull::new(align as *mut u8).unwrap_or(std::ptr::NonNull::dangling());
+        AlignedBuf { ptr, len: 0, align }
     }
 
     /// The length in bytes.
@@ -74,9 +85,12 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if self.len == 0 {
+            return; // nothing was allocated (`empty`)
+        }
         // The layout was valid when allocated, so rebuilding it cannot fail.
         if let Ok(layout) = std::alloc::Layout::from_size_align(self.len.max(1), self.align) {
-            // SAFETY: ptr came from alloc_zeroed with this same layout.
+            // SAFETY: ptr came from alloc_zeroed with this same layout (len > 0).
             unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
         }
     }
@@ -127,6 +141,61 @@ pub fn stderr_is_tty() -> bool {
 pub fn stdin_is_tty() -> bool {
     // SAFETY: isatty only inspects the descriptor.
     unsafe { libc::isatty(0) == 1 }
+}
+
+/// Signals a host asked to be told about ([`catch_signals`]): how many times each arrived.
+/// Signals are process-wide, so their record is too — the one piece of global state here, and
+/// only a host (the CLI, the server) ever installs the handler; the library never does.
+static SIGINTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static SIGTERMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+extern "C" fn count_signal(sig: libc::c_int) {
+    // Only an atomic add: async-signal-safe.
+    let counter = if sig == libc::SIGTERM { &SIGTERMS } else { &SIGINTS };
+    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Catches SIGINT and SIGTERM: instead of ending the process they are counted
+/// ([`interrupts`], [`terminations`]), and a blocking read or sleep they interrupt returns
+/// `EINTR` (no `SA_RESTART`), so a host waiting on input notices them.
+pub fn catch_signals() -> Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is valid; the handler only performs an atomic add, which
+        // is async-signal-safe; sigemptyset initialises the mask before use.
+        let rc = unsafe {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = count_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut act.sa_mask);
+            act.sa_flags = 0;
+            libc::sigaction(sig, &act, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(Error::new(crate::ErrorKind::Io, format!("cannot catch signal {sig}: {}", std::io::Error::last_os_error())));
+        }
+    }
+    Ok(())
+}
+
+/// SIGINTs received since [`catch_signals`].
+pub fn interrupts() -> usize {
+    SIGINTS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// SIGTERMs received since [`catch_signals`].
+pub fn terminations() -> usize {
+    SIGTERMS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Reads from standard input once (`read(2)` on descriptor 0), without retrying when a signal
+/// interrupts it: an `ErrorKind::Interrupted` error tells the caller a caught signal arrived.
+pub fn read_stdin_once(buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: buf is valid for writes of buf.len() bytes.
+    let n = unsafe { libc::read(0, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 /// Physical RAM of the machine in bytes (`_SC_PHYS_PAGES` × page size).

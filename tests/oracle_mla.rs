@@ -274,7 +274,9 @@ fn latent_plan_counts_the_latent_cache_and_the_kda_state() {
                     }
                     Mixer::Attention => panic!("{what}: a standard attention layer"),
                 }).sum::<u64>() * 4;
-                assert_eq!(plan.state_bytes, latent, "state = latent cache + KDA state, no K/V cache: {what}");
+                // And the session's room for its tokens.
+                let history = (ctx + 1) * 4;
+                assert_eq!(plan.state_bytes, latent + history, "state = latent cache + KDA state + tokens, no K/V cache: {what}");
                 assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
             }
         }
@@ -490,8 +492,9 @@ fn kimi_linear_48b_state_in_the_plan() {
         .map(|(name, shape)| (name, if shape.len() == 1 { DType::F32 } else { DType::BF16 }, shape)).collect();
     write_checkpoint(&dir, &config, &tensors);
     let plan = waste::plan_memory(&dir, 4096).unwrap();
-    assert_eq!(plan.state_bytes, 7 * 4096 * 576 * 4 + 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4);
-    assert_eq!(plan.state_bytes, 66_060_288 + 44_892_160);
+    // The latent cache, the KDA state, and room for the session's 4,097 tokens.
+    assert_eq!(plan.state_bytes, 7 * 4096 * 576 * 4 + 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4 + 4097 * 4);
+    assert_eq!(plan.state_bytes, 66_060_288 + 44_892_160 + 16_388);
     let mla = cfg.mla.as_ref().unwrap();
     assert_eq!((0..27).filter(|&l| cfg.mixer(l) == Mixer::Mla).collect::<Vec<_>>(), [3, 7, 11, 15, 19, 23, 26]);
     assert_eq!(mla.count(Mixer::Kda), 20);

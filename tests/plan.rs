@@ -120,12 +120,14 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     let plan = waste::plan_memory(&dir, 2048).unwrap();
     assert_eq!(plan.trunk_bytes, expect);
     let cfg = waste::format::config::ModelConfig::load(&dir).unwrap();
-    let (kv, scratch) = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
+    let scratch = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
+    let kv = waste::Session::plan_bytes(&cfg, 2048);
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers.
     let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab)
         + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::cache::plan::metadata_bytes(cfg.layers);
     assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
-    assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4);
+    // The session: keys and values of every layer for the context, and room for its tokens.
+    assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4 + 2049 * 4);
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
@@ -188,7 +190,7 @@ fn num(doc: &Json, key: &str) -> u64 {
     doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
 }
 
-const PLAN_KEYS: [&str; 10] = ["trunk_bytes", "state_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
+const PLAN_KEYS: [&str; 12] = ["trunk_bytes", "state_bytes", "sessions", "session_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
     "floor_bytes", "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
 
 #[test]
@@ -220,8 +222,8 @@ fn cli_plan_json_keys_and_values() {
     // With a budget: two more keys, a dense model keeps no expert cache.
     let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
     let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys[..10], PLAN_KEYS);
-    assert_eq!(keys[10..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(keys[..12], PLAN_KEYS);
+    assert_eq!(keys[12..], ["budget_bytes", "expert_cache_bytes"]);
     assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
     assert_eq!(num(&doc, "expert_cache_bytes"), 0);
     // Exact bytes and fractional sizes parse too.

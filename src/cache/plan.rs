@@ -34,6 +34,7 @@ use crate::format::config::ModelConfig;
 use crate::format::container::{self, Manifest, RecordLayout};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
+use crate::model::session::Session;
 use crate::model::state::State;
 use crate::model::weights::{load_trunk, Loader};
 use crate::sample::SampleBuffers;
@@ -153,7 +154,12 @@ pub struct MemoryPlan {
     /// The int8 path's activation buffer is counted.
     pub int8_activations: bool,
     pub trunk_bytes: u64,
+    /// Every session's state: `sessions × session_bytes`.
     pub state_bytes: u64,
+    /// Sessions reserved ([`Options::sessions`]).
+    pub sessions: usize,
+    /// What one session holds: its caches for the whole context and room for its tokens.
+    pub session_bytes: u64,
     pub scratch_bytes: u64,
     /// The tokenizer's allowance: an upper bound of what it holds (docs/MEMORY.md).
     pub tokenizer_bytes: u64,
@@ -293,8 +299,9 @@ impl MemoryPlan {
         let ctx = opts.resolved_ctx(m.cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
         let io_threads = if m.experts.is_some() { opts.io_threads } else { 0 };
-        let (kv, scratch) = State::plan_bytes(&m.cfg, ctx, chunk, threads);
-        let scratch = scratch + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts.int8_activations);
+        let session = Session::plan_bytes(&m.cfg, ctx);
+        let sessions = opts.sessions.max(1);
+        let scratch = State::plan_bytes(&m.cfg, ctx, chunk, threads) + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts.int8_activations);
         let (min_cache, working_set, slot, fixed, records) = match &m.experts {
             None => (0, 0, 0, 0, 0),
             Some(e) => (e.cache_bytes(e.min_slots()), (e.top_k as u64 * e.moe_layers as u64).saturating_mul(e.slot_bytes()),
@@ -309,7 +316,9 @@ impl MemoryPlan {
             io_threads,
             int8_activations: opts.int8_activations,
             trunk_bytes: m.trunk_bytes,
-            state_bytes: kv,
+            state_bytes: session.saturating_mul(sessions as u64),
+            sessions,
+            session_bytes: session,
             scratch_bytes: scratch,
             tokenizer_bytes: m.tokenizer_bytes,
             min_expert_cache_bytes: min_cache,
@@ -383,6 +392,9 @@ impl MemoryPlan {
         }
         if self.int8_activations {
             c.push_str(" --int8-act");
+        }
+        if self.sessions > 1 {
+            c.push_str(&format!(" --sessions {}", self.sessions));
         }
         c
     }
@@ -474,7 +486,7 @@ mod tests {
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
         MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
-            io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, scratch_bytes: 60,
+            io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
             tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
             expert_cache_fixed_bytes: 0, expert_records: 1000 }
     }
@@ -582,7 +594,7 @@ mod tests {
             experts: Some(e) };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
-        let (kv, scratch) = State::plan_bytes(&cfg, 8, 4, 2);
+        let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
         // Besides the state: RoPE, the sampler, one compute worker and 4 I/O threads, metadata.
         let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));

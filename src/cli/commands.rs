@@ -50,6 +50,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "bench cache" => super::moe::bench_cache(a),
         "bench matmul" => super::bench_matmul::run(a),
         "bench disk" => super::moe::bench_disk(a),
+        "bench state" => bench_state(a),
         "version" => {
             outln!("waste {}", waste::VERSION);
             Ok(())
@@ -88,6 +89,9 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.verify = a.flag("verify");
     o.lookahead = a.flag("lookahead");
+    if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
+        o.sessions = n;
+    }
     Ok(o)
 }
 
@@ -154,16 +158,22 @@ fn run(a: &Args) -> Outcome {
     let prompt = read_prompt(a)?.unwrap_or_default();
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
-    let ids = model.tokenize_prompt(&prompt)?;
+    let ids = session_prompt(&mut model, a, PromptText::Plain(&prompt))?;
     // Checked before the prompt is echoed: a failed run prints nothing on stdout.
-    if model.position() + ids.len() > model.context() {
+    if ids.len() > model.context() {
         return Err(Failure::Run(waste::Error::new(waste::ErrorKind::Context, format!(
-            "the prompt is {} tokens, more than the context of {} (see --ctx)", ids.len(), model.context()))));
+            "the prompt is {} tokens{}, more than the context of {} (see --ctx)", ids.len(),
+            if ids.len() > model.session().tokens().len() && !model.session().tokens().is_empty() { " with the loaded session" } else { "" },
+            model.context()))));
+    }
+    if ids.is_empty() {
+        return Err(Failure::Usage("the prompt has no tokens (give a prompt, or --load-state a session)".into()));
     }
     let params = GenerateParams {
         max_tokens,
         sampling,
         stop: a.values("stop").iter().map(|s| s.to_string()).collect(),
+        stop_tokens: Vec::new(),
         stop_at_eos: !a.flag("ignore-eos"),
     };
     super::out::stdout_bytes(prompt.as_bytes())?;
@@ -181,6 +191,7 @@ fn run(a: &Args) -> Outcome {
         return Err(f);
     }
     outln!();
+    save_state(&model, a)?;
     let seed = (!seeded && params.sampling.temperature > 0.0).then_some(params.sampling.seed);
     let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
     errln!("{}", summary_line(&summary, seed, &experts));
@@ -189,11 +200,56 @@ fn run(a: &Args) -> Outcome {
 
 /// The run's one stderr line: `[N tokens, S s, X tok/s | prefill P tokens, T s | stop: WHY]`
 /// (see `waste run --help` for what each figure times).
-fn summary_line(s: &waste::GenerateSummary, seed: Option<u64>, experts: &str) -> String {
+pub(super) fn summary_line(s: &waste::GenerateSummary, seed: Option<u64>, experts: &str) -> String {
     let rate = s.tokens_per_second().map_or("-".to_string(), |r| format!("{r:.2}"));
     let seed = seed.map_or(String::new(), |v| format!(" | seed {v}"));
-    format!("[{} tokens, {:.2} s, {rate} tok/s | prefill {} tokens, {:.2} s | stop: {}{seed}{experts}]",
-        s.tokens, s.decode_time.as_secs_f64(), s.prompt_tokens, s.prefill_time.as_secs_f64(), s.stop_reason.describe())
+    let reused = match (s.reused_tokens, s.state_reset) {
+        (_, true) => " (the session's recurrent state could not be cut back: all prefilled again)".to_string(),
+        (0, false) => String::new(),
+        (n, false) => format!(" ({n} reused)"),
+    };
+    format!("[{} tokens, {:.2} s, {rate} tok/s | prefill {} tokens{reused}, {:.2} s | stop: {}{seed}{experts}]",
+        s.tokens, s.decode_time.as_secs_f64(), s.prefilled_tokens, s.prefill_time.as_secs_f64(), s.stop_reason.describe())
+}
+
+/// How a prompt's text is tokenized: as content (special-token strings stay text), or as
+/// markup (they become control tokens).
+pub(super) enum PromptText<'a> {
+    Plain(&'a str),
+    Markup(&'a str),
+    Ids(Vec<u32>),
+}
+
+/// The tokens a command runs: with `--load-state`, the loaded session's tokens followed by the
+/// prompt's (no BOS: the session has begun); otherwise the prompt's, after the BOS token when
+/// the vocabulary uses one.
+pub(super) fn session_prompt(model: &mut Model, a: &Args, prompt: PromptText) -> Result<Vec<u32>, Failure> {
+    if let Some(p) = a.path("load-state") {
+        model.session_mut().load_state(p)?;
+    }
+    let mut ids = model.session().tokens().to_vec();
+    let text = match prompt {
+        PromptText::Ids(list) => {
+            ids.extend(list);
+            return Ok(ids);
+        }
+        PromptText::Plain(text) => (text, false),
+        PromptText::Markup(text) => (text, true),
+    };
+    let tok = model.tokenizer()?;
+    if ids.is_empty() {
+        ids.extend(tok.bos());
+    }
+    ids.extend(if text.1 { tok.tokenize_markup(text.0) } else { tok.tokenize(text.0) });
+    Ok(ids)
+}
+
+/// `--save-state PATH`: saves the model's own session.
+pub(super) fn save_state(model: &Model, a: &Args) -> Outcome {
+    if let Some(p) = a.path("save-state") {
+        model.session().save_state(p)?;
+    }
+    Ok(())
 }
 
 /// This process's peak resident set (VmHWM of /proc/self/status), where the OS reports it.
@@ -281,24 +337,26 @@ fn eval(a: &Args) -> Outcome {
     let mut model = Model::open(model_path(a)?, &opts)?;
     // With --ids, stdin is not a prompt source (it may simply not be a terminal).
     let prompt = if a.value("ids").is_some() && a.positional_count() < 2 && a.path("file").is_none() { None } else { read_prompt(a)? };
-    let ids = match (a.value("ids"), prompt) {
+    let text = match (a.value("ids"), prompt.as_deref()) {
         (Some(_), Some(_)) => return Err(Failure::Usage("give a prompt or --ids, not both".into())),
-        (Some(list), None) => parse_ids(list)?,
-        (None, Some(p)) if a.flag("markup") => {
-            let tok = model.tokenizer()?;
-            let mut ids: Vec<u32> = tok.bos().into_iter().collect();
-            ids.extend(tok.tokenize_markup(&p));
-            ids
-        }
-        (None, Some(p)) => model.tokenize_prompt(&p)?,
+        (Some(list), None) => PromptText::Ids(parse_ids(list)?),
+        (None, Some(p)) if a.flag("markup") => PromptText::Markup(p),
+        (None, Some(p)) => PromptText::Plain(p),
         (None, None) => return Err(Failure::Usage("missing PROMPT or --ids".into())),
     };
+    let all = session_prompt(&mut model, a, text)?;
+    // The session's tokens (a loaded state's) are held already: eval appends the prompt's.
+    let computed = model.position();
+    let ids = all[model.session().tokens().len()..].to_vec();
     if ids.is_empty() {
         return Err(Failure::Usage("the prompt has no tokens".into()));
     }
     report_budget(&model);
     // The dumps stream to their files: eval holds nothing of size positions × vocab.
     if let Some(path) = a.path("dump-hidden") {
+        if computed > 0 {
+            return Err(Failure::Usage("--dump-hidden runs from an empty session: not with --load-state".into()));
+        }
         dump_hidden(&mut model, &ids, path)?;
         model.reset();
     }
@@ -308,6 +366,7 @@ fn eval(a: &Args) -> Outcome {
             model.eval(&ids)?;
         }
     }
+    save_state(&model, a)?;
     let cands = waste::sample::top_k_distribution(model.logits(), top);
     let text = |id: u32| -> String {
         model.tokenizer().ok().and_then(|t| t.token_bytes(id).ok().map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default()
@@ -449,6 +508,43 @@ fn bench(a: &Args) -> Outcome {
                     100.0 * c.prefetch_hits as f64 / c.prefetched as f64);
             }
         }
+    }
+    Ok(())
+}
+
+/// `waste bench state`: the cost of saving and loading a session beside recomputing it.
+fn bench_state(a: &Args) -> Outcome {
+    let tokens = a.num("tokens", 1usize, waste::MAX_CONTEXT)?.unwrap_or(4096);
+    let mut opts = model_options(a)?;
+    if opts.ctx == 0 {
+        opts.ctx = tokens;
+    }
+    let path = match a.path("state") {
+        Some(p) => p.to_path_buf(),
+        None => std::env::temp_dir().join(format!("waste-bench-{}.state", std::process::id())),
+    };
+    let mut model = Model::open(model_path(a)?, &opts)?;
+    report_budget(&model);
+    let r = waste::model::bench::state(&mut model, tokens, &path);
+    if a.path("state").is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let r = r?;
+    let mib = r.file_bytes as f64 / (1 << 20) as f64;
+    if a.flag("json") {
+        outln!("{}", Json::object([
+            ("tokens", Json::uint(r.tokens as u64)),
+            ("prefill_s", Json::float(r.prefill_secs)),
+            ("save_s", Json::float(r.save_secs)),
+            ("load_s", Json::float(r.load_secs)),
+            ("file_bytes", Json::uint(r.file_bytes)),
+        ]).to_string_pretty());
+    } else {
+        outln!("state    {} tokens, {:.1} MiB", r.tokens, mib);
+        outln!("prefill  {:.3} s ({:.1} tok/s): what a load replaces", r.prefill_secs, r.tokens as f64 / r.prefill_secs.max(1e-9));
+        outln!("save     {:.3} s ({:.0} MiB/s)", r.save_secs, mib / r.save_secs.max(1e-9));
+        outln!("load     {:.3} s ({:.0} MiB/s), {:.0}x faster than the prefill", r.load_secs, mib / r.load_secs.max(1e-9),
+            r.prefill_secs / r.load_secs.max(1e-9));
     }
     Ok(())
 }

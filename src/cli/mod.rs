@@ -31,6 +31,13 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
+    val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
+];
+
+/// Saved session state, for the commands that run a prompt in a session.
+const STATE_OPTS: &[Opt] = &[
+    path("load-state", "PATH", "continue the session saved in PATH (the prompt is appended to it)"),
+    path("save-state", "PATH", "save the session to PATH afterwards (written atomically)"),
 ];
 
 const SAMPLING_OPTS: &[Opt] = &[
@@ -58,7 +65,7 @@ T s | stop: WHY]` (plus `seed K` when the seed came from the clock), where N cou
 S and X time the decode steps after the first token (each one forward pass and one sampling, output time \
 excluded), the prefill is the prompt's forward pass and the first token's sampling, and WHY is \
 end of sequence, stop string, token limit or context full.",
-    opts: &[SAMPLING_OPTS, MODEL_OPTS, HELP_OPT],
+    opts: &[SAMPLING_OPTS, STATE_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
 };
 
@@ -74,7 +81,7 @@ pub const EVAL: Command = Command {
         path("dump-hidden", "PATH", "write the hidden states: raw f32 [layers+2 x positions x hidden]"),
         path("file", "F", "read the prompt from file F"),
         flag("markup", "resolve special-token strings in the prompt to control tokens"),
-    ], MODEL_OPTS, HELP_OPT],
+    ], STATE_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
 };
 
@@ -93,6 +100,18 @@ pub const BENCH: Command = Command {
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to decode (default 64)" },
+        flag("json", "print JSON"),
+    ], MODEL_OPTS, HELP_OPT],
+    positionals: &["MODEL"],
+};
+
+pub const BENCH_STATE: Command = Command {
+    name: "bench state",
+    usage: "bench state MODEL [--tokens N] [--state PATH]",
+    about: "Measure saving and loading a session's state against computing it again (a prefill of the same tokens).",
+    opts: &[&[
+        val("tokens", "N", "tokens in the session (default 4096; also the default --ctx)"),
+        path("state", "PATH", "where to write the state file (default: a temporary file, removed afterwards)"),
         flag("json", "print JSON"),
     ], MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
@@ -167,7 +186,7 @@ Given a container, reads its banks' records in a scattered order, as the engine 
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &bench_matmul::BENCH_MATMUL, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
     &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {

@@ -11,7 +11,7 @@ use waste::{BudgetSource, MemoryPlan, RamReading};
 
 pub const PLAN: Command = Command {
     name: "plan",
-    usage: "plan MODEL [--budget SIZE] [--ctx N] [--threads N | --cpus LIST] [--chunk N] [--int8-act] [--cache SIZE] [--json]",
+    usage: "plan MODEL [--budget SIZE] [--ctx N] [--sessions N] [--threads N | --cpus LIST] [--chunk N] [--int8-act] [--cache SIZE] [--json]",
     about: "Show the RAM a model needs: its floor (trunk, state and KV cache, scratch, tokenizer, minimum expert cache), \
 the recommended budget, and the expert cache a budget leaves; plus this machine's physical and usable RAM \
 (usable = physical, or the cgroup memory limit when smaller). Reads headers only, no weights. \
@@ -25,6 +25,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         flag("int8-act", "count the int8-activation path's buffer"),
         val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
         val("io-threads", "N", "threads reading expert records (default 4)"),
+        val("sessions", "N", "conversations held at once (a server's slots): each keeps its state for the whole context (default 1)"),
         flag("scalar", "accepted for a run's command line; does not change the plan"),
         flag("verify", "accepted for a run's command line; does not change the plan"),
         flag("lookahead", "accepted for a run's command line; does not change the plan"),
@@ -44,6 +45,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         let mut m = vec![
             ("trunk_bytes", plan.trunk_bytes),
             ("state_bytes", plan.state_bytes),
+            ("sessions", plan.sessions as u64),
+            ("session_bytes", plan.session_bytes),
             ("scratch_bytes", plan.scratch_bytes),
             ("tokenizer_bytes", plan.tokenizer_bytes),
             ("min_expert_cache_bytes", plan.min_expert_cache_bytes),
@@ -81,7 +84,14 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
     outln!("  model {} ({kind})", path.display());
     outln!("  context {} tokens, {} threads, prefill chunk {}", plan.ctx, plan.threads, plan.prefill_chunk);
     row("resident trunk", plan.trunk_bytes)?;
-    row("state + KV cache", plan.state_bytes)?;
+    let sessions = match plan.sessions {
+        1 => "state + KV cache".to_string(),
+        n => format!("state, {n} sessions"),
+    };
+    row(&sessions, plan.state_bytes)?;
+    if plan.sessions > 1 {
+        row("  one session", plan.session_bytes)?;
+    }
     row("scratch", plan.scratch_bytes)?;
     row("tokenizer (allowance)", plan.tokenizer_bytes)?;
     row("minimum expert cache", plan.min_expert_cache_bytes)?;

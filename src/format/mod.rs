@@ -13,6 +13,7 @@ pub mod quantize;
 pub mod random;
 pub mod safetensors;
 pub mod sha256;
+pub mod state;
 
 use crate::error::{Error, Result};
 use std::path::Path;

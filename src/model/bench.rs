@@ -16,20 +16,60 @@ pub struct BenchReport {
     pub decode_cache: Option<crate::CacheStats>,
 }
 
+/// Deterministic pseudo-random token ids in `3..vocab` (an xorshift sequence).
+fn token_stream(vocab: usize) -> impl FnMut() -> u32 {
+    let vocab = vocab as u64;
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (3 + x % (vocab - 3).max(1)) as u32
+    }
+}
+
+/// What saving and loading a session's state costs beside computing it again.
+#[derive(Clone, Debug)]
+pub struct StateBenchReport {
+    pub tokens: usize,
+    /// Computing the tokens' state from nothing (the prefill that a load replaces).
+    pub prefill_secs: f64,
+    pub save_secs: f64,
+    pub load_secs: f64,
+    pub file_bytes: u64,
+}
+
+/// Prefills `tokens` pseudo-random ids into the model's own session, saves it to `path`, then
+/// loads it back into the emptied session (checking that the tokens came back), timing each
+/// step. The file stays at `path`.
+pub fn state(model: &mut Model, tokens: usize, path: &std::path::Path) -> Result<StateBenchReport> {
+    let mut next_id = token_stream(model.config().vocab);
+    let prompt: Vec<u32> = (0..tokens).map(|_| next_id()).collect();
+    model.reset();
+    let t = Instant::now();
+    model.eval(&prompt)?;
+    let prefill_secs = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    model.session().save_state(path)?;
+    let save_secs = t.elapsed().as_secs_f64();
+    model.reset();
+    let t = Instant::now();
+    model.session_mut().load_state(path)?;
+    let load_secs = t.elapsed().as_secs_f64();
+    if model.session().tokens() != prompt {
+        return Err(crate::Error::new(crate::ErrorKind::Format, format!("{}: the loaded tokens differ from the saved ones", path.display())));
+    }
+    let file_bytes = std::fs::metadata(path).map_err(|e| crate::Error::io(path, "stat", e))?.len();
+    Ok(StateBenchReport { tokens, prefill_secs, save_secs, load_secs, file_bytes })
+}
+
 /// Prefills `prompt_tokens` deterministic pseudo-random ids, then decodes `n` tokens one at a
 /// time. Each decode step picks the argmax (the sampling cost) but feeds the next id of the
 /// same pseudo-random sequence: a random model's greedy choice repeats one token, which would
 /// route every step to the same experts and make any cache look perfect, while real text
 /// routes each token differently.
 pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchReport> {
-    let vocab = model.config().vocab as u64;
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut next_id = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (3 + x % (vocab - 3).max(1)) as u32
-    };
+    let mut next_id = token_stream(model.config().vocab);
     let prompt: Vec<u32> = (0..prompt_tokens).map(|_| next_id()).collect();
     model.reset();
     let t = Instant::now();

@@ -155,13 +155,13 @@ pub fn forget_gate(z: &mut [f32], dt_bias: &[f32], a_log: &[f32], d: usize) {
 /// `l`'s recurrent and convolution state.
 #[allow(clippy::too_many_arguments)]
 pub fn kda_block(cfg: &ModelConfig, kda: &KdaConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &KdaWeights, l: usize, n: usize) {
-    let State { h, out, latent, pos, chunk, .. } = st;
-    let (pos0, chunk) = (*pos, *chunk);
-    let LatentState { kda_state, kda_conv, slot, kda_u, kda_qkv, kda_low, kda_g, kda_gate, kda_beta, kda_o, kda_pred, .. } = latent;
+    let State { h, out, latent, cache, chunk, .. } = st;
+    let (pos0, chunk) = (cache.pos, *chunk);
+    let LatentState { slot, kda_u, kda_qkv, kda_low, kda_g, kda_gate, kda_beta, kda_o, kda_pred, .. } = latent;
     let (width, d, heads, kk) = (kda.width(), kda.head_dim, kda.heads, kda.conv_kernel);
     let (s_len, c_len) = (heads * d * d, 3 * (kk - 1) * width);
-    let state = &mut kda_state[slot[l] * s_len..(slot[l] + 1) * s_len];
-    let hist = &mut kda_conv[slot[l] * c_len..(slot[l] + 1) * c_len];
+    let state = &mut cache.kda_state[slot[l] * s_len..(slot[l] + 1) * s_len];
+    let hist = &mut cache.kda_conv[slot[l] * c_len..(slot[l] + 1) * c_len];
     if pos0 == 0 {
         // A new session: the reference starts from a zero state and zero padding.
         state.fill(0.0);

@@ -91,15 +91,11 @@ impl Sizes {
     }
 }
 
-/// The latent families' state and scratch (empty for the other families).
+/// The latent families' scratch (empty for the other families); their state across tokens —
+/// the MLA latent cache, the KDA recurrent and convolution state — is a session's
+/// ([`super::state::SessionCache`]).
 #[derive(Default)]
 pub struct LatentState {
-    /// Per MLA layer, ctx positions of [normalised latent c (r) | rotated k_pe (d_r)].
-    pub mla_cache: Vec<f32>,
-    /// Per KDA layer, H recurrent states of D × D (row = key channel).
-    pub kda_state: Vec<f32>,
-    /// Per KDA layer, the last K − 1 pre-convolution q, k and v projections (oldest first).
-    pub kda_conv: Vec<f32>,
     /// Per layer: its index among the layers of its mixer kind (its slot in the buffers above).
     pub slot: Vec<usize>,
     pub mla_q: Vec<f32>,
@@ -124,20 +120,19 @@ pub struct LatentState {
 }
 
 impl LatentState {
-    /// (state, scratch) bytes for the memory plan.
-    pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> (u64, u64) {
+    /// Scratch bytes for the memory plan.
+    pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> u64 {
         let s = Sizes::of(cfg, ctx, chunk, threads);
-        (s.state() as u64 * 4, s.scratch() as u64 * 4 + (s.slots * std::mem::size_of::<usize>()) as u64)
+        s.scratch() as u64 * 4 + (s.slots * std::mem::size_of::<usize>()) as u64
     }
 
-    /// (state, scratch) bytes held, from the buffers' capacities (what `plan_bytes` predicts).
-    pub fn heap_bytes(&self) -> (u64, u64) {
+    /// Scratch bytes held, from the buffers' capacities (what `plan_bytes` predicts).
+    pub fn heap_bytes(&self) -> u64 {
         use crate::sys::vec_bytes;
-        let state: u64 = [&self.mla_cache, &self.kda_state, &self.kda_conv].iter().map(|v| vec_bytes(v)).sum();
         let scratch: u64 = [&self.mla_q, &self.mla_qa, &self.mla_kv, &self.mla_qabs, &self.mla_olat, &self.mla_ov, &self.mla_att,
             &self.mla_rows, &self.rope_cs, &self.kda_u, &self.kda_qkv, &self.kda_low, &self.kda_g, &self.kda_gate,
             &self.kda_beta, &self.kda_o, &self.kda_pred, &self.route_scratch].iter().map(|v| vec_bytes(v)).sum();
-        (state, scratch + vec_bytes(&self.slot))
+        scratch + vec_bytes(&self.slot)
     }
 
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> LatentState {
@@ -150,7 +145,7 @@ impl LatentState {
         }).collect();
         let v = |n: usize| vec![0.0f32; n];
         LatentState {
-            mla_cache: v(s.mla_cache), kda_state: v(s.kda_state), kda_conv: v(s.kda_conv), slot,
+            slot,
             mla_q: v(s.mla_q), mla_qa: v(s.mla_qa), mla_kv: v(s.mla_kv), mla_qabs: v(s.mla_qabs), mla_olat: v(s.mla_olat),
             mla_ov: v(s.mla_ov), mla_att: v(s.mla_att), mla_rows: v(s.mla_rows), rope_cs: v(s.rope_cs),
             kda_u: v(s.kda_u), kda_qkv: v(s.kda_qkv), kda_low: v(s.kda_low), kda_g: v(s.kda_g), kda_gate: v(s.kda_gate),

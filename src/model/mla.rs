@@ -84,9 +84,9 @@ fn rotate(layout: MlaRope, x: &mut [f32], cs: &[f32]) {
 /// tokens' latents to layer `l`'s cache.
 #[allow(clippy::too_many_arguments)]
 pub fn mla_block(cfg: &ModelConfig, m: &MlaConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MlaWeights, l: usize, n: usize) {
-    let State { h, out, scores, cos, sin, latent, ctx, pos, .. } = st;
-    let (ctx, pos0) = (*ctx, *pos);
-    let LatentState { mla_cache, slot, mla_q, mla_qa, mla_kv, mla_qabs, mla_olat, mla_ov, mla_att, mla_rows, rope_cs, .. } = latent;
+    let State { h, out, scores, cos, sin, latent, ctx, cache: session, .. } = st;
+    let (ctx, pos0) = (*ctx, session.pos);
+    let LatentState { slot, mla_q, mla_qa, mla_kv, mla_qabs, mla_olat, mla_ov, mla_att, mla_rows, rope_cs, .. } = latent;
     let s = LatentShape { heads: cfg.heads, nope: m.nope_dim, rope: m.rope_dim, v: m.v_dim, rank: m.kv_lora_rank };
     let (qd, width, r) = (m.q_head_dim(), s.width(), s.rank);
     // 1–2. Queries and the compressed key/value (spec §3.3).
@@ -106,7 +106,7 @@ pub fn mla_block(cfg: &ModelConfig, m: &MlaConfig, k: &Kernels, pool: &Pool, st:
     // The cache row of each token: c = RMSNorm(a[..r]) then k_pe = a[r..], rotated; q_pe rotated
     // alike (3). cos/sin carry YaRN's attention factor (spec §0.5).
     let base = slot[l] * ctx * width;
-    let cache = &mut mla_cache[base..base + ctx * width];
+    let cache = &mut session.mla[base..base + ctx * width];
     let half = m.rope_dim / 2;
     for t in 0..n {
         let row = &mut cache[(pos0 + t) * width..(pos0 + t + 1) * width];

@@ -16,6 +16,7 @@ pub mod mla;
 pub mod moe;
 pub mod rope;
 pub mod route;
+pub mod session;
 pub mod state;
 pub mod weights;
 
@@ -30,18 +31,32 @@ use crate::kernels::{self, Kernels, Pool};
 use crate::sample::SampleBuffers;
 use crate::tokenizer::Tokenizer;
 use crate::Options;
-use state::State;
+use session::Session;
+use state::{SessionCache, State};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 use experts::Experts;
 use weights::{Ffn, Linear, MixerWeights, Weights};
 
-/// An open model: weights, one session's state, kernels and threads.
+/// An open model: weights, expert cache, kernels and threads, the scratch of a forward pass,
+/// and a session of its own (the one [`Model::eval`] and [`Model::generate`] use; more come
+/// from [`Model::new_session`]).
 pub struct Model {
     path: PathBuf,
     cfg: ModelConfig,
     weights: Weights,
     experts: Experts,
     pub(crate) state: State,
+    /// The model's own session.
+    pub(crate) session: Session,
+    /// Bytes held by the other sessions made by [`Model::new_session`] and still alive.
+    ledger: Arc<AtomicU64>,
+    /// SHA-256 over the config and the tensor index ([`session::identity`]): a session's
+    /// state belongs to the model with the same identity and context.
+    identity: [u8; 32],
+    pub(crate) stats: ModelStats,
     kernels: Kernels,
     pool: Pool,
     inv_freq: Vec<f32>,
@@ -103,6 +118,25 @@ pub struct ModelInfo {
     pub io_mode: Option<&'static str>,
 }
 
+/// Running totals of what a model has computed since it was opened ([`Model::stats`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelStats {
+    /// Prompt tokens computed (prefill: [`Model::eval_in`] and the prompts of generations;
+    /// tokens whose state a session already held are not counted).
+    pub prefill_tokens: u64,
+    /// Time of those forward passes (and of sampling each generation's first token).
+    pub prefill_time: Duration,
+    /// Tokens generated (end-of-sequence tokens not counted).
+    pub generated_tokens: u64,
+    /// Decode steps (one forward pass and one sampling each) and their time.
+    pub decode_steps: u64,
+    pub decode_time: Duration,
+    /// Generations run.
+    pub generations: u64,
+    /// Expert-cache counters, for a model whose experts stream (`None` otherwise).
+    pub cache: Option<CacheStats>,
+}
+
 /// Receives each position's logits: (index of the token in the call, its logits).
 type LogitsFn<'a> = dyn FnMut(usize, &[f32]) -> Result<()> + 'a;
 
@@ -112,7 +146,7 @@ type LogitsFn<'a> = dyn FnMut(usize, &[f32]) -> Result<()> + 'a;
 type HiddenFn<'a> = dyn FnMut(usize, usize, &[f32]) -> Result<()> + 'a;
 
 /// Which logits a forward pass produces.
-enum LogitsOut<'a, 'b> {
+pub(crate) enum LogitsOut<'a, 'b> {
     /// Only the last position's, into row 0 of the state's logits.
     Last,
     /// Every position's, handed to the callback a group of rows at a time (and the last
@@ -157,6 +191,9 @@ impl Model {
             Some(m) => Checkpoint::open_files(path, &m.trunk_files)?,
             None => Checkpoint::open(path)?,
         };
+        // The identity from the headers, before the weights are read: its transient buffers
+        // come and go while little else is held.
+        let identity = model_identity(path, manifest.as_ref(), &ckpt)?;
         let mut loader = weights::Loader::new(&ckpt);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
         let experts = match &manifest {
@@ -176,6 +213,7 @@ impl Model {
         let ctx = opts.resolved_ctx(cfg.max_position);
         let chunk = opts.prefill_chunk.max(1);
         let state = State::new(&cfg, ctx, chunk, threads)?;
+        let session = Session::new(&cfg, ctx, identity, None)?;
         let mut kernels = Kernels::select(opts.force_scalar);
         if opts.int8_activations {
             kernels = kernels.with_int8_activations(State::int8_values(&cfg, chunk));
@@ -197,6 +235,10 @@ impl Model {
             weights,
             experts,
             state,
+            session,
+            ledger: Arc::new(AtomicU64::new(0)),
+            identity,
+            stats: ModelStats::default(),
             tokenizer,
             tokenizer_error,
             eos,
@@ -278,7 +320,8 @@ impl Model {
     /// capacities, aligned buffers, the cache's slots); the threads and the model's small fixed
     /// metadata at their documented constants.
     pub fn memory_use(&self) -> MemoryUse {
-        let (kv, state_scratch) = self.state.heap_bytes();
+        let sessions = self.session.heap_bytes() + self.ledger.load(Ordering::Relaxed);
+        let state_scratch = self.state.heap_bytes();
         let mut threads = self.pool.memory_bytes();
         let (trunk, expert_cache) = match &self.experts {
             Experts::Streamed(c) => {
@@ -289,7 +332,7 @@ impl Model {
         };
         MemoryUse {
             trunk,
-            state: kv,
+            state: sessions,
             scratch: state_scratch + crate::sys::vec_bytes(&self.inv_freq) + self.kernels.heap_bytes()
                 + self.sample_buffers.heap_bytes() + threads + crate::cache::plan::metadata_bytes(self.cfg.layers),
             tokenizer: self.tokenizer.as_ref().map_or(0, Tokenizer::heap_bytes),
@@ -315,28 +358,125 @@ impl Model {
         }
     }
 
-    /// Number of tokens in the session so far.
+    /// Tokens whose state the model's own session holds.
     pub fn position(&self) -> usize {
-        self.state.pos
+        self.session.position()
     }
 
-    /// Context length of the session.
+    /// Context length of every session of the model.
     pub fn context(&self) -> usize {
         self.state.ctx
     }
 
-    /// Empties the session (the KV cache is simply overwritten from position 0).
+    /// Empties the model's own session.
     pub fn reset(&mut self) {
-        self.state.pos = 0;
+        self.session.reset();
     }
 
-    /// Appends `tokens` to the session and returns the logits after the last one.
+    /// The model's own session (the one [`Model::eval`] and [`Model::generate`] use): to save
+    /// or load its state, or read its tokens.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The model's own session, mutably (for [`Session::load_state`] and [`Session::reset`]).
+    pub fn session_mut(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    /// Bytes one session holds for this model (its caches for the whole context and the room
+    /// for its tokens).
+    pub fn session_bytes(&self) -> u64 {
+        Session::plan_bytes(&self.cfg, self.state.ctx)
+    }
+
+    /// Opens another session on the model: the weights, expert cache and scratch are shared,
+    /// the session owns its conversation's state. Its bytes count against the model's budget
+    /// for as long as it lives; a session that does not fit under the budget is refused with
+    /// an [`ErrorKind::RamBudget`] error naming both (reserve room for it at open with
+    /// [`Options::sessions`]: the expert cache then leaves it free).
+    pub fn new_session(&self) -> Result<Session> {
+        let need = self.session_bytes();
+        let (budget, held) = (self.budget.bytes, self.memory_used());
+        if held.saturating_add(need) > budget {
+            return Err(Error::new(ErrorKind::RamBudget, format!(
+                "a new session needs {need} bytes (state for a context of {} tokens), but the budget of {budget} bytes has {} left (the model holds {held}); reserve room for more sessions when opening the model (Options::sessions, --sessions N) or give a larger budget; see `waste plan --sessions N`", self.state.ctx, budget.saturating_sub(held))));
+        }
+        Session::new(&self.cfg, self.state.ctx, self.identity, Some(self.ledger.clone()))
+    }
+
+    /// Running totals since open: tokens, prefill and decode time, the expert cache's counters.
+    pub fn stats(&self) -> ModelStats {
+        ModelStats { cache: self.cache_stats().cloned(), ..self.stats.clone() }
+    }
+
+    /// The vocabulary size (rows of the embedding).
+    pub(crate) fn cfg_vocab(&self) -> usize {
+        self.cfg.vocab
+    }
+
+    /// Refuses a session made for another model (or another context).
+    pub(crate) fn check_session(&self, s: &Session) -> Result<()> {
+        if s.shape.identity != self.identity || s.shape.ctx != self.state.ctx {
+            return Err(Error::arg(format!(
+                "the session belongs to another model ({}, context {}): sessions run only on the model that made them",
+                s.architecture, s.shape.ctx)));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with the model's own session lent out of it (and put back whatever happens).
+    fn with_own_session<T>(&mut self, f: impl FnOnce(&mut Model, &mut Session) -> Result<T>) -> Result<T> {
+        let mut s = std::mem::replace(&mut self.session, Session::placeholder());
+        let r = f(self, &mut s);
+        self.session = s;
+        r
+    }
+
+    /// Appends `tokens` to the model's own session and returns the logits after the last one.
     pub fn eval(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.with_own_session(|m, s| m.eval_in(s, tokens).map(|_| ()))?;
+        Ok(self.logits())
+    }
+
+    /// Appends `tokens` to `session` (after a token it holds but has not computed, if any)
+    /// and returns the logits after the last one.
+    pub fn eval_in(&mut self, session: &mut Session, tokens: &[u32]) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(Error::arg("eval: no tokens"));
         }
-        self.run(tokens, LogitsOut::Last, None)?;
+        self.append(session, tokens, LogitsOut::Last, None)?;
         Ok(self.logits())
+    }
+
+    /// Appends `tokens` to the session's history and computes every token it holds but has
+    /// not computed. On failure the history goes back to what the cache holds (a recurrent
+    /// state, which a pass broken midway leaves inconsistent, is reset).
+    fn append(&mut self, s: &mut Session, tokens: &[u32], out: LogitsOut, trace: Option<&mut HiddenFn>) -> Result<()> {
+        self.check_session(s)?;
+        let (pos, before) = (s.cache.pos, s.history.len());
+        if before + tokens.len() > self.state.ctx {
+            return Err(Error::new(ErrorKind::Context, format!(
+                "{} tokens after the session's {before} exceed the context of {}", tokens.len(), self.state.ctx)));
+        }
+        s.history.extend_from_slice(tokens);
+        let t = std::time::Instant::now();
+        let r = self.run(&mut s.cache, &s.history[pos..], out, trace);
+        match r {
+            Ok(()) => {
+                self.stats.prefill_tokens += (s.history.len() - pos) as u64;
+                self.stats.prefill_time += t.elapsed();
+                Ok(())
+            }
+            Err(e) => {
+                if s.is_recurrent() && s.cache.pos != pos {
+                    s.reset();
+                } else {
+                    s.history.truncate(before.max(s.cache.pos));
+                }
+                Err(e)
+            }
+        }
     }
 
     /// The logits after the last token evaluated (zeros before any).
@@ -344,12 +484,12 @@ impl Model {
         &self.state.logits[..self.cfg.vocab]
     }
 
-    /// Appends `tokens` and calls `f(i, logits)` with the logits after each `tokens[i]`, in
-    /// order, as each prefill chunk computes them: nothing of size tokens × vocab is ever held
-    /// (a chunk's logits are computed a group of rows at a time, in a buffer the memory plan
-    /// counts). An error from `f` stops the evaluation and is returned; the session then holds
-    /// the tokens up to the end of the prefill chunk being reported. Afterwards
-    /// [`Model::logits`] is the last token's.
+    /// Appends `tokens` to the model's own session and calls `f(i, logits)` with the logits
+    /// after each `tokens[i]`, in order, as each prefill chunk computes them: nothing of size
+    /// tokens × vocab is ever held (a chunk's logits are computed a group of rows at a time, in
+    /// a buffer the memory plan counts). An error from `f` stops the evaluation and is
+    /// returned; the session then holds the tokens up to the end of the prefill chunk being
+    /// reported. Afterwards [`Model::logits`] is the last token's.
     ///
     /// ```no_run
     /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
@@ -364,27 +504,43 @@ impl Model {
         if tokens.is_empty() {
             return Err(Error::arg("eval: no tokens"));
         }
-        self.run(tokens, LogitsOut::Each(&mut f), None)
+        self.with_own_session(|m, s| {
+            let skip = s.history.len() - s.cache.pos;
+            let mut each = |i: usize, logits: &[f32]| if i >= skip { f(i - skip, logits) } else { Ok(()) };
+            m.append(s, tokens, LogitsOut::Each(&mut each), None)
+        })
     }
 
-    /// Appends `tokens` and streams the hidden states for debugging numerics: `f(slot, i,
-    /// rows)` for each prefill chunk and slot, where slot 0 is the embeddings, slot l the
-    /// residual stream after layer l and slot layers + 1 the final normed state (the layout of
-    /// the reference's `output_hidden_states`), and `rows` holds tokens `i..` of the chunk
-    /// (chunk × hidden). Calls come chunk by chunk, each chunk's slots in order; nothing is
-    /// held beyond the state.
+    /// Appends `tokens` to the model's own session and streams the hidden states for
+    /// debugging numerics: `f(slot, i, rows)` for each prefill chunk and slot, where slot 0 is
+    /// the embeddings, slot l the residual stream after layer l and slot layers + 1 the final
+    /// normed state (the layout of the reference's `output_hidden_states`), and `rows` holds
+    /// tokens `i..` of the chunk (chunk × hidden). Calls come chunk by chunk, each chunk's
+    /// slots in order; nothing is held beyond the state. The session must hold no uncomputed
+    /// token (reset it after a generation).
     pub fn hidden_states_each(&mut self, tokens: &[u32], mut f: impl FnMut(usize, usize, &[f32]) -> Result<()>) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::arg("eval: no tokens"));
         }
-        self.run(tokens, LogitsOut::Last, Some(&mut f))
+        if self.session.history.len() != self.session.cache.pos {
+            return Err(Error::arg("hidden states: the session holds a token it has not computed; reset it first"));
+        }
+        self.with_own_session(|m, s| m.append(s, tokens, LogitsOut::Last, Some(&mut f)))
     }
 
-    /// Runs `tokens` through the model in chunks.
-    fn run(&mut self, tokens: &[u32], mut out: LogitsOut, mut trace: Option<&mut HiddenFn>) -> Result<()> {
-        if self.state.pos + tokens.len() > self.state.ctx {
+    /// Runs `tokens` through the model in chunks at `cache`'s position, which the cache is lent
+    /// to the state for (and given back whatever happens).
+    pub(crate) fn run(&mut self, cache: &mut SessionCache, tokens: &[u32], out: LogitsOut, trace: Option<&mut HiddenFn>) -> Result<()> {
+        std::mem::swap(&mut self.state.cache, cache);
+        let r = self.run_lent(tokens, out, trace);
+        std::mem::swap(&mut self.state.cache, cache);
+        r
+    }
+
+    fn run_lent(&mut self, tokens: &[u32], mut out: LogitsOut, mut trace: Option<&mut HiddenFn>) -> Result<()> {
+        if self.state.cache.pos + tokens.len() > self.state.ctx {
             return Err(Error::new(ErrorKind::Context, format!(
-                "{} tokens at position {} exceed the context of {}", tokens.len(), self.state.pos, self.state.ctx)));
+                "{} tokens at position {} exceed the context of {}", tokens.len(), self.state.cache.pos, self.state.ctx)));
         }
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
             return Err(Error::arg(format!("token id {bad} is out of range (vocabulary of {})", self.cfg.vocab)));
@@ -407,7 +563,7 @@ impl Model {
     fn forward_chunk(&mut self, tokens: &[u32], start: usize, out: &mut LogitsOut, last: bool,
                      mut trace: Option<&mut HiddenFn>) -> Result<()> {
         let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, .. } = self;
-        let (n, h, pos0) = (tokens.len(), cfg.hidden, st.pos);
+        let (n, h, pos0) = (tokens.len(), cfg.hidden, st.cache.pos);
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
             w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
@@ -445,7 +601,7 @@ impl Model {
             kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &w.norm, cfg.rms_eps);
         }
         record(&mut trace, cfg.layers + 1, start, &st.h[..n * h])?;
-        st.pos += n;
+        st.cache.pos += n;
         let vocab = cfg.vocab;
         match out {
             LogitsOut::Each(f) => {
@@ -547,10 +703,10 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
         }
     }
     let layer_len = st.ctx * kvd;
-    let (pos0, base) = (st.pos, l * layer_len);
-    let kc = &mut st.k_cache.as_f32_mut()[base..base + layer_len];
+    let (pos0, base) = (st.cache.pos, l * layer_len);
+    let kc = &mut st.cache.k.as_f32_mut()[base..base + layer_len];
     kc[pos0 * kvd..(pos0 + n) * kvd].copy_from_slice(&st.k[..n * kvd]);
-    let vc = &mut st.v_cache.as_f32_mut()[base..base + layer_len];
+    let vc = &mut st.cache.v.as_f32_mut()[base..base + layer_len];
     vc[pos0 * kvd..(pos0 + n) * kvd].copy_from_slice(&st.v[..n * kvd]);
     let shape = AttnShape {
         heads: cfg.heads,
@@ -559,8 +715,8 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
         scale: 1.0 / (hd as f32).sqrt(),
         window: cfg.sliding_window[l],
     };
-    let keys = &st.k_cache.as_f32()[base..base + layer_len];
-    let values = &st.v_cache.as_f32()[base..base + layer_len];
+    let keys = &st.cache.k.as_f32()[base..base + layer_len];
+    let values = &st.cache.v.as_f32()[base..base + layer_len];
     attend(k, pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
     linear(k, pool, &a.o, &st.att, n, &mut st.out);
 }
@@ -596,6 +752,25 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
         None => crate::cache::ram::usable_ram_bytes()?,
     };
     crate::cache::plan::resolve_budget_opts(plan, usable, opts)
+}
+
+/// The identity of the model at `path` ([`session::identity`]): its config.json (a container's
+/// as converted) and the index of the tensors it loads — the trunk's, and a container's expert
+/// records by layer, encoding and shape.
+fn model_identity(path: &Path, manifest: Option<&Manifest>, ckpt: &Checkpoint) -> Result<[u8; 32]> {
+    let config = match manifest {
+        Some(m) => std::borrow::Cow::Borrowed(&m.config_json),
+        None => std::borrow::Cow::Owned(crate::format::read_json(&path.join("config.json"), 16 << 20)?),
+    };
+    let tensors: Vec<_> = ckpt.tensors().map(|(_, t)| t).collect();
+    let banks = manifest.map_or(&[][..], |m| &m.banks[..]);
+    let experts = banks.iter().flat_map(|b| b.layout.matrices.iter().enumerate().map(move |(i, x)| session::TensorLine {
+        name: session::LineName::Matrix(b.layer, i),
+        dtype: x.dtype.name(),
+        shape: [b.experts as u64, x.rows as u64, x.cols as u64],
+        bytes: (b.layout.record_bytes * b.experts) as u64,
+    }));
+    Ok(session::identity(&config, &tensors, experts))
 }
 
 /// Parameters of a container's routed experts (their matrices' elements).

@@ -1,25 +1,83 @@
-//! The run state of a decoder: the KV cache and the scratch buffers of a forward pass, sized
-//! once at open so that decoding allocates nothing.
+//! The run state of a decoder, in two parts: the scratch buffers of a forward pass, which the
+//! model owns ([`State`]), and what a conversation keeps across tokens — the K/V cache, the MLA
+//! latent cache, the KDA recurrent and convolution state, the position — which each session
+//! owns ([`SessionCache`]) and lends to the model for the passes it runs. Both are sized once
+//! (at open, at session creation) so that decoding allocates nothing.
 //!
-//! Two views of the same bytes: [`State::plan_bytes`] predicts them from the config (the
-//! memory plan, nothing allocated) and [`State::heap_bytes`] sums the capacities of the
-//! buffers actually allocated. `tests/budget.rs` checks that they agree for every model.
+//! Two views of the same bytes: `plan_bytes` predicts them from the config (the memory plan,
+//! nothing allocated) and `heap_bytes` sums the capacities of the buffers actually allocated.
+//! `tests/budget.rs` checks that they agree for every model.
 
-use super::latent::LatentState;
+use super::latent::{LatentState, Sizes as LatentSizes};
 use crate::error::Result;
 use crate::format::config::{ModelConfig, QkNorm};
 use crate::sys::{vec_bytes, AlignedBuf};
 
-/// KV cache and scratch activations.
-pub struct State {
-    /// Keys, [layer][position][kv_dim].
-    pub k_cache: AlignedBuf,
-    /// Values, [layer][position][kv_dim].
-    pub v_cache: AlignedBuf,
-    /// Positions the cache can hold.
-    pub ctx: usize,
-    /// Tokens in the cache so far.
+/// What one conversation holds across tokens: everything a forward pass reads back from earlier
+/// positions. Only the layers with ordinary attention keep keys and values; MLA layers keep a
+/// latent row per position and KDA layers a fixed-size recurrent and convolution state.
+pub struct SessionCache {
+    /// Keys, [attention layer][position][kv_dim].
+    pub k: AlignedBuf,
+    /// Values, [attention layer][position][kv_dim].
+    pub v: AlignedBuf,
+    /// Per MLA layer, ctx positions of [normalised latent c (r) | rotated k_pe (d_r)].
+    pub mla: Vec<f32>,
+    /// Per KDA layer, H recurrent states of D × D (row = key channel).
+    pub kda_state: Vec<f32>,
+    /// Per KDA layer, the last K − 1 pre-convolution q, k and v projections (oldest first).
+    pub kda_conv: Vec<f32>,
+    /// Tokens whose state is held (the next token's position).
     pub pos: usize,
+}
+
+impl SessionCache {
+    /// Bytes a session's cache holds for a model of `cfg` with context `ctx`.
+    pub fn plan_bytes(cfg: &ModelConfig, ctx: usize) -> u64 {
+        let kv = 2 * (cfg.kv_cache_layers() * ctx * cfg.kv_dim()) as u64 * 4;
+        kv + LatentSizes::of(cfg, ctx, 1, 1).state() as u64 * 4
+    }
+
+    /// Allocates a cache (zeroed: position 0).
+    pub fn new(cfg: &ModelConfig, ctx: usize) -> Result<SessionCache> {
+        let kv = cfg.kv_cache_layers() * ctx * cfg.kv_dim() * 4;
+        let s = LatentSizes::of(cfg, ctx, 1, 1);
+        Ok(SessionCache {
+            k: AlignedBuf::zeroed(kv, 64)?,
+            v: AlignedBuf::zeroed(kv, 64)?,
+            mla: vec![0.0; s.mla_cache],
+            kda_state: vec![0.0; s.kda_state],
+            kda_conv: vec![0.0; s.kda_conv],
+            pos: 0,
+        })
+    }
+
+    /// A cache of nothing: what the model's state holds while no session is lent to it.
+    pub fn empty() -> SessionCache {
+        SessionCache { k: AlignedBuf::empty(64), v: AlignedBuf::empty(64), mla: Vec::new(), kda_state: Vec::new(),
+            kda_conv: Vec::new(), pos: 0 }
+    }
+
+    /// Bytes held, from the buffers (what `plan_bytes` predicts).
+    pub fn heap_bytes(&self) -> u64 {
+        (self.k.len() + self.v.len()) as u64 + vec_bytes(&self.mla) + vec_bytes(&self.kda_state) + vec_bytes(&self.kda_conv)
+    }
+
+    /// True when the state of the first `n` held tokens can be kept while the rest are dropped:
+    /// per-position caches (K/V, MLA latents) can be cut anywhere; a KDA recurrent state has
+    /// folded every token in and can only be kept whole (`n == pos`) or dropped (`n == 0`).
+    pub fn can_truncate(&self, n: usize) -> bool {
+        n == self.pos || n == 0 || self.kda_state.is_empty()
+    }
+}
+
+/// The scratch activations of a forward pass, and the session cache lent to it.
+pub struct State {
+    /// The cache of the session being run, lent for the duration of a call (`Model::run`);
+    /// empty otherwise.
+    pub cache: SessionCache,
+    /// Positions a session's cache holds (every session of a model has the same context).
+    pub ctx: usize,
     /// Tokens a forward pass processes at once (prefill chunk).
     pub chunk: usize,
     /// Residual stream, chunk × hidden.
@@ -65,10 +123,7 @@ pub struct State {
     pub ahead_ids: Vec<u32>,
     /// One q/k norm group, for normalising in place (head_dim, or q/k width for a whole norm).
     pub norm_tmp: Vec<f32>,
-    /// Token history of a generation (prompt and generated ids): room for the whole context.
-    pub history: Vec<u32>,
-    /// DeepSeek / Kimi: the MLA latent cache and the KDA recurrent and convolution state,
-    /// which replace the K/V cache of those layers, and their scratch.
+    /// DeepSeek / Kimi: the scratch of the MLA and KDA layers.
     pub latent: LatentState,
 }
 
@@ -79,9 +134,8 @@ const LOGIT_BUFFER_BYTES: usize = 8 << 20;
 /// The element counts of every buffer of a [`State`], by field; the one description both
 /// the plan and the allocation read.
 struct Sizes {
-    kv: usize,
     f32s: [usize; 20],
-    u32s: [usize; 4],
+    u32s: [usize; 3],
     usizes: usize,
 }
 
@@ -93,44 +147,39 @@ impl Sizes {
         let moe_rows = if experts > 0 { chunk } else { 0 };
         let half = chunk * cfg.rope.dim / 2;
         Sizes {
-            // Only the layers with ordinary attention keep keys and values (MLA and KDA layers
-            // keep their own state, `LatentState`).
-            kv: cfg.kv_cache_layers() * ctx * kvd * 4,
             // x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w,
             // xs, ys, expert_out, ahead_logits, norm_tmp
             f32s: [chunk * h, chunk * h, chunk * qd, chunk * kvd, chunk * kvd, chunk * qd, chunk * h,
                 chunk * ffn, chunk * ffn, threads * ctx, half, half, State::logit_rows(cfg, chunk) * cfg.vocab,
                 chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
                 State::norm_width(cfg)],
-            // route_ids, wanted, ahead_ids, history
-            u32s: [chunk * top_k, chunk * top_k, top_k, ctx + 1],
+            // route_ids, wanted, ahead_ids
+            u32s: [chunk * top_k, chunk * top_k, top_k],
             usizes: moe_rows,
         }
     }
 }
 
 impl State {
-    /// Bytes the state will hold for a model of `cfg` with context `ctx`, prefill `chunk` and
-    /// `threads` pool participants: (KV cache, scratch). The memory plan uses this without
-    /// allocating; [`State::heap_bytes`] measures the same after [`State::new`].
-    pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> (u64, u64) {
+    /// Scratch bytes the state will hold for a model of `cfg` with context `ctx`, prefill
+    /// `chunk` and `threads` pool participants. The memory plan uses this without allocating;
+    /// [`State::heap_bytes`] measures the same after [`State::new`].
+    pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> u64 {
         let s = Sizes::new(cfg, ctx, chunk, threads);
         let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4 + s.usizes * std::mem::size_of::<usize>();
-        let (latent_state, latent_scratch) = LatentState::plan_bytes(cfg, ctx, chunk, threads);
-        (2 * s.kv as u64 + latent_state, scratch as u64 + latent_scratch)
+        scratch as u64 + LatentState::plan_bytes(cfg, ctx, chunk, threads)
     }
 
-    /// Bytes this state holds, from its buffers: (KV cache, scratch), every vector counted by
-    /// its capacity.
-    pub fn heap_bytes(&self) -> (u64, u64) {
+    /// Scratch bytes this state holds, from its buffers, every vector counted by its capacity
+    /// (a session's cache lent to it is counted with the session).
+    pub fn heap_bytes(&self) -> u64 {
         let f32s = [&self.x, &self.h, &self.q, &self.k, &self.v, &self.att, &self.out, &self.gate, &self.up,
             &self.scores, &self.cos, &self.sin, &self.logits, &self.router, &self.route_w, &self.xs, &self.ys,
             &self.expert_out, &self.ahead_logits, &self.norm_tmp];
-        let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids, &self.history];
+        let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids];
         let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
             + vec_bytes(&self.xs_slot);
-        let (latent_state, latent_scratch) = self.latent.heap_bytes();
-        ((self.k_cache.len() + self.v_cache.len()) as u64 + latent_state, scratch + latent_scratch)
+        scratch + self.latent.heap_bytes()
     }
 
     /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
@@ -169,12 +218,10 @@ impl State {
         let s = Sizes::new(cfg, ctx, chunk, threads);
         let [x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w, xs, ys, expert_out,
             ahead_logits, norm_tmp] = s.f32s.map(|n| vec![0.0f32; n]);
-        let [route_ids, wanted, ahead_ids, history] = s.u32s;
+        let [route_ids, wanted, ahead_ids] = s.u32s;
         Ok(State {
-            k_cache: AlignedBuf::zeroed(s.kv, 64)?,
-            v_cache: AlignedBuf::zeroed(s.kv, 64)?,
+            cache: SessionCache::empty(),
             ctx,
-            pos: 0,
             chunk,
             x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits,
             logit_rows: Self::logit_rows(cfg, chunk),
@@ -189,7 +236,6 @@ impl State {
             ahead_logits,
             ahead_ids: vec![0; ahead_ids],
             norm_tmp,
-            history: Vec::with_capacity(history),
             latent: LatentState::new(cfg, ctx, chunk, threads),
         })
     }
