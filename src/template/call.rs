@@ -78,7 +78,7 @@ impl Renderer<'_> {
             Object::Method(recv, name) => self.call_method(recv, name, args),
             Object::Loop(l) => {
                 let Some((stmt, scope)) = &l.recurse else {
-                    return rt("The loop must be marked as 'recursive' to call it.");
+                    return rt("The loop must have the 'recursive' marker to be called recursively.");
                 };
                 let mut p = Params::new("loop", args);
                 let items = p.get(0, "iterable")?.ok_or_else(|| RenderError::runtime("loop() needs the items to recurse into"))?;

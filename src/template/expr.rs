@@ -525,7 +525,7 @@ fn arith(op: BinOp, x: Num, y: Num, o: Origin) -> RResult<Value> {
         }
         (BinOp::FloorDiv | BinOp::Mod, I(a), I(b)) => {
             if b == 0 {
-                return rt("integer division or modulo by zero");
+                return rt(if op == BinOp::Mod { "integer modulo by zero" } else { "integer division or modulo by zero" });
             }
             let (q, r) = (a.checked_div(b).ok_or_else(overflow)?, a % b);
             let adjust = r != 0 && ((r < 0) != (b < 0));

@@ -606,7 +606,7 @@ fn round_filter(v: Value, mut p: Params) -> RResult<Value> {
     let scale = 10f64.powi(precision.clamp(-308, 308) as i32);
     match (method.as_str(), x) {
         ("common", Num::I(i)) if precision >= 0 => Ok(Value::Int(i, o)),
-        ("common", Num::I(i)) => Ok(Value::Int(((i as f64 / scale).round_ties_even() * scale) as i64, o)),
+        ("common", Num::I(i)) => Ok(Value::Int(round_int(i, -precision), o)),
         ("common", Num::F(f)) => {
             if !f.is_finite() {
                 return Ok(Value::Float(f, o));
@@ -615,7 +615,8 @@ fn round_filter(v: Value, mut p: Params) -> RResult<Value> {
                 let digits = precision.min(340) as usize;
                 format!("{f:.digits$}").parse().unwrap_or(f)
             } else {
-                (f / scale).round_ties_even() * scale
+                let factor = 10f64.powi((-precision).min(308) as i32);
+                (f / factor).round_ties_even() * factor
             };
             Ok(Value::Float(r, o))
         }
@@ -629,6 +630,14 @@ fn round_filter(v: Value, mut p: Params) -> RResult<Value> {
         }
         _ => rt("method must be common, ceil or floor"),
     }
+}
+
+/// Python's `round(i, -digits)` of an integer: to a multiple of 10^digits, ties to even.
+fn round_int(i: i64, digits: i64) -> i64 {
+    let Some(f) = u32::try_from(digits).ok().and_then(|d| 10i64.checked_pow(d)) else { return 0 };
+    let (q, r) = (i.div_euclid(f), i.rem_euclid(f));
+    let up = 2 * (r as i128) > f as i128 || (2 * (r as i128) == f as i128 && q % 2 != 0);
+    (q + up as i64).saturating_mul(f)
 }
 
 /// `truncate(length=255, killwords=False, end='...', leeway=5)`.

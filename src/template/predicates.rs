@@ -33,7 +33,7 @@ impl Renderer<'_> {
             return compare(op, v, &other);
         }
         match name {
-            "divisibleby" | "in" | "sameas" | "filter" | "test" => {
+            "divisibleby" | "in" | "sameas" => {
                 let arg = p.get(0, if name == "divisibleby" { "num" } else { "value" })?.unwrap_or_else(Value::none);
                 p.done(1)?;
                 self.test_with_arg(name, v, &arg)
@@ -62,8 +62,7 @@ impl Renderer<'_> {
                 (Value::Object(a), Value::Object(b)) => std::rc::Rc::ptr_eq(a, b),
                 _ => false,
             },
-            "filter" => arg.as_str().is_some_and(|n| super::filters::FILTERS.contains(&n)),
-            _ => arg.as_str().is_some_and(|n| TESTS.contains(&n)),
+            _ => false,
         })
     }
 
@@ -88,6 +87,9 @@ impl Renderer<'_> {
             },
             "callable" => matches!(v, Value::Object(o) if !matches!(**o, Object::Cycler { .. })),
             "escaped" => false,
+            // The tested value is the name.
+            "filter" => v.as_str().is_some_and(|n| super::filters::FILTERS.contains(&n)),
+            "test" => v.as_str().is_some_and(|n| TESTS.contains(&n)),
             "odd" | "even" => {
                 let m = self.binary(BinOp::Mod, v.clone(), Value::int(2))?;
                 super::value::py_eq(&m, &Value::int(if name == "odd" { 1 } else { 0 }))
