@@ -1,5 +1,6 @@
 //! The syntax tree of a parsed template. It holds no runtime values, so a parsed template is
-//! `Send + Sync` and can be rendered from any thread.
+//! `Send + Sync` and can be rendered from any thread. Names are shared strings, so binding
+//! one in a scope costs no allocation.
 
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ pub struct Expr {
 #[derive(Debug)]
 pub enum ExprKind {
     Lit(Literal),
-    Name(Box<str>),
+    Name(Arc<str>),
     Tuple(Vec<Expr>),
     List(Vec<Expr>),
     Dict(Vec<(Expr, Expr)>),
@@ -105,10 +106,10 @@ pub struct CallArgs {
 /// What `set`, `for` and `with` assign to.
 #[derive(Debug)]
 pub enum Target {
-    Name(Box<str>),
+    Name(Arc<str>),
     Tuple(Vec<Target>),
     /// `ns.attr` (only in `set`).
-    NsAttr(Box<str>, Box<str>),
+    NsAttr(Arc<str>, Arc<str>),
 }
 
 #[derive(Debug)]
@@ -149,8 +150,8 @@ pub struct ForStmt {
 #[derive(Debug)]
 pub struct MacroDef {
     /// `None` for a call block's `caller`.
-    pub name: Option<Box<str>>,
-    pub params: Vec<Box<str>>,
+    pub name: Option<Arc<str>>,
+    pub params: Vec<Arc<str>>,
     /// Defaults of the last `defaults.len()` parameters.
     pub defaults: Vec<Expr>,
     pub body: Vec<Stmt>,

@@ -125,16 +125,16 @@ impl Renderer<'_> {
             }
             if def.uses_caller {
                 let c = kw.iter().position(|(k, _)| k == "caller").map(|k| kw.remove(k).1);
-                r.scope.set("caller", c.unwrap_or_else(|| undefined_hint("No caller defined")));
+                r.scope.set_str("caller", c.unwrap_or_else(|| undefined_hint("No caller defined")));
             }
             if def.uses_kwargs {
                 let pairs = kw.drain(..).map(|(k, v)| (Value::markup_str(&k), v));
-                r.scope.set("kwargs", dict_of(pairs, Origin::Markup));
+                r.scope.set_str("kwargs", dict_of(pairs, Origin::Markup));
             } else if let Some((k, _)) = kw.first() {
                 return rt(format!("macro '{name}' takes no keyword argument '{k}'"));
             }
             if def.uses_varargs {
-                r.scope.set("varargs", Value::tuple(extra, Origin::Markup));
+                r.scope.set_str("varargs", Value::tuple(extra, Origin::Markup));
             }
             r.capture(|r| r.exec_block(&def.body))
         });
@@ -223,7 +223,7 @@ impl Renderer<'_> {
         if len > MAX_RANGE as i128 {
             return rt(format!("Range too big. The sandbox blocks ranges larger than MAX_RANGE ({MAX_RANGE})."));
         }
-        self.charge(len as u64 / 16)?;
+        self.charge(len as u64)?;
         let items = (0..len as i64).map(|k| Value::Int(start + k * step, origin)).collect();
         Ok(Value::list(items, Origin::Markup))
     }

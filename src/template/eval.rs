@@ -12,7 +12,6 @@ use super::pyfmt;
 use super::value::{Dict, LoopValue, MacroValue, Namespace, Object, UndefWhy, Value};
 use super::DateTime;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -21,8 +20,9 @@ use std::sync::Arc;
 pub struct Limits {
     /// Bytes of output, and of any one string or list built on the way.
     pub max_output: usize,
-    /// Steps: statements, loop iterations, expression nodes, plus one per 16 bytes of strings
-    /// and items of lists built.
+    /// Steps: one per statement and expression node, two per loop iteration, one per item of
+    /// a `range` and per 16 bytes of strings built (about 100 ns each: the default bounds a
+    /// render at a few seconds, while a real template spends a few hundred per message).
     pub max_steps: u64,
     /// Nested macro calls and recursive loops.
     pub max_calls: usize,
@@ -30,7 +30,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_output: 64 << 20, max_steps: 200_000_000, max_calls: 120 }
+        Limits { max_output: 64 << 20, max_steps: 20_000_000, max_calls: 120 }
     }
 }
 
@@ -75,10 +75,10 @@ pub fn rt<T>(msg: impl Into<String>) -> RResult<T> {
     Err(RenderError::runtime(msg))
 }
 
-/// A scope: names bound in it, and the enclosing scope.
+/// A scope: names bound in it (a handful, so a list), and the enclosing scope.
 #[derive(Debug, Default)]
 pub struct Scope {
-    vars: RefCell<HashMap<Rc<str>, Value>>,
+    vars: RefCell<Vec<(Arc<str>, Value)>>,
     parent: Option<Rc<Scope>>,
 }
 
@@ -90,15 +90,23 @@ impl Scope {
     pub fn lookup(&self, name: &str) -> Option<Value> {
         let mut s = self;
         loop {
-            if let Some(v) = s.vars.borrow().get(name) {
+            if let Some((_, v)) = s.vars.borrow().iter().find(|(k, _)| &**k == name) {
                 return Some(v.clone());
             }
             s = s.parent.as_deref()?;
         }
     }
 
-    pub fn set(&self, name: &str, v: Value) {
-        self.vars.borrow_mut().insert(Rc::from(name), v);
+    pub fn set(&self, name: &Arc<str>, v: Value) {
+        let mut vars = self.vars.borrow_mut();
+        match vars.iter_mut().find(|(k, _)| **k == **name) {
+            Some(slot) => slot.1 = v,
+            None => vars.push((name.clone(), v)),
+        }
+    }
+
+    pub fn set_str(&self, name: &str, v: Value) {
+        self.set(&Arc::from(name), v);
     }
 }
 
@@ -124,6 +132,8 @@ pub struct Renderer<'t> {
     /// holds itself) is a reference cycle.
     made_macros: Vec<Rc<Object>>,
     made_namespaces: Vec<Rc<Namespace>>,
+    /// `loop`, bound once per iteration.
+    loop_name: Arc<str>,
 }
 
 impl Drop for Renderer<'_> {
@@ -144,7 +154,7 @@ impl Drop for Renderer<'_> {
 pub fn render(tpl: &Template, vars: Vec<(String, Value)>, clock: DateTime, limits: Limits) -> RResult<Vec<(String, Origin)>> {
     let context = Rc::new(Scope::default());
     for (k, v) in vars {
-        context.set(&k, v);
+        context.set_str(&k, v);
     }
     let mut r = Renderer {
         tpl,
@@ -156,6 +166,7 @@ pub fn render(tpl: &Template, vars: Vec<(String, Value)>, clock: DateTime, limit
         calls: 0,
         made_macros: Vec::new(),
         made_namespaces: Vec::new(),
+        loop_name: Arc::from("loop"),
     };
     r.exec_block(&tpl.body)?;
     let out = r.out.pop().unwrap_or_default();
@@ -368,10 +379,10 @@ impl Renderer<'_> {
         let lp = Rc::new(Object::Loop(lv));
         let Object::Loop(lv) = &*lp else { return Ok(Flow::Normal) };
         for (i, item) in lv.items.iter().enumerate() {
-            self.charge(1)?;
+            self.charge(2)?;
             lv.index.set(i);
             let flow = self.with_scope(scope, |r| {
-                r.scope.set("loop", Value::Object(lp.clone()));
+                r.scope.set(&r.loop_name.clone(), Value::Object(lp.clone()));
                 r.assign(&f.target, item.clone())?;
                 r.exec_block(&f.body)
             })?;
@@ -387,7 +398,7 @@ impl Renderer<'_> {
     pub fn iterate(&mut self, v: &Value) -> RResult<Vec<Value>> {
         match v {
             Value::List(l) => {
-                self.charge(l.items.len() as u64 / 16)?;
+                self.charge(l.items.len() as u64 / 4)?;
                 Ok(l.items.clone())
             }
             Value::Dict(d) => Ok(d.entries().iter().map(|(k, _)| k.clone()).collect()),

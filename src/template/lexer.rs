@@ -573,7 +573,7 @@ mod tests {
             [Tok::Int(1000), Tok::Op("+"), Tok::Float(25.0), Tok::Op("//"), Tok::Int(31)]);
         assert_eq!(toks("{{ x.1.2 }}")[1..6].to_vec(), [Tok::Name("x".into()), Tok::Op("."), Tok::Int(1), Tok::Op("."), Tok::Int(2)]);
         assert_eq!(toks(r#"{{ 'a\n\x41\u00e9\'\q' "b" }}"#)[1..3].to_vec(), [Tok::Str("a\nAé'\\q".into()), Tok::Str("b".into())]);
-        assert_eq!(toks("{{ {'a': {}} }}").len(), 10);
+        assert_eq!(toks("{{ {'a': {}} }}").len(), 9);
         assert_eq!(toks("{{ 'a\nb' }}")[1], Tok::Str("a\nb".into()));
     }
 

@@ -341,9 +341,9 @@ impl Parser {
         Ok(Stmt::Macro(Arc::new(make_macro(Some(name.into()), params, defaults, body))))
     }
 
-    fn parse_signature(&mut self) -> PResult<(Vec<Box<str>>, Vec<Expr>)> {
+    fn parse_signature(&mut self) -> PResult<(Vec<Arc<str>>, Vec<Expr>)> {
         self.expect_op("(")?;
-        let mut params: Vec<Box<str>> = Vec::new();
+        let mut params: Vec<Arc<str>> = Vec::new();
         let mut defaults = Vec::new();
         while !self.is_op(")") {
             if !params.is_empty() {
@@ -843,7 +843,7 @@ impl Parser {
 }
 
 /// A macro definition, noting which of `caller`, `varargs`, `kwargs` its body mentions.
-fn make_macro(name: Option<Box<str>>, params: Vec<Box<str>>, defaults: Vec<Expr>, body: Vec<Stmt>) -> MacroDef {
+fn make_macro(name: Option<Arc<str>>, params: Vec<Arc<str>>, defaults: Vec<Expr>, body: Vec<Stmt>) -> MacroDef {
     let mut uses = [false; 3];
     walk_stmts(&body, &mut |e| {
         if let ExprKind::Name(n) = &e.kind {

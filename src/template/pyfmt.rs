@@ -69,6 +69,13 @@ pub fn write_str(v: &Value, out: &mut PBuilder) {
 
 /// Python `repr(v)`.
 pub fn write_repr(v: &Value, out: &mut PBuilder, depth: usize) {
+    repr_rec(v, out, depth, v.origin(), &mut Vec::new());
+}
+
+/// `repr` with the namespaces being printed (`active`): one that holds itself prints its
+/// attributes as `{...}` the second time, as Python's recursion guard does.
+/// `frame` is the origin of the enclosing container's structure (a string's quotes take it).
+fn repr_rec(v: &Value, out: &mut PBuilder, depth: usize, frame: Origin, active: &mut Vec<usize>) {
     if depth > MAX_PRINT_DEPTH {
         out.push("...", Origin::Markup);
         return;
@@ -79,7 +86,7 @@ pub fn write_repr(v: &Value, out: &mut PBuilder, depth: usize) {
         Value::Bool(b, o) => out.push(if *b { "True" } else { "False" }, *o),
         Value::Int(i, o) => out.push(&i.to_string(), *o),
         Value::Float(f, o) => out.push(&float_repr(*f), *o),
-        Value::Str(s) => write_repr_pstr(s, s.origin(), out),
+        Value::Str(s) => write_repr_pstr(s, frame, out),
         Value::List(l) => {
             let o = l.origin;
             out.push(if l.tuple { "(" } else { "[" }, o);
@@ -87,15 +94,21 @@ pub fn write_repr(v: &Value, out: &mut PBuilder, depth: usize) {
                 if i > 0 {
                     out.push(", ", o);
                 }
-                write_repr(item, out, depth + 1);
+                repr_rec(item, out, depth + 1, o, active);
             }
             if l.tuple && l.items.len() == 1 {
                 out.push(",", o);
             }
             out.push(if l.tuple { ")" } else { "]" }, o);
         }
-        Value::Dict(d) => write_dict_repr(d, out, depth),
+        Value::Dict(d) => write_dict_repr(d, out, depth, active),
         Value::Namespace(ns) => {
+            let id = std::rc::Rc::as_ptr(ns) as usize;
+            if active.contains(&id) {
+                out.push("<Namespace {...}>", Origin::Markup);
+                return;
+            }
+            active.push(id);
             out.push("<Namespace {", Origin::Markup);
             for (i, (k, v)) in ns.attrs.borrow().iter().enumerate() {
                 if i > 0 {
@@ -103,24 +116,25 @@ pub fn write_repr(v: &Value, out: &mut PBuilder, depth: usize) {
                 }
                 write_repr_pstr(&PStr::markup(k), Origin::Markup, out);
                 out.push(": ", Origin::Markup);
-                write_repr(v, out, depth + 1);
+                repr_rec(v, out, depth + 1, Origin::Markup, active);
             }
             out.push("}>", Origin::Markup);
+            active.pop();
         }
         Value::Object(o) => out.push(&object_repr(o), Origin::Markup),
     }
 }
 
-fn write_dict_repr(d: &Dict, out: &mut PBuilder, depth: usize) {
+fn write_dict_repr(d: &Dict, out: &mut PBuilder, depth: usize, active: &mut Vec<usize>) {
     let o = d.origin;
     out.push("{", o);
     for (i, (k, v)) in d.entries().iter().enumerate() {
         if i > 0 {
             out.push(", ", o);
         }
-        write_repr(k, out, depth + 1);
+        repr_rec(k, out, depth + 1, o, active);
         out.push(": ", o);
-        write_repr(v, out, depth + 1);
+        repr_rec(v, out, depth + 1, o, active);
     }
     out.push("}", o);
 }
@@ -217,10 +231,11 @@ impl Default for JsonOpts {
 
 /// Python `json.dumps(v, ...)`; the error is Python's `TypeError`/`ValueError` message.
 pub fn dumps(v: &Value, opts: &JsonOpts, out: &mut PBuilder) -> Result<(), String> {
-    dump(v, opts, out, 0)
+    dump(v, opts, out, 0, v.origin())
 }
 
-fn dump(v: &Value, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Result<(), String> {
+/// `frame` is the origin of the enclosing container's structure (a string's quotes take it).
+fn dump(v: &Value, opts: &JsonOpts, out: &mut PBuilder, level: usize, frame: Origin) -> Result<(), String> {
     if level > MAX_PRINT_DEPTH {
         return Err("Circular reference detected".into());
     }
@@ -229,7 +244,7 @@ fn dump(v: &Value, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Result<
         Value::Bool(b, o) => out.push(if *b { "true" } else { "false" }, *o),
         Value::Int(i, o) => out.push(&i.to_string(), *o),
         Value::Float(f, o) => out.push(&json_float(*f), *o),
-        Value::Str(s) => json_string(s, s.origin(), opts.ensure_ascii, out),
+        Value::Str(s) => json_string(s, frame, opts.ensure_ascii, out),
         Value::List(l) => {
             let o = l.origin;
             if l.items.is_empty() {
@@ -239,7 +254,7 @@ fn dump(v: &Value, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Result<
             out.push("[", o);
             for (i, item) in l.items.iter().enumerate() {
                 separate(opts, i, level + 1, o, out);
-                dump(item, opts, out, level + 1)?;
+                dump(item, opts, out, level + 1, o)?;
             }
             close(opts, level, "]", o, out);
         }
@@ -292,7 +307,7 @@ fn dump_dict(d: &Dict, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Res
     for (i, (k, v)) in entries.into_iter().enumerate() {
         separate(opts, i, level + 1, o, out);
         match k {
-            Value::Str(s) => json_string(s, s.origin(), opts.ensure_ascii, out),
+            Value::Str(s) => json_string(s, o, opts.ensure_ascii, out),
             Value::None(ko) => json_string(&PStr::new("null", *ko), *ko, false, out),
             Value::Bool(b, ko) => json_string(&PStr::new(if *b { "true" } else { "false" }, *ko), *ko, false, out),
             Value::Int(n, ko) => json_string(&PStr::new(&n.to_string(), *ko), *ko, false, out),
@@ -300,7 +315,7 @@ fn dump_dict(d: &Dict, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Res
             other => return Err(format!("keys must be str, int, float, bool or None, not {}", other.type_name())),
         }
         out.push(&opts.key_sep, o);
-        dump(v, opts, out, level + 1)?;
+        dump(v, opts, out, level + 1, o)?;
     }
     close(opts, level, "}", o, out);
     Ok(())

@@ -60,8 +60,7 @@ pub fn split(s: &PStr, sep: Option<&str>, maxsplit: i64) -> Vec<PStr> {
                     break;
                 }
                 if out.len() == limit {
-                    let end = t.trim_end_matches(py_space).len();
-                    out.push(s.slice(i, end));
+                    out.push(s.slice(i, b));
                     break;
                 }
                 let word_end = t[i..].find(py_space).map_or(b, |k| i + k);
@@ -104,8 +103,7 @@ pub fn rsplit(s: &PStr, sep: Option<&str>, maxsplit: i64) -> Vec<PStr> {
                     break;
                 }
                 if out.len() == limit {
-                    let start = t.len() - t.trim_start_matches(py_space).len();
-                    out.push(s.slice(start, end));
+                    out.push(s.slice(0, end));
                     break;
                 }
                 let word_start = t[..end].rfind(py_space).map_or(0, |k| k + t[k..].chars().next().map_or(1, char::len_utf8));
@@ -297,7 +295,8 @@ mod tests {
     fn split_as_python() {
         let s = PStr::markup("  a b\t\u{1c}c  ");
         assert_eq!(texts(split(&s, None, -1)), ["a", "b", "c"]);
-        assert_eq!(texts(split(&s, None, 1)), ["a", "b\t\u{1c}c"]);
+        assert_eq!(texts(split(&s, None, 1)), ["a", "b\t\u{1c}c  "]);
+        assert_eq!(texts(split(&s, None, 0)), ["a b\t\u{1c}c  "]);
         assert_eq!(texts(rsplit(&s, None, 1)), ["  a b", "c"]);
         assert_eq!(texts(split(&PStr::markup("a,,b,"), Some(","), -1)), ["a", "", "b", ""]);
         assert_eq!(texts(split(&PStr::markup("aaa"), Some("aa"), -1)), ["", "a"]);
