@@ -125,6 +125,7 @@ impl SpecialMatcher {
     }
 
     /// The first special in `text` at or after byte `from`: `(start, end, id)`.
+    #[cfg(test)]
     pub fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
         self.find_entry(text, from).map(|(s, e, k)| (s, e, self.entries[k].1))
     }
@@ -161,6 +162,27 @@ impl SpecialMatcher {
         None
     }
 
+    /// Like [`SpecialMatcher::find_entry`], but with `ranges` (sorted, disjoint byte ranges of
+    /// `text`) only a special that lies wholly inside one range counts: the search is
+    /// leftmost-longest within each range and never runs past its end. `None` searches
+    /// everywhere. This is how a rendered chat template's markup keeps its specials while
+    /// content between them cannot spell one (see `Tokenizer::tokenize_pieces`).
+    pub fn find_entry_in(&self, text: &str, from: usize, ranges: Option<&[(usize, usize)]>) -> Option<(usize, usize, usize)> {
+        let Some(ranges) = ranges else { return self.find_entry(text, from) };
+        let first = ranges.partition_point(|&(_, end)| end <= from);
+        for &(a, b) in &ranges[first..] {
+            let start = a.max(from);
+            // A range that does not end on a character boundary cannot hold a whole special
+            // past its last boundary; `get` refuses such a cut and the range is skipped.
+            if let (true, Some(head)) = (start < b, text.get(..b)) {
+                if let Some(hit) = self.find_entry(head, start) {
+                    return Some(hit);
+                }
+            }
+        }
+        None
+    }
+
     /// Splits `text` into ordinary segments and specials, in order.
     #[cfg(test)]
     pub fn split<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
@@ -178,6 +200,14 @@ impl SpecialMatcher {
         }
         out
     }
+}
+
+/// The parts of sorted byte `ranges` that fall in `start..start + len`, relative to `start`.
+pub fn clip_ranges(ranges: &[(usize, usize)], start: usize, len: usize) -> Vec<(usize, usize)> {
+    let end = start + len;
+    let first = ranges.partition_point(|&(_, b)| b <= start);
+    ranges[first..].iter().take_while(|&&(a, _)| a < end).map(|&(a, b)| (a.max(start) - start, b.min(end) - start))
+        .filter(|(a, b)| a < b).collect()
 }
 
 /// A piece of markup: ordinary text, or one special token.
@@ -201,6 +231,22 @@ mod tests {
         assert_eq!(m.id_of("<b>"), Some(3));
         assert_eq!(m.id_of("<b"), None);
         assert_eq!(m.id_of(""), None);
+    }
+
+    #[test]
+    fn matches_can_be_confined_to_ranges() {
+        let m = SpecialMatcher::new([("<a>".to_string(), 1), ("<a><b>".to_string(), 2), ("<b>".to_string(), 3)]);
+        let text = "<a><b>x<b>";
+        // Markup "<a>", content "<b>x", markup "<b>": the longer special would reach into
+        // content, so the one inside the markup is taken.
+        let ranges = [(0, 3), (7, 10)];
+        assert_eq!(m.find_entry_in(text, 0, Some(&ranges)), Some((0, 3, 0)));
+        assert_eq!(m.find_entry_in(text, 3, Some(&ranges)), Some((7, 10, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(3, 7)])), Some((3, 6, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(1, 6)])), Some((3, 6, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[])), None);
+        assert_eq!(m.find_entry_in(text, 0, None), Some((0, 6, 1)));
+        assert_eq!(clip_ranges(&[(0, 3), (5, 9), (12, 20)], 2, 8), vec![(0, 1), (3, 7)]);
     }
 
     /// The trie agrees with the plain definition (try every special at every position,
