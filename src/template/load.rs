@@ -47,6 +47,7 @@ pub fn builtin(name: &str) -> Result<ChatTemplate> {
     };
     let mut t = ChatTemplate::parse(name, source, Vec::new())?;
     t.end_of_turn = Some(eot.to_string());
+    t.builtin = true;
     Ok(t)
 }
 
@@ -105,6 +106,15 @@ fn template_field(cfg: &Json, path: &Path, name: Option<&str>) -> Result<Option<
         }
         Some(other) => Err(Error::config(path, "chat_template", format!("expected a string or a list of named templates, got {}", other.type_name()))),
     }
+}
+
+/// The named special tokens of a model directory's `tokenizer_config.json` (none without one).
+pub fn special_tokens_in_dir(dir: &Path) -> Result<Vec<(String, String)>> {
+    let path = dir.join("tokenizer_config.json");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    special_tokens_of(&read_json(&path)?, &path)
 }
 
 pub fn from_model_dir(dir: &Path, name: Option<&str>) -> Result<Option<ChatTemplate>> {

@@ -48,7 +48,7 @@ mod pystr;
 mod strftime;
 mod value;
 
-pub use load::NAMED_SPECIAL_TOKENS;
+pub use load::{special_tokens_in_dir, NAMED_SPECIAL_TOKENS};
 pub use strftime::DateTime;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -110,6 +110,8 @@ pub struct ChatTemplate {
     template: ast::Template,
     special_tokens: Vec<(String, String)>,
     end_of_turn: Option<String>,
+    /// A built-in's end of turn, which the special tokens do not change.
+    builtin: bool,
 }
 
 impl ChatTemplate {
@@ -125,7 +127,7 @@ impl ChatTemplate {
         let tokens = lexer::tokenize(&source).map_err(|e| err(e.msg, e.pos))?;
         let body = parser::parse(tokens).map_err(|e| err(e.msg, e.pos))?;
         let end_of_turn = special_tokens.iter().find(|(k, _)| k == "eos_token").map(|(_, v)| v.clone());
-        Ok(ChatTemplate { template: ast::Template { name: name.to_string(), source, body }, special_tokens, end_of_turn })
+        Ok(ChatTemplate { template: ast::Template { name: name.to_string(), source, body }, special_tokens, end_of_turn, builtin: false })
     }
 
     /// The template of a model directory (a Hugging Face checkpoint or a container, both of
@@ -166,6 +168,17 @@ impl ChatTemplate {
     /// The named special tokens passed to the template, `(variable, text)`.
     pub fn special_tokens(&self) -> &[(String, String)] {
         &self.special_tokens
+    }
+
+    /// The same template rendered with other special tokens (a model's, for a built-in or a
+    /// template file used with it); `eos_token` among them becomes the end of turn, except for
+    /// a built-in, which keeps its own.
+    pub fn with_special_tokens(mut self, special_tokens: Vec<(String, String)>) -> ChatTemplate {
+        if !self.builtin {
+            self.end_of_turn = special_tokens.iter().find(|(k, _)| k == "eos_token").map(|(_, v)| v.clone());
+        }
+        self.special_tokens = special_tokens;
+        self
     }
 
     /// The string that ends an assistant turn: the built-in's, or the model's `eos_token`.
