@@ -36,11 +36,15 @@ fn tokenizer_with(base: &Path, extra: &[String], normalized: bool, tag: &str) ->
     Tokenizer::from_file(&path).unwrap()
 }
 
-/// Occurrences of each special in `text`, leftmost-longest (the tokenizer's rule).
-fn count_specials(text: &str, specials: &[(String, u32)], counts: &mut HashMap<u32, usize>) {
+/// Occurrences of each special in `text`, leftmost-longest (the tokenizer's rule), counting
+/// only those whose first and last bytes `markup` accepts (brute force, independent of the
+/// tokenizer's trie).
+fn count_specials(text: &str, specials: &[(String, u32)], markup: &dyn Fn(usize) -> bool, counts: &mut HashMap<u32, usize>) {
     let mut i = 0;
     while i < text.len() {
-        let best = specials.iter().filter(|(s, _)| text[i..].starts_with(s.as_str())).max_by_key(|(s, _)| s.len());
+        let best = specials.iter()
+            .filter(|(s, _)| text[i..].starts_with(s.as_str()) && markup(i) && markup(i + s.len() - 1))
+            .max_by_key(|(s, _)| s.len());
         match best {
             Some((s, id)) => {
                 *counts.entry(*id).or_default() += 1;
@@ -74,8 +78,8 @@ fn tokenizer_for(name: &str, controls: &[String]) -> Tokenizer {
     tokenizer_with(&fixture(&format!("tokenizers/hf/{base}")), controls, false, name)
 }
 
-fn template_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture("chat_templates")).unwrap().map(|e| e.unwrap().path())
+fn template_dirs(root: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixture(root)).unwrap().map(|e| e.unwrap().path())
         .filter(|p| p.join("golden.json").is_file()).collect();
     dirs.sort();
     dirs
@@ -83,13 +87,29 @@ fn template_dirs() -> Vec<PathBuf> {
 
 #[test]
 fn control_strings_in_messages_stay_text_for_every_template() {
+    assert_eq!(check_forged("chat_templates", true), 13);
+}
+
+#[test]
+fn control_strings_in_messages_stay_text_for_more_templates() {
+    // Some of these templates spell no special token of their own (`### User:`), so only the
+    // content side is required of them.
+    assert!(check_forged("chat_templates_extra", false) >= 30);
+}
+
+/// Renders each template's `special_tokens_and_unicode` case (where it renders) and checks
+/// the control strings typed in the messages; returns how many templates were checked.
+fn check_forged(root: &str, own_required: bool) -> usize {
     let mut checked = 0;
-    for dir in template_dirs() {
+    for dir in template_dirs(root) {
         let name = dir.file_name().unwrap().to_string_lossy().into_owned();
         let tpl = ChatTemplate::from_model_dir(&dir, None).unwrap().unwrap();
         let cases = read_json(&dir.join("golden.json"));
         let case = |id: &str| cases.as_array().unwrap().iter().find(|c| c.get("case").and_then(Json::as_str) == Some(id)).unwrap().clone();
         let tricky = case("special_tokens_and_unicode");
+        if tricky.get("rendered").is_none() || case("system_user_assistant_user").get("rendered").is_none() {
+            continue; // the template refuses these conversations
+        }
         // make_golden.py put the template's control strings on the user message's first line.
         let user = tricky.get("messages").unwrap().as_array().unwrap()[1].get("content").and_then(Json::as_str).unwrap();
         let controls: Vec<String> = user.lines().next().unwrap().strip_prefix("Tokens: ").unwrap().split(' ').map(str::to_string).collect();
@@ -98,10 +118,12 @@ fn control_strings_in_messages_stay_text_for_every_template() {
         let pieces = render_case(&tpl, &tricky);
         let content: String = pieces.iter().filter(|p| !p.is_markup()).map(Piece::text).collect();
         let (mut in_markup, mut in_all, mut in_ids) = (HashMap::new(), HashMap::new(), HashMap::new());
-        for p in pieces.iter().filter(|p| p.is_markup()) {
-            count_specials(p.text(), &specials, &mut in_markup);
+        let mut mask = Vec::new();
+        for p in &pieces {
+            mask.extend(std::iter::repeat_n(p.is_markup(), p.text().len()));
         }
-        count_specials(&pieces_text(&pieces), &specials, &mut in_all);
+        count_specials(&pieces_text(&pieces), &specials, &|i| mask[i], &mut in_markup);
+        count_specials(&pieces_text(&pieces), &specials, &|_| true, &mut in_all);
         let ids = tok.tokenize_pieces(&pieces);
         for id in &ids {
             *in_ids.entry(*id).or_default() += 1;
@@ -117,14 +139,14 @@ fn control_strings_in_messages_stay_text_for_every_template() {
             assert_eq!(markup_ids.iter().filter(|&&x| x == id).count(), a, "{name}: {c}: whole-text markup encoding");
             own += m;
         }
-        assert!(own > 0, "{name}: the template's own markup produced no control id");
+        assert!(own > 0 || !own_required, "{name}: the template's own markup produced no control id");
         // Without control strings in the content, the ids are Hugging Face's for the prompt.
         let plain = render_case(&tpl, &case("system_user_assistant_user"));
         assert_eq!(tok.tokenize_pieces(&plain), tok.tokenize_markup(&pieces_text(&plain)), "{name}: plain conversation");
         checked += 1;
     }
-    println!("forged control tokens: {checked} templates checked");
-    assert_eq!(checked, 13);
+    println!("forged control tokens: {checked} templates of {root} checked");
+    checked
 }
 
 fn qwen2() -> Tokenizer {
@@ -148,6 +170,12 @@ fn pieces_resolve_specials_only_inside_markup() {
     // A special spelled half by the template and half by the user is text.
     let straddle = [Piece::Markup("x<|im_".into()), Piece::Content("end|>".into())];
     assert_eq!(tok.tokenize_pieces(&straddle), tok.tokenize("x<|im_end|>"));
+    // A special the template assembles around a value (Phi-3's `'<|' + role + '|>'`) begins
+    // and ends in markup: a control token, as in Hugging Face's prompt.
+    let assembled = [Piece::Markup("<|".into()), Piece::Content("im_end".into()), Piece::Markup("|>".into())];
+    assert_eq!(tok.tokenize_pieces(&assembled), vec![end]);
+    let half = [Piece::Markup("<|".into()), Piece::Content("im_end|>".into())];
+    assert!(!tok.tokenize_pieces(&half).contains(&end));
     // Adjacent markup pieces act as one.
     let split = [Piece::Markup("<|im_".into()), Piece::Markup("end|>".into())];
     assert_eq!(tok.tokenize_pieces(&split), vec![end]);

@@ -350,6 +350,15 @@ impl Renderer<'_> {
             let (a, b) = (to_pstr(&l), to_pstr(&r));
             return self.concat(&a, &b);
         }
+        // Python asks the undefined operand (its `__radd__`...) before a str or list can
+        // complain about the type; only `str % x` formats first (an undefined prints empty).
+        match (&l, &r) {
+            (Value::Str(a), _) if op == BinOp::Mod => {
+                return percent_format(a, &r).map(Value::Str).map_err(RenderError::runtime);
+            }
+            (Value::Undefined(u), _) | (_, Value::Undefined(u)) => return Err(undefined_error(u)),
+            _ => {}
+        }
         match (&l, &r) {
             (Value::Str(a), Value::Str(b)) if op == BinOp::Add => return self.concat(a, b),
             (Value::List(a), Value::List(b)) if op == BinOp::Add && a.tuple == b.tuple => {
@@ -357,9 +366,6 @@ impl Renderer<'_> {
                 let items = a.items.iter().chain(&b.items).cloned().collect();
                 let o = a.origin.join(b.origin);
                 return Ok(if a.tuple { Value::tuple(items, o) } else { Value::list(items, o) });
-            }
-            (Value::Str(a), _) if op == BinOp::Mod => {
-                return percent_format(a, &r).map(Value::Str).map_err(RenderError::runtime);
             }
             (Value::Str(_) | Value::List(_), Value::Int(..) | Value::Bool(..)) if op == BinOp::Mul => return self.repeat(&l, &r),
             (Value::Int(..) | Value::Bool(..), Value::Str(_) | Value::List(_)) if op == BinOp::Mul => return self.repeat(&r, &l),
@@ -370,7 +376,6 @@ impl Renderer<'_> {
                 let kind = if a.tuple { "tuple" } else { "list" };
                 return rt(format!("can only concatenate {kind} (not \"{}\") to {kind}", r.type_name()));
             }
-            (Value::Undefined(u), _) | (_, Value::Undefined(u)) => return Err(undefined_error(u)),
             _ => {}
         }
         match (number(&l), number(&r)) {

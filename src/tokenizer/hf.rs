@@ -368,9 +368,10 @@ impl HfTokenizer {
     }
 
     /// Markup encoding (see [`HfTokenizer::encode`]) where an added token is cut out only
-    /// where it lies wholly inside one of `ranges` (sorted byte ranges of `text`; `None`:
-    /// anywhere). Tokens matched after normalization are confined to the normalized images of
-    /// the ranges (see [`HfTokenizer::normalized_ranges`]).
+    /// where its first and last characters lie in `ranges` (sorted byte ranges of `text`;
+    /// `None`: anywhere; see `SpecialMatcher::find_entry_in`). Tokens matched after
+    /// normalization use the normalized images of the ranges (see
+    /// [`HfTokenizer::normalized_ranges`]).
     pub fn encode_markup(&self, text: &str, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
         let mut w = Work::default();
         self.split_added(&self.raw_markup, &self.raw_flags, text, ranges, &mut |cut| match cut {
@@ -425,8 +426,8 @@ impl HfTokenizer {
     }
 
     /// Cuts the added tokens of `m` out of `text`, calling `f` for each stretch of text
-    /// between them (with its offset) and for each token; with `ranges`, only tokens wholly
-    /// inside one range count. `lstrip`/`rstrip` take the adjacent whitespace
+    /// between them (with its offset) and for each token; with `ranges`, only tokens that
+    /// begin and end in a range count. `lstrip`/`rstrip` take the adjacent whitespace
     /// (`char::is_whitespace`: the Unicode White_Space property that the library's `\s`
     /// means) into the token, but lstrip never reaches back into an earlier token.
     fn split_added(&self, m: &SpecialMatcher, flags: &[(bool, bool)], text: &str, ranges: Option<&[(usize, usize)]>, f: &mut dyn FnMut(Cut)) {

@@ -191,13 +191,15 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
     }
 
     /// Encodes a rendered chat template ([`crate::template::ChatTemplate::render`]): a
-    /// special-token string becomes its control id only where it lies wholly inside one
-    /// [`Piece::Markup`](crate::template::Piece); everything between those control tokens —
-    /// markup and content alike, across piece boundaries — is encoded as ordinary text in one
-    /// go, through the same pipeline as [`Tokenizer::tokenize_markup`]. So the ids equal
-    /// `tokenize_markup` of the concatenated text (what Hugging Face gets for the prompt)
-    /// whenever the content holds no special-token string, and content can never produce a
-    /// control id. No BOS is added: the template writes its own.
+    /// special-token string becomes its control id only where its first and last characters
+    /// are markup — wholly inside a [`Piece::Markup`](crate::template::Piece), or assembled by
+    /// the template around a value (`'<|' + message.role + '|>'`, as Phi-3 and GLM write
+    /// their role tokens). One that begins or ends in content, in particular one a user typed
+    /// in a message, stays text. Everything between those control tokens — markup and content
+    /// alike, across piece boundaries — is encoded as ordinary text in one go, through the
+    /// same pipeline as [`Tokenizer::tokenize_markup`]. So the ids equal `tokenize_markup` of
+    /// the concatenated text (what Hugging Face gets for the prompt) whenever no special
+    /// begins or ends in content. No BOS is added: the template writes its own.
     pub fn tokenize_pieces(&self, pieces: &[crate::template::Piece]) -> Vec<u32> {
         let mut text = String::with_capacity(pieces.iter().map(|p| p.text().len()).sum());
         let mut markup: Vec<(usize, usize)> = Vec::new();

@@ -163,20 +163,41 @@ impl SpecialMatcher {
     }
 
     /// Like [`SpecialMatcher::find_entry`], but with `ranges` (sorted, disjoint byte ranges of
-    /// `text`) only a special that lies wholly inside one range counts: the search is
-    /// leftmost-longest within each range and never runs past its end. `None` searches
-    /// everywhere. This is how a rendered chat template's markup keeps its specials while
-    /// content between them cannot spell one (see `Tokenizer::tokenize_pieces`).
+    /// `text`: the markup of a rendered chat template) a special counts only where its first
+    /// and its last character lie in a range — wholly inside one, or assembled by the template
+    /// around other text (`'<|' + message.role + '|>'`). The leftmost such start wins, and the
+    /// longest such special there; one that begins or ends outside the ranges (in particular
+    /// one wholly inside content) is text. `None` searches everywhere.
     pub fn find_entry_in(&self, text: &str, from: usize, ranges: Option<&[(usize, usize)]>) -> Option<(usize, usize, usize)> {
         let Some(ranges) = ranges else { return self.find_entry(text, from) };
+        if self.entries.is_empty() {
+            return None;
+        }
+        let inside = |pos: usize| {
+            let k = ranges.partition_point(|&(_, end)| end <= pos);
+            ranges.get(k).is_some_and(|&(a, _)| a <= pos)
+        };
+        let b = text.as_bytes();
         let first = ranges.partition_point(|&(_, end)| end <= from);
-        for &(a, b) in &ranges[first..] {
-            let start = a.max(from);
-            // A range that does not end on a character boundary cannot hold a whole special
-            // past its last boundary; `get` refuses such a cut and the range is skipped.
-            if let (true, Some(head)) = (start < b, text.get(..b)) {
-                if let Some(hit) = self.find_entry(head, start) {
-                    return Some(hit);
+        for &(a, e) in &ranges[first..] {
+            for i in a.max(from)..e.min(b.len()) {
+                let mut node = self.root[b[i] as usize] as usize;
+                if node == 0 {
+                    continue;
+                }
+                let mut best = None;
+                let mut j = i + 1;
+                loop {
+                    let entry = self.nodes[node].entry;
+                    if entry != NO_ENTRY && inside(j - 1) {
+                        best = Some((j, entry as usize));
+                    }
+                    let Some(next) = b.get(j).and_then(|&c| self.child(node, c)) else { break };
+                    node = next;
+                    j += 1;
+                }
+                if let Some((end, k)) = best {
+                    return Some((i, end, k));
                 }
             }
         }
@@ -246,6 +267,11 @@ mod tests {
         assert_eq!(m.find_entry_in(text, 0, Some(&[(1, 6)])), Some((3, 6, 2)));
         assert_eq!(m.find_entry_in(text, 0, Some(&[])), None);
         assert_eq!(m.find_entry_in(text, 0, None), Some((0, 6, 1)));
+        // Assembled around other text: first and last characters in markup.
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(0, 1), (5, 6)])), Some((0, 6, 1)));
+        // Begins in markup, ends outside: text.
+        assert_eq!(m.find_entry_in("<a>", 0, Some(&[(0, 2)])), None);
+        assert_eq!(m.find_entry_in("<a>", 0, Some(&[(1, 3)])), None);
         assert_eq!(clip_ranges(&[(0, 3), (5, 9), (12, 20)], 2, 8), vec![(0, 1), (3, 7)]);
     }
 

@@ -360,8 +360,8 @@ impl Tiktoken {
         self.encode_within(text, markup, None, cc, out);
     }
 
-    /// Encodes with specials resolved only where they lie wholly inside one of `ranges`
-    /// (sorted byte ranges of `text`; `None`: anywhere, when `markup`).
+    /// Encodes with specials resolved only where they begin and end in `ranges` (sorted byte
+    /// ranges of `text`; `None`: anywhere, when `markup`).
     pub fn encode_within(&self, text: &str, markup: bool, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
         if self.kimi_cuts {
             let mut base = 0;
