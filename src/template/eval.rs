@@ -161,7 +161,7 @@ pub fn render(tpl: &Template, vars: Vec<(String, Value)>, clock: DateTime, limit
         clock,
         limits,
         scope: Scope::child(&context),
-        out: vec![PBuilder::new()],
+        out: vec![PBuilder::with_limit(limits.max_output.saturating_add(1))],
         steps: 0,
         calls: 0,
         made_macros: Vec::new(),
@@ -185,6 +185,17 @@ impl Renderer<'_> {
             });
         }
         Ok(())
+    }
+
+    /// Charges for a value a filter, method or function made: a step per 16 bytes of a string,
+    /// per 4 items of a list or dict.
+    pub fn charge_result(&mut self, v: &Value) -> RResult<()> {
+        match v {
+            Value::Str(s) => self.charge(s.len() as u64 / 16),
+            Value::List(l) => self.charge(l.items.len() as u64 / 4),
+            Value::Dict(d) => self.charge(d.len() as u64 / 4),
+            _ => Ok(()),
+        }
     }
 
     /// Charges for building `bytes` bytes (or items) and refuses sizes over the output limit.
@@ -237,7 +248,7 @@ impl Renderer<'_> {
 
     /// Runs `f` with a fresh output buffer and returns what it wrote.
     pub fn capture(&mut self, f: impl FnOnce(&mut Self) -> RResult<Flow>) -> RResult<(PStr, Flow)> {
-        self.out.push(PBuilder::new());
+        self.out.push(PBuilder::with_limit(self.limits.max_output.saturating_add(1)));
         let r = f(self);
         let out = self.out.pop().unwrap_or_default();
         Ok((out.finish(), r?))

@@ -4,7 +4,7 @@
 
 use super::ast::{BinOp, CallArgs, CmpOp, Expr, ExprKind, Literal};
 use super::eval::{rt, undefined_hint, RResult, RenderError, Renderer, MAX_VALUE_NESTING};
-use super::pstr::{Origin, PBuilder, PStr};
+use super::pstr::{Origin, PBuilder, PStr, MAX_STRING};
 use super::pystr::{byte_at, char_len};
 use super::pyfmt::{percent_format, to_pstr};
 use super::value::{number, py_cmp, py_eq, Builtin, Dict, Num, Object, UndefWhy, Undefined, Value};
@@ -93,6 +93,12 @@ impl Renderer<'_> {
         if v.nesting() > MAX_VALUE_NESTING {
             return Err(RenderError::runtime(format!("a value nested more than {MAX_VALUE_NESTING} containers deep")).at(e.pos));
         }
+        // Builders stop at MAX_STRING bytes: a string that long may be cut short, so it is an
+        // error rather than a value.
+        if matches!(&v, Value::Str(s) if s.len() >= MAX_STRING) {
+            return Err(RenderError { class: super::eval::ErrorClass::Limit, pos: Some(e.pos as usize),
+                msg: format!("a string of {MAX_STRING} bytes or more would be built") });
+        }
         Ok(v)
     }
 
@@ -135,13 +141,17 @@ impl Renderer<'_> {
             ExprKind::Call(callee, args) => {
                 let f = self.eval(callee)?;
                 let a = self.eval_args(args)?;
-                self.call_value(&f, a)?
+                let v = self.call_value(&f, a)?;
+                self.charge_result(&v)?;
+                v
             }
             ExprKind::Filter(value, name, args) => {
                 let Some(value) = value else { return rt("a filter without a value") };
                 let v = self.eval(value)?;
                 let a = self.eval_args(args)?;
-                self.apply_filter(name, v, a)?
+                let v = self.apply_filter(name, v, a)?;
+                self.charge_result(&v)?;
+                v
             }
             ExprKind::Test(value, name, args) => {
                 let v = self.eval(value)?;

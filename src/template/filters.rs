@@ -263,6 +263,9 @@ impl Renderer<'_> {
             return rt("batch size must be positive");
         }
         let items = self.iterate(&v)?;
+        if fill.is_some() {
+            self.charge_size(items.len().saturating_add(n as usize))?;
+        }
         let mut out = Vec::new();
         for chunk in items.chunks(n as usize) {
             let mut row = chunk.to_vec();

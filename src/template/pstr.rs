@@ -132,11 +132,25 @@ impl PStr {
     }
 }
 
+/// No string the interpreter builds grows past this many bytes (see [`PBuilder::is_full`]).
+pub const MAX_STRING: usize = 64 << 20;
+
 /// Builds a [`PStr`] piece by piece; adjacent pushes of one origin merge into one run.
-#[derive(Debug, Default)]
+///
+/// A builder is bounded: once it holds `limit` bytes it drops further pushes, so printing a
+/// huge value cannot exhaust memory; whoever built it checks [`PBuilder::is_full`] (the
+/// evaluator refuses any string of [`MAX_STRING`] bytes or more, and output past its limit).
+#[derive(Debug)]
 pub struct PBuilder {
     text: String,
     runs: Vec<Run>,
+    limit: usize,
+}
+
+impl Default for PBuilder {
+    fn default() -> PBuilder {
+        PBuilder::with_limit(MAX_STRING)
+    }
 }
 
 impl PBuilder {
@@ -144,12 +158,22 @@ impl PBuilder {
         PBuilder::default()
     }
 
+    /// A builder that stops growing at `limit` bytes.
+    pub fn with_limit(limit: usize) -> PBuilder {
+        PBuilder { text: String::new(), runs: Vec::new(), limit }
+    }
+
     pub fn len(&self) -> usize {
         self.text.len()
     }
 
+    /// The limit is reached: what was pushed since is lost.
+    pub fn is_full(&self) -> bool {
+        self.text.len() >= self.limit
+    }
+
     pub fn push(&mut self, s: &str, origin: Origin) {
-        if s.is_empty() {
+        if s.is_empty() || self.is_full() {
             return;
         }
         self.text.push_str(s);

@@ -91,6 +91,9 @@ fn repr_rec(v: &Value, out: &mut PBuilder, depth: usize, frame: Origin, active: 
             let o = l.origin;
             out.push(if l.tuple { "(" } else { "[" }, o);
             for (i, item) in l.items.iter().enumerate() {
+                if out.is_full() {
+                    return;
+                }
                 if i > 0 {
                     out.push(", ", o);
                 }
@@ -129,6 +132,9 @@ fn write_dict_repr(d: &Dict, out: &mut PBuilder, depth: usize, active: &mut Vec<
     let o = d.origin;
     out.push("{", o);
     for (i, (k, v)) in d.entries().iter().enumerate() {
+        if out.is_full() {
+            return;
+        }
         if i > 0 {
             out.push(", ", o);
         }
@@ -253,6 +259,9 @@ fn dump(v: &Value, opts: &JsonOpts, out: &mut PBuilder, level: usize, frame: Ori
             }
             out.push("[", o);
             for (i, item) in l.items.iter().enumerate() {
+                if out.is_full() {
+                    return Ok(());
+                }
                 separate(opts, i, level + 1, o, out);
                 dump(item, opts, out, level + 1, o)?;
             }
@@ -305,6 +314,9 @@ fn dump_dict(d: &Dict, opts: &JsonOpts, out: &mut PBuilder, level: usize) -> Res
     }
     out.push("{", o);
     for (i, (k, v)) in entries.into_iter().enumerate() {
+        if out.is_full() {
+            return Ok(());
+        }
         separate(opts, i, level + 1, o, out);
         match k {
             Value::Str(s) => json_string(s, o, opts.ensure_ascii, out),
@@ -361,6 +373,10 @@ fn json_string(s: &PStr, quote_origin: Origin, ensure_ascii: bool, out: &mut PBu
     out.push("\"", quote_origin);
 }
 
+/// Widths and precisions of `%` formatting are at most this (Python has no bound; a huge
+/// one would only build a huge string).
+const MAX_FIELD: usize = 1 << 16;
+
 /// Python's printf-style `fmt % args` (conversions s r a d i u f F e E x X o c %, flags
 /// `-+ 0#`, width and precision, `%(key)s` with a dict). Errors are Python's messages.
 pub fn percent_format(fmt: &PStr, args: &Value) -> Result<PStr, String> {
@@ -401,7 +417,8 @@ pub fn percent_format(fmt: &PStr, args: &Value) -> Result<PStr, String> {
                 let v = positional.get(next).ok_or("not enough arguments for format string")?;
                 next += 1;
                 return match v {
-                    Value::Int(n, _) => Ok(Some((*n).max(0) as usize)),
+                    Value::Int(n, _) if *n <= MAX_FIELD as i64 => Ok(Some((*n).max(0) as usize)),
+                    Value::Int(..) => Err(format!("a width or precision over {MAX_FIELD} is not supported")),
                     _ => Err("* wants int".into()),
                 };
             }
@@ -409,7 +426,11 @@ pub fn percent_format(fmt: &PStr, args: &Value) -> Result<PStr, String> {
             while bytes.get(*i).is_some_and(u8::is_ascii_digit) {
                 *i += 1;
             }
-            Ok(if *i > start { text[start..*i].parse().ok() } else { None })
+            match text[start..*i].parse::<usize>() {
+                _ if *i == start => Ok(None),
+                Ok(n) if n <= MAX_FIELD => Ok(Some(n)),
+                _ => Err(format!("a width or precision over {MAX_FIELD} is not supported")),
+            }
         };
         let width = take_star(&mut i)?;
         let precision = if bytes.get(i) == Some(&b'.') {
