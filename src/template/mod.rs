@@ -126,6 +126,7 @@ impl ChatTemplate {
         };
         let tokens = lexer::tokenize(&source).map_err(|e| err(e.msg, e.pos))?;
         let body = parser::parse(tokens).map_err(|e| err(e.msg, e.pos))?;
+        parser::check_names(&body, &filters::is_filter, &predicates::is_test).map_err(|e| err(e.msg, e.pos))?;
         let end_of_turn = special_tokens.iter().find(|(k, _)| k == "eos_token").map(|(_, v)| v.clone());
         Ok(ChatTemplate { template: ast::Template { name: name.to_string(), source, body }, special_tokens, end_of_turn, builtin: false })
     }
