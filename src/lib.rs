@@ -27,6 +27,7 @@
 //! [`tokenizer`] at the edges.
 
 pub mod cache;
+mod chat;
 mod error;
 pub mod format;
 pub mod generate;
@@ -88,6 +89,7 @@ pub use kernels::CpuList;
 pub use model::session::Session;
 pub use model::{Model, ModelInfo, ModelStats};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
+pub use chat::model_chat_template;
 pub use template::{ChatTemplate, Piece, RenderOptions};
 pub use tokenizer::{Detokenizer, Tokenizer};
 pub use cache::{CacheOptions, CacheStats};

@@ -36,6 +36,7 @@ pub type Outcome = Result<(), Failure>;
 pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
     match name {
         "run" => run(a),
+        "chat" => super::chat::chat(a),
         "eval" => eval(a),
         "info" => info(a),
         "bench" => bench(a),
@@ -127,7 +128,7 @@ fn read_stdin() -> Result<String, Failure> {
     Ok(s)
 }
 
-fn sampling(a: &Args) -> Result<(SamplingParams, bool), Failure> {
+pub(super) fn sampling(a: &Args) -> Result<(SamplingParams, bool), Failure> {
     let mut p = SamplingParams::default();
     if let Some(t) = a.num("temp", 0.0f32, 100.0)? {
         p.temperature = t;

@@ -7,6 +7,7 @@
 
 mod args;
 mod bench_matmul;
+mod chat;
 mod commands;
 mod moe;
 mod out;
@@ -41,7 +42,7 @@ const STATE_OPTS: &[Opt] = &[
     path("save-state", "PATH", "save the session to PATH afterwards (written atomically)"),
 ];
 
-const SAMPLING_OPTS: &[Opt] = &[
+pub(crate) const SAMPLING_OPTS: &[Opt] = &[
     Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to generate (default 256)" },
     val("temp", "F", "temperature, 0 = greedy (default 0.8)"),
     val("top-k", "N", "keep the k most likely tokens, 0 = off (default 40)"),
@@ -50,7 +51,6 @@ const SAMPLING_OPTS: &[Opt] = &[
     val("repeat-penalty", "F", "penalty on the last 64 tokens, 1 = off (default 1)"),
     val("seed", "N", "random seed (default: from the clock, printed)"),
     Opt { long: "stop", short: None, value: Some("STR"), repeat: true, path: false, help: "stop when the text contains STR (repeatable)" },
-    path("file", "F", "read the prompt from file F"),
     flag("ignore-eos", "keep generating past end-of-sequence tokens"),
 ];
 
@@ -66,7 +66,7 @@ T s | stop: WHY]` (plus `seed K` when the seed came from the clock), where N cou
 S and X time the decode steps after the first token (each one forward pass and one sampling, output time \
 excluded), the prefill is the prompt's forward pass and the first token's sampling, and WHY is \
 end of sequence, stop string, token limit or context full.",
-    opts: &[SAMPLING_OPTS, STATE_OPTS, MODEL_OPTS, HELP_OPT],
+    opts: &[SAMPLING_OPTS, &[path("file", "F", "read the prompt from file F")], STATE_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
 };
 
@@ -187,7 +187,7 @@ Given a container, reads its banks' records in a scattered order, as the engine 
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL,
+const COMMANDS: &[&Command] = &[&RUN, &chat::CHAT, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL,
     &tokenize::BENCH_TOKENIZE, &plan::PLAN, &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE,
     &template::TEMPLATE, &RANDOM_MODEL, &VERSION];
 

@@ -54,13 +54,15 @@ fn choose(a: &Args) -> Result<ChatTemplate, Failure> {
     if !model.is_dir() {
         return Ok(ChatTemplate::from_file(model, name)?);
     }
-    ChatTemplate::from_model_dir(model, name)?.ok_or_else(|| Failure::Run(waste::Error::config(&model.join("tokenizer_config.json"),
-        "chat_template", "missing (and there is no chat_template.jinja or chat_template.json): this model ships no chat template; \
-choose one with --template chatml|llama3|FILE")))
+    match ChatTemplate::from_model_dir(model, name)? {
+        Some(t) => Ok(t),
+        // The error that names the missing field.
+        None => Ok(waste::model_chat_template(model)?),
+    }
 }
 
 /// `--var NAME=JSON`, each value parsed as JSON.
-fn vars(a: &Args) -> Result<Vec<(String, Json)>, Failure> {
+pub(super) fn vars(a: &Args) -> Result<Vec<(String, Json)>, Failure> {
     let mut out = Vec::new();
     for v in a.values("var") {
         let Some((name, value)) = v.split_once('=').filter(|(n, _)| !n.is_empty()) else {

@@ -249,6 +249,11 @@ impl Model {
         })
     }
 
+    /// The directory the model was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The model's config.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg

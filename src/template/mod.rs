@@ -79,6 +79,23 @@ impl Piece {
 }
 
 /// The pieces' text, concatenated: the prompt as Hugging Face renders it.
+/// The pieces of a rendering after its first `skip` bytes (which must end on a character
+/// boundary): what a later rendering adds to an earlier one it begins with.
+pub fn pieces_after(pieces: &[Piece], mut skip: usize) -> Vec<Piece> {
+    let mut out = Vec::new();
+    for p in pieces {
+        let t = p.text();
+        if skip >= t.len() {
+            skip -= t.len();
+            continue;
+        }
+        let rest = t.get(skip..).unwrap_or("").to_string();
+        skip = 0;
+        out.push(if p.is_markup() { Piece::Markup(rest) } else { Piece::Content(rest) });
+    }
+    out
+}
+
 pub fn pieces_text(pieces: &[Piece]) -> String {
     pieces.iter().map(Piece::text).collect()
 }

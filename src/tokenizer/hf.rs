@@ -364,15 +364,16 @@ impl HfTokenizer {
             self.encode_normalized(&norm, true, cc, &mut Work::default(), out);
             return;
         }
-        self.encode_markup(text, None, cc, out);
+        self.encode_markup(text, None, false, cc, out);
     }
 
     /// Markup encoding (see [`HfTokenizer::encode`]) where an added token is cut out only
     /// where its first and last characters lie in `ranges` (sorted byte ranges of `text`;
     /// `None`: anywhere; see `SpecialMatcher::find_entry_in`). Tokens matched after
     /// normalization use the normalized images of the ranges (see
-    /// [`HfTokenizer::normalized_ranges`]).
-    pub fn encode_markup(&self, text: &str, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
+    /// [`HfTokenizer::normalized_ranges`]). With `continued`, `text` follows text encoded
+    /// earlier: its first stretch is not the sequence's first (no first-only Metaspace prefix).
+    pub fn encode_markup(&self, text: &str, ranges: Option<&[(usize, usize)]>, continued: bool, cc: &CharClasses, out: &mut Vec<u32>) {
         let mut w = Work::default();
         self.split_added(&self.raw_markup, &self.raw_flags, text, ranges, &mut |cut| match cut {
             Cut::Token(id) => out.push(id),
@@ -381,7 +382,7 @@ impl HfTokenizer {
                 let norm_ranges = ranges.map(|r| self.normalized_ranges(seg, &norm, &super::specials::clip_ranges(r, at, seg.len())));
                 self.split_added(&self.norm_markup, &self.norm_flags, &norm, norm_ranges.as_deref(), &mut |cut| match cut {
                     Cut::Token(id) => out.push(id),
-                    Cut::Text(piece, at_n) => self.encode_normalized(piece, at == 0 && at_n == 0, cc, &mut w, out),
+                    Cut::Text(piece, at_n) => self.encode_normalized(piece, !continued && at == 0 && at_n == 0, cc, &mut w, out),
                 });
             }
         });

@@ -201,6 +201,19 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
     /// the concatenated text (what Hugging Face gets for the prompt) whenever no special
     /// begins or ends in content. No BOS is added: the template writes its own.
     pub fn tokenize_pieces(&self, pieces: &[crate::template::Piece]) -> Vec<u32> {
+        self.encode_pieces(pieces, false)
+    }
+
+    /// [`Tokenizer::tokenize_pieces`] for pieces that continue text encoded earlier (the new
+    /// turns of a conversation whose earlier part a session holds): the text is not the start
+    /// of a sequence, so it gets no SentencePiece dummy-prefix space and no first-only
+    /// `Metaspace` prefix. Byte-level and tiktoken vocabularies encode it as `tokenize_pieces`
+    /// does.
+    pub fn tokenize_pieces_continued(&self, pieces: &[crate::template::Piece]) -> Vec<u32> {
+        self.encode_pieces(pieces, true)
+    }
+
+    fn encode_pieces(&self, pieces: &[crate::template::Piece], continued: bool) -> Vec<u32> {
         let mut text = String::with_capacity(pieces.iter().map(|p| p.text().len()).sum());
         let mut markup: Vec<(usize, usize)> = Vec::new();
         for p in pieces {
@@ -215,9 +228,9 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
         }
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         match &self.kind {
-            Kind::SentencePiece(sp) => return sp.encode(&text),
+            Kind::SentencePiece(sp) => return sp.encode_with(&text, !continued),
             Kind::Tiktoken(t) => t.encode_within(&text, true, Some(&markup), self.classes(), &mut out),
-            Kind::Hf(h) => h.encode_markup(&text, Some(&markup), self.classes(), &mut out),
+            Kind::Hf(h) => h.encode_markup(&text, Some(&markup), continued, self.classes(), &mut out),
         }
         out
     }

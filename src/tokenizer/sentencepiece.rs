@@ -120,10 +120,16 @@ impl SentencePiece {
 
     /// Encodes `text` with the dummy-prefix space, no BOS.
     pub fn encode(&self, text: &str) -> Vec<u32> {
+        self.encode_with(text, true)
+    }
+
+    /// Encodes `text`, with the dummy-prefix space when `dummy_prefix` (text that continues
+    /// earlier text has none).
+    pub fn encode_with(&self, text: &str, dummy_prefix: bool) -> Vec<u32> {
         if text.is_empty() {
             return Vec::new();
         }
-        let piece = format!(" {text}");
+        let piece = if dummy_prefix { format!(" {text}") } else { text.to_string() };
         let b = piece.as_bytes();
         let mut init: Vec<Sym> = Vec::with_capacity(b.len());
         for (i, c) in piece.char_indices() {
@@ -131,7 +137,7 @@ impl SentencePiece {
             match self.table.find(&b[i..end]) {
                 Some(id) => init.push(Sym { start: i, end, id, mergeable: true }),
                 // The dummy prefix is skipped when the vocabulary has no space piece.
-                None if i == 0 => {}
+                None if i == 0 && dummy_prefix => {}
                 None => init.extend((i..end).map(|k| Sym {
                     start: k,
                     end: k + 1,
