@@ -455,14 +455,18 @@ impl Model {
     }
 
     /// Appends `tokens` to the session's history and computes every token it holds but has
-    /// not computed. On failure the history goes back to what the cache holds (a recurrent
-    /// state, which a pass broken midway leaves inconsistent, is reset).
+    /// not computed. Bad input is refused before anything changes; a pass that fails midway
+    /// (an expert record that cannot be read) leaves the history at what the cache holds — and
+    /// a recurrent state, which such a pass may have advanced without its position, is reset.
     fn append(&mut self, s: &mut Session, tokens: &[u32], out: LogitsOut, trace: Option<&mut HiddenFn>) -> Result<()> {
         self.check_session(s)?;
         let (pos, before) = (s.cache.pos, s.history.len());
         if before + tokens.len() > self.state.ctx {
             return Err(Error::new(ErrorKind::Context, format!(
                 "{} tokens after the session's {before} exceed the context of {}", tokens.len(), self.state.ctx)));
+        }
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab) {
+            return Err(Error::arg(format!("token id {bad} is out of range (vocabulary of {})", self.cfg.vocab)));
         }
         s.history.extend_from_slice(tokens);
         let t = std::time::Instant::now();
@@ -474,7 +478,7 @@ impl Model {
                 Ok(())
             }
             Err(e) => {
-                if s.is_recurrent() && s.cache.pos != pos {
+                if s.is_recurrent() {
                     s.reset();
                 } else {
                     s.history.truncate(before.max(s.cache.pos));
@@ -494,7 +498,8 @@ impl Model {
     /// tokens × vocab is ever held (a chunk's logits are computed a group of rows at a time, in
     /// a buffer the memory plan counts). An error from `f` stops the evaluation and is
     /// returned; the session then holds the tokens up to the end of the prefill chunk being
-    /// reported. Afterwards [`Model::logits`] is the last token's.
+    /// reported (a session with a recurrent state is reset). Afterwards [`Model::logits`] is
+    /// the last token's.
     ///
     /// ```no_run
     /// # let mut model = waste::Model::open("models/stories260K", &waste::Options::default())?;
