@@ -276,10 +276,9 @@ impl Renderer<'_> {
             return Err(undefined_error(u));
         }
         let found = match (obj, key) {
-            (Value::Dict(d), k) => {
-                check_hashable(k)?;
-                d.get(k).cloned()
-            }
+            // An unhashable key raises TypeError in Python, which jinja2's getitem catches:
+            // the item is just missing.
+            (Value::Dict(d), k) if check_hashable(k).is_ok() => d.get(k).cloned(),
             (Value::List(l), k) => index_of(k, l.items.len()).map(|i| l.items[i].clone()),
             (Value::Str(s), k) => {
                 let n = char_len(s.as_str());
