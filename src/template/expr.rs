@@ -504,7 +504,7 @@ fn negate(v: Value, neg: bool) -> RResult<Value> {
         (_, Value::Undefined(u)) => Err(undefined_error(u)),
         (Some(Num::I(i)), _) => {
             let r = if neg { i.checked_neg() } else { Some(i) };
-            r.map(|i| Value::Int(i, o)).ok_or_else(|| overflow())
+            r.map(|i| Value::Int(i, o)).ok_or_else(overflow)
         }
         (Some(Num::F(f)), _) => Ok(Value::Float(if neg { -f } else { f }, o)),
         _ => rt(format!("bad operand type for unary {}: '{}'", if neg { "-" } else { "+" }, v.type_name())),

@@ -196,7 +196,7 @@ enum Field {
 fn directive(dt: &DateTime, d: char) -> Option<Field> {
     let num = |v: i64, w: usize| Some(Field::Num(v, w, Some('0')));
     let text = |s: String| Some(Field::Text(s));
-    let hour12 = if dt.hour % 12 == 0 { 12 } else { dt.hour % 12 } as i64;
+    let hour12 = if dt.hour.is_multiple_of(12) { 12 } else { dt.hour % 12 } as i64;
     let wd = dt.weekday();
     let sunday0 = (wd + 1) % 7;
     match d {
