@@ -154,3 +154,33 @@ fn the_system_clock_is_utc_now() {
     let fixed = RenderOptions { clock: golden_clock(), ..RenderOptions::default() };
     assert_eq!(t.render_text(&Json::Array(Vec::new()), &fixed).unwrap(), "2024");
 }
+
+#[test]
+fn tool_calling_branches_render_as_jinja2_does() {
+    // tools/tool_call_golden.py: the templates that mention `tools`, with a tool list, a tool
+    // call and its result (the spec's goldens pass tools = None, leaving these branches unrun).
+    let cases = read_json(&fixture("chat_templates/tool_golden.json"));
+    let mut failures = Vec::new();
+    for case in cases.as_array().unwrap() {
+        let template = case.get("template").and_then(Json::as_str).unwrap();
+        let id = format!("{template}/{}", case.get("case").and_then(Json::as_str).unwrap());
+        let tpl = ChatTemplate::from_model_dir(&fixture(template), None).unwrap().unwrap();
+        let opts = RenderOptions {
+            add_generation_prompt: case.get("add_generation_prompt").and_then(Json::as_bool).unwrap(),
+            vars: vec![("tools".into(), case.get("tools").unwrap().clone())],
+            clock: golden_clock(),
+        };
+        let got = tpl.render(case.get("messages").unwrap(), &opts);
+        let ok = match (&got, case.get("rendered").and_then(Json::as_str), case.get("error").and_then(Json::as_str)) {
+            (Ok(p), Some(want), _) => pieces_text(p) == want,
+            (Err(e), _, Some(want)) if case.get("error_type").and_then(Json::as_str) == Some("TemplateError") => e.message() == want,
+            (Err(e), _, Some(want)) => e.message().ends_with(&format!(": {want}")),
+            _ => false,
+        };
+        if !ok {
+            failures.push(format!("{id}: {:?}", got.map(|p| pieces_text(&p))));
+        }
+    }
+    println!("tool calling: {} cases, {} failed", cases.as_array().unwrap().len(), failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

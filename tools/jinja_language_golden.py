@@ -77,6 +77,7 @@ CASES = [
     ("filter_precedence", "{{ [1, 2, 3]|length - 1 }} {{ 'ab'|upper ~ 'c' }} {{ -3|abs }}", {}),
     # --- attribute / item access, slicing
     ("item_access", "{{ d['a'] }} {{ d.a }} {{ l[0] }} {{ l[-1] }} {{ l.0 }} {{ s[1] }} {{ s[-1] }} {{ t[1] }}", {"d": {"a": "A"}, "l": [1, 2, 3], "s": "xyz", "t": [[0, 1], [2, 3]]}),
+    ("unhashable_item_is_missing", "[{{ {'a': 1}[['a']] }}]{{ {'a': 1}[['a']] is defined }}", {}),
     ("missing_prints_empty", "[{{ d.nope }}][{{ d['nope'] }}][{{ l[10] }}][{{ undefined_name }}]", {"d": {}, "l": []}),
     ("dict_method_vs_key", "{{ d.items()|list }} {{ d['items'] }} {{ d.get('x', 'dflt') }} {{ d.get('items') }}", {"d": {"items": "key!", "x": 1}}),
     ("slices", "{{ l[1:] }} {{ l[:-1] }} {{ l[::-1] }} {{ l[::2] }} {{ l[1:3] }} {{ l[-2:] }} {{ l[5:] }} {{ s[1:] }} {{ s[::-1] }} {{ s[:n+1] }}", {"l": [1, 2, 3, 4, 5], "s": "héllo", "n": 1}),

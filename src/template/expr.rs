@@ -276,10 +276,9 @@ impl Renderer<'_> {
             return Err(undefined_error(u));
         }
         let found = match (obj, key) {
-            (Value::Dict(d), k) => {
-                check_hashable(k)?;
-                d.get(k).cloned()
-            }
+            // An unhashable key raises TypeError in Python, which jinja2's getitem catches:
+            // the item is just missing.
+            (Value::Dict(d), k) if check_hashable(k).is_ok() => d.get(k).cloned(),
             (Value::List(l), k) => index_of(k, l.items.len()).map(|i| l.items[i].clone()),
             (Value::Str(s), k) => {
                 let n = char_len(s.as_str());
@@ -505,7 +504,7 @@ fn negate(v: Value, neg: bool) -> RResult<Value> {
         (_, Value::Undefined(u)) => Err(undefined_error(u)),
         (Some(Num::I(i)), _) => {
             let r = if neg { i.checked_neg() } else { Some(i) };
-            r.map(|i| Value::Int(i, o)).ok_or_else(|| overflow())
+            r.map(|i| Value::Int(i, o)).ok_or_else(overflow)
         }
         (Some(Num::F(f)), _) => Ok(Value::Float(if neg { -f } else { f }, o)),
         _ => rt(format!("bad operand type for unary {}: '{}'", if neg { "-" } else { "+" }, v.type_name())),

@@ -328,7 +328,9 @@ fn str_predicate(t: &str, name: &str) -> bool {
         return false;
     }
     match name {
-        "isdigit" | "isdecimal" => t.chars().all(|c| c.is_numeric() && c.to_digit(10).is_some() || ('\u{660}'..='\u{669}').contains(&c)),
+        // Decimal digits: ASCII, Arabic-Indic and fullwidth (Rust has no Numeric_Type table;
+        // other scripts' digits count as not digits here).
+        "isdigit" | "isdecimal" => t.chars().all(|c| c.is_ascii_digit() || ('\u{660}'..='\u{669}').contains(&c) || ('\u{ff10}'..='\u{ff19}').contains(&c)),
         "isnumeric" => t.chars().all(char::is_numeric),
         "isalpha" => t.chars().all(char::is_alphabetic),
         "isalnum" => t.chars().all(char::is_alphanumeric),

@@ -5,15 +5,16 @@
 
 use crate::error::{Error, Result};
 
-/// A calendar date and time (proleptic Gregorian, no time zone).
+/// A calendar date and time (proleptic Gregorian, years 1 to 9999, no time zone). The fields
+/// are checked by every constructor, so formatting one cannot fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DateTime {
-    pub year: i32,
-    pub month: u32,
-    pub day: u32,
-    pub hour: u32,
-    pub minute: u32,
-    pub second: u32,
+    year: i32,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
 }
 
 const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
@@ -95,8 +96,9 @@ impl DateTime {
         DateTime::new(num(y, 4)? as i32, num(m, 2)?, num(day, 2)?, hh, mm, ss)
     }
 
-    /// The UTC date-time of a Unix time in seconds.
+    /// The UTC date-time of a Unix time in seconds (clamped to years 1..=9999).
     pub fn from_unix(secs: i64) -> DateTime {
+        let secs = secs.clamp(-62_135_596_800, 253_402_300_799);
         let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
         let (year, month, day) = civil_from_days(days);
         DateTime { year, month, day, hour: (rem / 3600) as u32, minute: (rem % 3600 / 60) as u32, second: (rem % 60) as u32 }
@@ -106,6 +108,11 @@ impl DateTime {
     pub fn now_utc() -> DateTime {
         let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         DateTime::from_unix(secs)
+    }
+
+    /// `(year, month, day, hour, minute, second)`.
+    pub fn fields(&self) -> (i32, u32, u32, u32, u32, u32) {
+        (self.year, self.month, self.day, self.hour, self.minute, self.second)
     }
 
     fn days(&self) -> i64 {
@@ -189,7 +196,7 @@ enum Field {
 fn directive(dt: &DateTime, d: char) -> Option<Field> {
     let num = |v: i64, w: usize| Some(Field::Num(v, w, Some('0')));
     let text = |s: String| Some(Field::Text(s));
-    let hour12 = if dt.hour % 12 == 0 { 12 } else { dt.hour % 12 } as i64;
+    let hour12 = if dt.hour.is_multiple_of(12) { 12 } else { dt.hour % 12 } as i64;
     let wd = dt.weekday();
     let sunday0 = (wd + 1) % 7;
     match d {
@@ -254,6 +261,8 @@ mod tests {
     #[test]
     fn unix_times_and_parsing() {
         assert_eq!(DateTime::from_unix(0), DateTime::new(1970, 1, 1, 0, 0, 0).must());
+        assert_eq!(DateTime::from_unix(i64::MAX).fields(), (9999, 12, 31, 23, 59, 59));
+        assert_eq!(DateTime::from_unix(i64::MIN).fields(), (1, 1, 1, 0, 0, 0));
         assert_eq!(DateTime::from_unix(1721995200), DateTime::new(2024, 7, 26, 12, 0, 0).must());
         assert_eq!(DateTime::parse("2024-07-26").must(), DateTime::new(2024, 7, 26, 0, 0, 0).must());
         assert_eq!(DateTime::parse("2024-02-29T23:59:58").must(), DateTime::new(2024, 2, 29, 23, 59, 58).must());

@@ -239,3 +239,18 @@ fn random_templates_never_panic() {
     // The generator must reach the evaluator, or this checks only the parser.
     assert!(parsed > 1000 && rendered > 500, "parsed {parsed}, rendered {rendered}");
 }
+
+#[test]
+fn a_parsed_template_can_be_shared_across_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<ChatTemplate>();
+    shareable::<Piece>();
+    let t = std::sync::Arc::new(ChatTemplate::builtin("chatml").must());
+    let handles: Vec<_> = (0..2).map(|i| {
+        let t = t.clone();
+        std::thread::spawn(move || t.render_text(&msgs(&format!(r#"[{{"role": "user", "content": "{i}"}}]"#)), &RenderOptions::default()))
+    }).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().must().must(), format!("<|im_start|>user\n{i}<|im_end|>\n"));
+    }
+}
