@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Context,
     /// A container record failed its integrity check (header, CRC-32).
     Corrupt,
+    /// A chat template failed to parse or to render; a template's own `raise_exception(msg)`
+    /// has exactly `msg` as its message.
+    Template,
 }
 
 impl ErrorKind {
@@ -49,6 +52,7 @@ impl ErrorKind {
             ErrorKind::RamBudget => "RAM budget below the floor",
             ErrorKind::Context => "context full",
             ErrorKind::Corrupt => "corrupt data",
+            ErrorKind::Template => "template error",
         }
     }
 }

@@ -37,6 +37,7 @@ pub mod sample;
 /// because hosts need some of them: the CLI asks whether stdin is a terminal, and the
 /// thread-placement tests read a thread's affinity back to check the binding.
 pub mod sys;
+pub mod template;
 pub mod tokenizer;
 
 /// Test helpers: `must()` states that a test expects success (and panics with the error when
@@ -87,6 +88,7 @@ pub use kernels::CpuList;
 pub use model::session::Session;
 pub use model::{Model, ModelInfo, ModelStats};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
+pub use template::{ChatTemplate, Piece, RenderOptions};
 pub use tokenizer::{Detokenizer, Tokenizer};
 pub use cache::{CacheOptions, CacheStats};
 

@@ -42,6 +42,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "bench tokenize" => super::tokenize::bench(a),
         "tokenize" => super::tokenize::tokenize(a),
         "detokenize" => super::tokenize::detokenize(a),
+        "template" => super::template::run(a),
         "plan" => super::plan::run(a),
         "random-model" => random_model(a),
         "quantize" => super::quant::quantize(a),

@@ -359,31 +359,80 @@ impl HfTokenizer {
     /// is left is pre-tokenized and encoded. All byte offsets of the second pass are into the
     /// normalized stretch, which is what the pre-tokenizer then sees.
     pub fn encode(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
-        let mut w = Work::default();
         if !markup || self.added.is_empty() {
             let norm = self.normalize(text);
-            self.encode_normalized(&norm, true, cc, &mut w, out);
+            self.encode_normalized(&norm, true, cc, &mut Work::default(), out);
             return;
         }
-        self.split_added(&self.raw_markup, &self.raw_flags, text, &mut |cut| match cut {
+        self.encode_markup(text, None, cc, out);
+    }
+
+    /// Markup encoding (see [`HfTokenizer::encode`]) where an added token is cut out only
+    /// where its first and last characters lie in `ranges` (sorted byte ranges of `text`;
+    /// `None`: anywhere; see `SpecialMatcher::find_entry_in`). Tokens matched after
+    /// normalization use the normalized images of the ranges (see
+    /// [`HfTokenizer::normalized_ranges`]).
+    pub fn encode_markup(&self, text: &str, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
+        let mut w = Work::default();
+        self.split_added(&self.raw_markup, &self.raw_flags, text, ranges, &mut |cut| match cut {
             Cut::Token(id) => out.push(id),
-            Cut::Text(seg, first) => {
+            Cut::Text(seg, at) => {
                 let norm = self.normalize(seg);
-                self.split_added(&self.norm_markup, &self.norm_flags, &norm, &mut |cut| match cut {
+                let norm_ranges = ranges.map(|r| self.normalized_ranges(seg, &norm, &super::specials::clip_ranges(r, at, seg.len())));
+                self.split_added(&self.norm_markup, &self.norm_flags, &norm, norm_ranges.as_deref(), &mut |cut| match cut {
                     Cut::Token(id) => out.push(id),
-                    Cut::Text(piece, first_n) => self.encode_normalized(piece, first && first_n, cc, &mut w, out),
+                    Cut::Text(piece, at_n) => self.encode_normalized(piece, at == 0 && at_n == 0, cc, &mut w, out),
                 });
             }
         });
     }
 
+    /// Maps byte ranges of `seg` to ranges of `norm`, its normalization. Each run between range
+    /// ends is normalized on its own (a run after the first as it would be mid-text: behind a
+    /// NUL, which no normalizer here changes or composes with); when the runs' images
+    /// concatenate to `norm`, the mapping is exact. Otherwise a composition crossed a range end
+    /// (content that starts with a combining mark), and the cumulative lengths are used, cut to
+    /// `norm`'s length.
+    fn normalized_ranges(&self, seg: &str, norm: &str, local: &[(usize, usize)]) -> Vec<(usize, usize)> {
+        if self.normalizer.is_none() || local.is_empty() {
+            return local.to_vec();
+        }
+        if local == [(0, seg.len())] {
+            return vec![(0, norm.len())];
+        }
+        let mut cuts: Vec<usize> = local.iter().flat_map(|&(a, b)| [a, b]).filter(|&x| x > 0 && x < seg.len()).collect();
+        cuts.dedup();
+        let nul = self.normalize("\0").into_owned();
+        let (mut mapped, mut joined, mut start) = (vec![(0usize, 0usize)], String::new(), 0usize);
+        for &cut in cuts.iter().chain(std::iter::once(&seg.len())) {
+            let run = &seg[start..cut];
+            if start == 0 {
+                joined.push_str(&self.normalize(run));
+            } else {
+                let behind = self.normalize(&format!("\0{run}")).into_owned();
+                joined.push_str(behind.strip_prefix(nul.as_str()).unwrap_or(&behind));
+            }
+            mapped.push((cut, joined.len().min(norm.len())));
+            start = cut;
+        }
+        let floor = |mut n: usize| {
+            while !norm.is_char_boundary(n) {
+                n -= 1;
+            }
+            n
+        };
+        let at = |x: usize| floor(mapped.iter().find(|&&(raw, _)| raw == x).map_or(if x == 0 { 0 } else { norm.len() }, |&(_, n)| n));
+        local.iter().map(|&(a, b)| (at(a), at(b))).filter(|(a, b)| a < b).collect()
+    }
+
     /// Cuts the added tokens of `m` out of `text`, calling `f` for each stretch of text
-    /// between them and for each token. `lstrip`/`rstrip` take the adjacent whitespace
+    /// between them (with its offset) and for each token; with `ranges`, only tokens that
+    /// begin and end in a range count. `lstrip`/`rstrip` take the adjacent whitespace
     /// (`char::is_whitespace`: the Unicode White_Space property that the library's `\s`
     /// means) into the token, but lstrip never reaches back into an earlier token.
-    fn split_added(&self, m: &SpecialMatcher, flags: &[(bool, bool)], text: &str, f: &mut dyn FnMut(Cut)) {
+    fn split_added(&self, m: &SpecialMatcher, flags: &[(bool, bool)], text: &str, ranges: Option<&[(usize, usize)]>, f: &mut dyn FnMut(Cut)) {
         let (mut at, mut search) = (0usize, 0usize);
-        while let Some((s0, e0, k)) = m.find_entry(text, search) {
+        while let Some((s0, e0, k)) = m.find_entry_in(text, search, ranges) {
             let (lstrip, rstrip) = flags.get(k).copied().unwrap_or((false, false));
             let mut s = s0;
             if lstrip {
@@ -391,7 +440,7 @@ impl HfTokenizer {
             }
             let e = if rstrip { text.len() - text[e0..].trim_start_matches(char::is_whitespace).len() } else { e0 };
             if s > at {
-                f(Cut::Text(&text[at..s], at == 0));
+                f(Cut::Text(&text[at..s], at));
             }
             f(Cut::Token(m.entries()[k].1));
             // The library's matcher resumes after the token itself, not after what rstrip took.
@@ -399,7 +448,7 @@ impl HfTokenizer {
             at = at.max(e);
         }
         if at < text.len() {
-            f(Cut::Text(&text[at..], at == 0));
+            f(Cut::Text(&text[at..], at));
         }
     }
 
@@ -553,10 +602,10 @@ impl PairRule for HfTokenizer {
     }
 }
 
-/// What [`HfTokenizer::split_added`] finds: a stretch of text (and whether it starts the
+/// What [`HfTokenizer::split_added`] finds: a stretch of text (and its byte offset in the
 /// text), or an added token's id.
 enum Cut<'t> {
-    Text(&'t str, bool),
+    Text(&'t str, usize),
     Token(u32),
 }
 

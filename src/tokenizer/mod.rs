@@ -190,6 +190,38 @@ file of {} bytes (docs/MEMORY.md); implausibly many short tokens for its size",
         out
     }
 
+    /// Encodes a rendered chat template ([`crate::template::ChatTemplate::render`]): a
+    /// special-token string becomes its control id only where its first and last characters
+    /// are markup — wholly inside a [`Piece::Markup`](crate::template::Piece), or assembled by
+    /// the template around a value (`'<|' + message.role + '|>'`, as Phi-3 and GLM write
+    /// their role tokens). One that begins or ends in content, in particular one a user typed
+    /// in a message, stays text. Everything between those control tokens — markup and content
+    /// alike, across piece boundaries — is encoded as ordinary text in one go, through the
+    /// same pipeline as [`Tokenizer::tokenize_markup`]. So the ids equal `tokenize_markup` of
+    /// the concatenated text (what Hugging Face gets for the prompt) whenever no special
+    /// begins or ends in content. No BOS is added: the template writes its own.
+    pub fn tokenize_pieces(&self, pieces: &[crate::template::Piece]) -> Vec<u32> {
+        let mut text = String::with_capacity(pieces.iter().map(|p| p.text().len()).sum());
+        let mut markup: Vec<(usize, usize)> = Vec::new();
+        for p in pieces {
+            let start = text.len();
+            text.push_str(p.text());
+            if p.is_markup() && text.len() > start {
+                match markup.last_mut() {
+                    Some((_, end)) if *end == start => *end = text.len(),
+                    _ => markup.push((start, text.len())),
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        match &self.kind {
+            Kind::SentencePiece(sp) => return sp.encode(&text),
+            Kind::Tiktoken(t) => t.encode_within(&text, true, Some(&markup), self.classes(), &mut out),
+            Kind::Hf(h) => h.encode_markup(&text, Some(&markup), self.classes(), &mut out),
+        }
+        out
+    }
+
     /// The pre-token pieces of content `text` (tiktoken kinds only: the split pattern's
     /// matches), for checking the pattern against a reference.
     pub fn pre_tokens<'a>(&self, text: &'a str) -> Option<Vec<&'a str>> {

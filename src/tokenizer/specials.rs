@@ -125,6 +125,7 @@ impl SpecialMatcher {
     }
 
     /// The first special in `text` at or after byte `from`: `(start, end, id)`.
+    #[cfg(test)]
     pub fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
         self.find_entry(text, from).map(|(s, e, k)| (s, e, self.entries[k].1))
     }
@@ -161,6 +162,48 @@ impl SpecialMatcher {
         None
     }
 
+    /// Like [`SpecialMatcher::find_entry`], but with `ranges` (sorted, disjoint byte ranges of
+    /// `text`: the markup of a rendered chat template) a special counts only where its first
+    /// and its last character lie in a range — wholly inside one, or assembled by the template
+    /// around other text (`'<|' + message.role + '|>'`). The leftmost such start wins, and the
+    /// longest such special there; one that begins or ends outside the ranges (in particular
+    /// one wholly inside content) is text. `None` searches everywhere.
+    pub fn find_entry_in(&self, text: &str, from: usize, ranges: Option<&[(usize, usize)]>) -> Option<(usize, usize, usize)> {
+        let Some(ranges) = ranges else { return self.find_entry(text, from) };
+        if self.entries.is_empty() {
+            return None;
+        }
+        let inside = |pos: usize| {
+            let k = ranges.partition_point(|&(_, end)| end <= pos);
+            ranges.get(k).is_some_and(|&(a, _)| a <= pos)
+        };
+        let b = text.as_bytes();
+        let first = ranges.partition_point(|&(_, end)| end <= from);
+        for &(a, e) in &ranges[first..] {
+            for i in a.max(from)..e.min(b.len()) {
+                let mut node = self.root[b[i] as usize] as usize;
+                if node == 0 {
+                    continue;
+                }
+                let mut best = None;
+                let mut j = i + 1;
+                loop {
+                    let entry = self.nodes[node].entry;
+                    if entry != NO_ENTRY && inside(j - 1) {
+                        best = Some((j, entry as usize));
+                    }
+                    let Some(next) = b.get(j).and_then(|&c| self.child(node, c)) else { break };
+                    node = next;
+                    j += 1;
+                }
+                if let Some((end, k)) = best {
+                    return Some((i, end, k));
+                }
+            }
+        }
+        None
+    }
+
     /// Splits `text` into ordinary segments and specials, in order.
     #[cfg(test)]
     pub fn split<'a>(&self, text: &'a str) -> Vec<Segment<'a>> {
@@ -178,6 +221,14 @@ impl SpecialMatcher {
         }
         out
     }
+}
+
+/// The parts of sorted byte `ranges` that fall in `start..start + len`, relative to `start`.
+pub fn clip_ranges(ranges: &[(usize, usize)], start: usize, len: usize) -> Vec<(usize, usize)> {
+    let end = start + len;
+    let first = ranges.partition_point(|&(_, b)| b <= start);
+    ranges[first..].iter().take_while(|&&(a, _)| a < end).map(|&(a, b)| (a.max(start) - start, b.min(end) - start))
+        .filter(|(a, b)| a < b).collect()
 }
 
 /// A piece of markup: ordinary text, or one special token.
@@ -201,6 +252,27 @@ mod tests {
         assert_eq!(m.id_of("<b>"), Some(3));
         assert_eq!(m.id_of("<b"), None);
         assert_eq!(m.id_of(""), None);
+    }
+
+    #[test]
+    fn matches_can_be_confined_to_ranges() {
+        let m = SpecialMatcher::new([("<a>".to_string(), 1), ("<a><b>".to_string(), 2), ("<b>".to_string(), 3)]);
+        let text = "<a><b>x<b>";
+        // Markup "<a>", content "<b>x", markup "<b>": the longer special would reach into
+        // content, so the one inside the markup is taken.
+        let ranges = [(0, 3), (7, 10)];
+        assert_eq!(m.find_entry_in(text, 0, Some(&ranges)), Some((0, 3, 0)));
+        assert_eq!(m.find_entry_in(text, 3, Some(&ranges)), Some((7, 10, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(3, 7)])), Some((3, 6, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(1, 6)])), Some((3, 6, 2)));
+        assert_eq!(m.find_entry_in(text, 0, Some(&[])), None);
+        assert_eq!(m.find_entry_in(text, 0, None), Some((0, 6, 1)));
+        // Assembled around other text: first and last characters in markup.
+        assert_eq!(m.find_entry_in(text, 0, Some(&[(0, 1), (5, 6)])), Some((0, 6, 1)));
+        // Begins in markup, ends outside: text.
+        assert_eq!(m.find_entry_in("<a>", 0, Some(&[(0, 2)])), None);
+        assert_eq!(m.find_entry_in("<a>", 0, Some(&[(1, 3)])), None);
+        assert_eq!(clip_ranges(&[(0, 3), (5, 9), (12, 20)], 2, 8), vec![(0, 1), (3, 7)]);
     }
 
     /// The trie agrees with the plain definition (try every special at every position,

@@ -357,20 +357,32 @@ impl Tiktoken {
     /// ids, without they are ordinary text. Kimi's encoding first cuts the text as its
     /// reference does and encodes each piece on its own (specials included).
     pub fn encode(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
+        self.encode_within(text, markup, None, cc, out);
+    }
+
+    /// Encodes with specials resolved only where they begin and end in `ranges` (sorted byte
+    /// ranges of `text`; `None`: anywhere, when `markup`).
+    pub fn encode_within(&self, text: &str, markup: bool, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
         if self.kimi_cuts {
-            kimi_cuts(text, |piece| self.encode_whole(piece, markup, cc, out));
+            let mut base = 0;
+            kimi_cuts(text, |piece| {
+                let local = ranges.map(|r| super::specials::clip_ranges(r, base, piece.len()));
+                self.encode_whole(piece, markup, local.as_deref(), cc, out);
+                base += piece.len();
+            });
         } else {
-            self.encode_whole(text, markup, cc, out);
+            self.encode_whole(text, markup, ranges, cc, out);
         }
     }
 
-    fn encode_whole(&self, text: &str, markup: bool, cc: &CharClasses, out: &mut Vec<u32>) {
+    fn encode_whole(&self, text: &str, markup: bool, ranges: Option<&[(usize, usize)]>, cc: &CharClasses, out: &mut Vec<u32>) {
         if !markup {
             self.encode_pieces(text, cc, true, out);
             return;
         }
         let mut at = 0;
-        while let Some((a, b, id)) = self.specials.find(text, at) {
+        while let Some((a, b, k)) = self.specials.find_entry_in(text, at, ranges) {
+            let id = self.specials.entries()[k].1;
             if a > at {
                 self.encode_pieces(&text[at..a], cc, true, out);
             }
