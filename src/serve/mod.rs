@@ -156,6 +156,8 @@ pub fn run(cfg: Config) -> waste::Result<()> {
     listener.set_nonblocking(true).map_err(|e| Error::new(ErrorKind::Io, format!("{addr}: {e}")))?;
     let local = listener.local_addr().map_err(|e| Error::new(ErrorKind::Io, format!("{addr}: {e}")))?;
     waste::sys::catch_signals()?;
+    // Few allocator arenas, so that what a burst of requests allocated can be given back.
+    waste::sys::limit_allocator_arenas(2);
     let (jobs, queue) = mpsc::sync_channel(cfg.queue);
     let shared = Arc::new(Shared {
         alias: cfg.alias.clone(),
@@ -250,6 +252,9 @@ fn model_thread(setup: Setup, queue: mpsc::Receiver<Job>, shared: &Shared, ready
 /// Accepts connections until a signal arrives (returning the signal count then) or the model
 /// fails to open (returning its error).
 fn accept_until_signal(listener: &TcpListener, shared: &Arc<Shared>, max_connections: usize) -> waste::Result<usize> {
+    // Connections accepted since the allocator last gave free memory back: after a burst (of
+    // large bodies, say) the server returns to its size once it is quiet.
+    let mut since_trim = 0usize;
     loop {
         let signals = signal_count();
         if signals > 0 {
@@ -260,12 +265,21 @@ fn accept_until_signal(listener: &TcpListener, shared: &Arc<Shared>, max_connect
         }
         match waste::sys::wait_readable(listener.as_raw_fd(), Duration::from_millis(250)) {
             Ok(true) => {}
-            Ok(false) => continue,
+            Ok(false) => {
+                if since_trim > 0 && shared.connections.load(Ordering::Acquire) == 0 {
+                    waste::sys::release_free_memory();
+                    since_trim = 0;
+                }
+                continue;
+            }
             Err(e) => return Err(Error::new(ErrorKind::Io, format!("waiting for connections: {e}"))),
         }
         loop {
             match listener.accept() {
-                Ok((stream, peer)) => admit(stream, peer, shared, max_connections),
+                Ok((stream, peer)) => {
+                    since_trim += 1;
+                    admit(stream, peer, shared, max_connections);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => break,
                 Err(e) => {

@@ -33,7 +33,7 @@ pub struct Server {
     /// `127.0.0.1:PORT`.
     pub addr: String,
     log: Arc<Mutex<String>>,
-    stdout: mpsc::Receiver<String>,
+    stdout: Mutex<mpsc::Receiver<String>>,
 }
 
 /// Spawns `waste serve MODEL --port 0 ARGS`; stderr is collected, stdout lines arrive on a
@@ -80,7 +80,7 @@ impl Server {
     /// Starts a server and returns once it listens (the model may still be loading).
     pub fn start_loading(model: &Path, args: &[&str]) -> Server {
         let (child, log, stdout, stderr) = spawn(model, args);
-        let mut s = Server { child: Some(child), addr: String::new(), log, stdout };
+        let mut s = Server { child: Some(child), addr: String::new(), log, stdout: Mutex::new(stdout) };
         loop {
             match stderr.recv_timeout(Duration::from_secs(120)) {
                 Ok(line) if line.contains("listening on http://") => {
@@ -95,7 +95,8 @@ impl Server {
 
     /// Waits for the ready line on stdout; returns it.
     pub fn wait_ready(&mut self) -> String {
-        match self.stdout.recv_timeout(Duration::from_secs(120)) {
+        let line = self.stdout.lock().unwrap().recv_timeout(Duration::from_secs(120));
+        match line {
             Ok(line) if line.contains("ready on http://") => line,
             Ok(line) => panic!("unexpected first line on stdout: {line}"),
             Err(_) => panic!("the server did not become ready: {}", self.finish_log()),
