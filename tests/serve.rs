@@ -7,7 +7,6 @@
 mod common;
 use common::server::*;
 use common::*;
-use std::path::Path;
 use waste::format::json::{self, Json};
 
 const KEY: &str = "sk-test-0123456789";
@@ -164,51 +163,6 @@ fn chunked_uploads_and_expect_continue_are_read() {
     c.send(body.as_bytes());
     let r = c.response().unwrap();
     assert_eq!(reply_text(&r.json()), reply_text(&want.json()));
-}
-
-/// `waste run`'s continuation of `prompt` (stdout without the echoed prompt).
-fn run_greedy(model: &Path, prompt: &str, n: usize, stop: Option<&str>) -> String {
-    let m = model.to_string_lossy();
-    let n = n.to_string();
-    let mut args = vec!["run", &m, prompt, "-n", &n, "--temp", "0"];
-    if let Some(s) = stop {
-        args.extend(["--stop", s]);
-    }
-    let (code, out, err) = waste(&args);
-    assert_eq!(code, 0, "{err}");
-    out.strip_prefix(prompt).unwrap().strip_suffix('\n').unwrap().to_string()
-}
-
-/// The model's argmax continuation of `ids`, one `waste eval` per step: the token texts.
-fn argmax_steps(model: &Path, ids: &[u32], n: usize) -> Vec<String> {
-    let mut ids = ids.to_vec();
-    let mut texts = Vec::new();
-    for _ in 0..n {
-        let list = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        let (code, out, err) = waste(&["eval", &model.to_string_lossy(), "--ids", &list, "--top", "1", "--json"]);
-        assert_eq!(code, 0, "{err}");
-        let doc = json::parse(out.as_bytes()).unwrap();
-        let top = &doc.get("top").unwrap().as_array().unwrap()[0];
-        let id = top.get("id").unwrap().as_u64().unwrap() as u32;
-        if id == 2 {
-            break; // end of sequence
-        }
-        ids.push(id);
-        texts.push(top.get("text").unwrap().as_str().unwrap().to_string());
-    }
-    texts
-}
-
-/// The chat prompt's ids as `waste template` renders it and `waste tokenize` encodes it.
-fn chat_prompt_ids(model: &Path, messages: &[(&str, &str)]) -> Vec<u32> {
-    let file = temp_dir("chat-prompt").join("messages.json");
-    let body = json::parse(chat_body(messages, "").as_bytes()).unwrap();
-    std::fs::write(&file, body.get("messages").unwrap().to_string_compact()).unwrap();
-    let (code, rendered, err) = waste(&["template", &model.to_string_lossy(), "--messages", &file.to_string_lossy()]);
-    assert_eq!(code, 0, "{err}");
-    let (code, out, err) = waste_stdin(&["tokenize", &model.to_string_lossy(), "--content", "--json", "-"], Some(&rendered));
-    assert_eq!(code, 0, "{err}");
-    ids_of(json::parse(out.as_bytes()).unwrap().get("ids").unwrap())
 }
 
 #[test]
