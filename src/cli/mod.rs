@@ -188,8 +188,9 @@ Given a container, reads its banks' records in a scattered order, as the engine 
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL, &tokenize::BENCH_TOKENIZE, &plan::PLAN,
-    &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE, &template::TEMPLATE, &serve::SERVE, &RANDOM_MODEL, &VERSION];
+const COMMANDS: &[&Command] = &[&RUN, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL,
+    &tokenize::BENCH_TOKENIZE, &plan::PLAN, &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE,
+    &template::TEMPLATE, &serve::SERVE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

@@ -24,6 +24,11 @@ pub const FILTERS: &[&str] = &["abs", "attr", "batch", "capitalize", "center", "
     "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "sort",
     "string", "sum", "title", "tojson", "trim", "truncate", "unique", "upper", "wordcount"];
 
+/// A jinja2 filter name (implemented here or not).
+pub fn is_filter(name: &str) -> bool {
+    FILTERS.contains(&name) || UNSUPPORTED.contains(&name)
+}
+
 /// `str.lower()` of strings, for the case-insensitive comparisons of `sort`, `unique`, ...
 fn ignore_case(v: Value) -> Value {
     match v {

@@ -177,6 +177,20 @@ impl Renderer<'_> {
                 p.done(0)?;
                 Value::bool(str_predicate(t, name))
             }
+            "zfill" | "center" | "ljust" | "rjust" | "partition" | "rpartition" | "removeprefix" | "removesuffix" => {
+                return self.str_reshape(s, name, p);
+            }
+            "format" => return self.str_format(s, p),
+            _ => return rt(format!("str.{name}() is not supported")),
+        };
+        Ok(v)
+    }
+
+    /// `str` methods that pad, cut in three, or drop an affix.
+    fn str_reshape(&mut self, s: &PStr, name: &str, mut p: Params) -> RResult<Value> {
+        let t = s.as_str();
+        let o = s.origin();
+        Ok(match name {
             "zfill" | "center" | "ljust" | "rjust" => {
                 let width = opt_int(p.get(0, "width")?, 0, name)?.max(0) as usize;
                 let fill = opt_str(p.get(1, "fillchar")?, name)?;
@@ -220,10 +234,8 @@ impl Renderer<'_> {
                     s.clone()
                 })
             }
-            "format" => return self.str_format(s, p),
             _ => return rt(format!("str.{name}() is not supported")),
-        };
-        Ok(v)
+        })
     }
 
     /// `str.format` with `{}`, `{0}`, `{name}` fields (no format specs or conversions).

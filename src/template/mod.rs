@@ -30,7 +30,7 @@
 //! scopes, limits), `expr` (expressions), `call` (macros, globals), `filters`, `predicates`
 //! (jinja2 tests), `methods` (Python methods), `value`, `pyfmt` (Python's text forms), `pystr`
 //! (Python string algorithms), `pstr` (provenance strings), `strftime`, `load` (finding and
-//! reading templates).
+//! reading templates), `walk` (checks over the parsed tree).
 
 mod ast;
 mod call;
@@ -47,6 +47,7 @@ mod pyfmt;
 mod pystr;
 mod strftime;
 mod value;
+mod walk;
 
 pub use load::{special_tokens_in_dir, NAMED_SPECIAL_TOKENS};
 pub use strftime::DateTime;
@@ -126,6 +127,7 @@ impl ChatTemplate {
         };
         let tokens = lexer::tokenize(&source).map_err(|e| err(e.msg, e.pos))?;
         let body = parser::parse(tokens).map_err(|e| err(e.msg, e.pos))?;
+        walk::check_names(&body, &filters::is_filter, &predicates::is_test).map_err(|e| err(e.msg, e.pos))?;
         let end_of_turn = special_tokens.iter().find(|(k, _)| k == "eos_token").map(|(_, v)| v.clone());
         Ok(ChatTemplate { template: ast::Template { name: name.to_string(), source, body }, special_tokens, end_of_turn, builtin: false })
     }

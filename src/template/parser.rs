@@ -8,6 +8,7 @@
 
 use super::ast::*;
 use super::lexer::{Tok, Token};
+use super::walk::make_macro;
 use std::sync::Arc;
 
 /// Nested statements and brackets deeper than this are refused.
@@ -21,7 +22,7 @@ pub struct ParseError {
     pub pos: usize,
 }
 
-type PResult<T> = Result<T, ParseError>;
+pub type PResult<T> = Result<T, ParseError>;
 
 /// Parses the tokens of a template.
 pub fn parse(tokens: Vec<Token>) -> PResult<Vec<Stmt>> {
@@ -839,113 +840,6 @@ impl Parser {
             return self.mk(ExprKind::Not(Box::new(test)), pos);
         }
         Ok(test)
-    }
-}
-
-/// A macro definition, noting which of `caller`, `varargs`, `kwargs` its body mentions.
-fn make_macro(name: Option<Arc<str>>, params: Vec<Arc<str>>, defaults: Vec<Expr>, body: Vec<Stmt>) -> MacroDef {
-    let mut uses = [false; 3];
-    walk_stmts(&body, &mut |e| {
-        if let ExprKind::Name(n) = &e.kind {
-            for (k, w) in ["caller", "varargs", "kwargs"].iter().enumerate() {
-                if &**n == *w && !params.iter().any(|p| &**p == *w) {
-                    uses[k] = true;
-                }
-            }
-        }
-    });
-    MacroDef { name, params, defaults, body, uses_caller: uses[0], uses_varargs: uses[1], uses_kwargs: uses[2] }
-}
-
-/// Calls `f` on every expression of `body`, nested ones included.
-fn walk_stmts(body: &[Stmt], f: &mut dyn FnMut(&Expr)) {
-    for s in body {
-        match s {
-            Stmt::Text(_) | Stmt::Break | Stmt::Continue => {}
-            Stmt::Output(e) | Stmt::Set(_, e) => walk_expr(e, f),
-            Stmt::If(branches, otherwise) => {
-                for (t, b) in branches {
-                    walk_expr(t, f);
-                    walk_stmts(b, f);
-                }
-                walk_stmts(otherwise, f);
-            }
-            Stmt::For(fs) => {
-                walk_expr(&fs.iter, f);
-                if let Some(c) = &fs.filter {
-                    walk_expr(c, f);
-                }
-                walk_stmts(&fs.body, f);
-                walk_stmts(&fs.otherwise, f);
-            }
-            Stmt::SetBlock(_, filter, b) => {
-                if let Some(e) = filter {
-                    walk_expr(e, f);
-                }
-                walk_stmts(b, f);
-            }
-            Stmt::Macro(m) => {
-                m.defaults.iter().for_each(|e| walk_expr(e, f));
-                walk_stmts(&m.body, f);
-            }
-            Stmt::CallBlock(m, call) => {
-                walk_expr(call, f);
-                walk_stmts(&m.body, f);
-            }
-            Stmt::FilterBlock(e, b) => {
-                walk_expr(e, f);
-                walk_stmts(b, f);
-            }
-            Stmt::With(assigns, b) => {
-                assigns.iter().for_each(|(_, e)| walk_expr(e, f));
-                walk_stmts(b, f);
-            }
-            Stmt::Scoped(b) => walk_stmts(b, f),
-        }
-    }
-}
-
-fn walk_expr(e: &Expr, f: &mut dyn FnMut(&Expr)) {
-    f(e);
-    let args = |a: &CallArgs, f: &mut dyn FnMut(&Expr)| {
-        a.args.iter().for_each(|x| walk_expr(x, f));
-        a.kwargs.iter().for_each(|(_, x)| walk_expr(x, f));
-        a.star.iter().chain(a.starstar.iter()).for_each(|x| walk_expr(x, f));
-    };
-    match &e.kind {
-        ExprKind::Lit(_) | ExprKind::Name(_) => {}
-        ExprKind::Tuple(v) | ExprKind::List(v) => v.iter().for_each(|x| walk_expr(x, f)),
-        ExprKind::Dict(v) => v.iter().for_each(|(k, x)| {
-            walk_expr(k, f);
-            walk_expr(x, f);
-        }),
-        ExprKind::Attr(x, _) | ExprKind::Not(x) | ExprKind::Neg(x) | ExprKind::Pos(x) => walk_expr(x, f),
-        ExprKind::Item(a, b) | ExprKind::Bin(_, a, b) | ExprKind::And(a, b) | ExprKind::Or(a, b) => {
-            walk_expr(a, f);
-            walk_expr(b, f);
-        }
-        ExprKind::Slice(a, b, c) => [a, b, c].into_iter().flatten().for_each(|x| walk_expr(x, f)),
-        ExprKind::Call(x, a) | ExprKind::Test(x, _, a) => {
-            walk_expr(x, f);
-            args(a, f);
-        }
-        ExprKind::Filter(x, _, a) => {
-            if let Some(x) = x {
-                walk_expr(x, f);
-            }
-            args(a, f);
-        }
-        ExprKind::Compare(x, ops) => {
-            walk_expr(x, f);
-            ops.iter().for_each(|(_, y)| walk_expr(y, f));
-        }
-        ExprKind::Cond { test, then, otherwise } => {
-            walk_expr(test, f);
-            walk_expr(then, f);
-            if let Some(o) = otherwise {
-                walk_expr(o, f);
-            }
-        }
     }
 }
 

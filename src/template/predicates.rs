@@ -15,6 +15,11 @@ pub const TESTS: &[&str] = &["boolean", "callable", "defined", "divisibleby", "e
     "<", "lessthan", "mapping", "ne", "!=", "none", "number", "odd", "sameas", "sequence", "string", "test", "true",
     "undefined", "upper"];
 
+/// A jinja2 test name.
+pub fn is_test(name: &str) -> bool {
+    TESTS.contains(&name)
+}
+
 impl Renderer<'_> {
     pub fn apply_test(&mut self, name: &str, v: &Value, args: Args) -> RResult<bool> {
         let mut p = Params::new(name, args);
