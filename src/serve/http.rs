@@ -454,13 +454,10 @@ fn parse_head(raw: &[u8]) -> Result<Head, HttpError> {
                 }
                 chunked = true;
             }
+            // HTTP/1.0 connections are closed after one response whatever they ask.
             "connection" => {
-                for t in value.split(',').map(str::trim) {
-                    if t.eq_ignore_ascii_case("close") {
-                        head.keep_alive = false;
-                    } else if t.eq_ignore_ascii_case("keep-alive") && http10 {
-                        head.keep_alive = true;
-                    }
+                if value.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")) {
+                    head.keep_alive = false;
                 }
             }
             "authorization" => head.authorization = Some(value.to_string()),
