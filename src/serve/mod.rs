@@ -173,11 +173,11 @@ pub fn run(cfg: Config) -> waste::Result<()> {
         failure: Mutex::new(None),
     });
     tell(&format!("waste serve: listening on http://{local}, loading {}", cfg.model_dir.display()));
-    let ready_line = ready_line(&cfg, local);
+    let ready = Ready { local, alias: cfg.alias.clone(), slots: cfg.slots, queue: cfg.queue, keyed: cfg.api_key.is_some() };
     let setup = Setup { model_dir: cfg.model_dir, options: cfg.options, template: cfg.template, slots: cfg.slots };
     let engine = {
         let shared = Arc::clone(&shared);
-        std::thread::Builder::new().name("model".into()).stack_size(64 << 20).spawn(move || model_thread(setup, queue, &shared, ready_line))
+        std::thread::Builder::new().name("model".into()).stack_size(64 << 20).spawn(move || model_thread(setup, queue, &shared, ready))
             .map_err(|e| Error::new(ErrorKind::Io, format!("cannot start the model thread: {e}")))?
     };
     let signals = accept_until_signal(&listener, &shared, cfg.connections)?;
@@ -215,19 +215,31 @@ fn tell(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
-fn ready_line(cfg: &Config, local: SocketAddr) -> String {
-    let key = match (&cfg.api_key, local.ip().is_loopback()) {
-        (Some(_), _) => ", API key required".to_string(),
-        (None, true) => String::new(),
-        (None, false) => format!(" — WARNING: no API key (--no-api-key): anyone who can reach {local} can use the model"),
-    };
-    format!("waste serve: ready on http://{local} (model `{}`, {} slot{}, queue {}{key})", cfg.alias, cfg.slots,
-        if cfg.slots == 1 { "" } else { "s" }, cfg.queue)
+/// What the ready line says besides the budget, which is known once the model is open.
+struct Ready {
+    local: SocketAddr,
+    alias: String,
+    slots: usize,
+    queue: usize,
+    keyed: bool,
+}
+
+impl Ready {
+    fn line(&self, budget: u64) -> String {
+        let local = self.local;
+        let key = match (self.keyed, local.ip().is_loopback()) {
+            (true, _) => ", API key required",
+            (false, true) => "",
+            (false, false) => " — WARNING: no API key (--no-api-key): anyone who can reach this address can use the model",
+        };
+        format!("waste serve: ready on http://{local} (model `{}`, {} slot{}, queue {}, budget {:.1} MiB{key})", self.alias, self.slots,
+            if self.slots == 1 { "" } else { "s" }, self.queue, budget as f64 / (1 << 20) as f64)
+    }
 }
 
 /// The model thread: opens the model, then serves jobs until the server stops. A model that
 /// cannot be opened is recorded for the main thread, which ends the server with it.
-fn model_thread(setup: Setup, queue: mpsc::Receiver<Job>, shared: &Shared, ready_line: String) {
+fn model_thread(setup: Setup, queue: mpsc::Receiver<Job>, shared: &Shared, ready: Ready) {
     match Engine::open(setup) {
         Ok(engine) => {
             let b = engine.model().budget();
@@ -238,7 +250,7 @@ fn model_thread(setup: Setup, queue: mpsc::Receiver<Job>, shared: &Shared, ready
                 tell("waste serve: warning: the model has no chat template: /v1/chat/completions answers 400 (start with --template chatml|llama3|FILE)");
             }
             shared.set_state(State::Ready);
-            say(&ready_line);
+            say(&ready.line(b.bytes));
             engine.serve(queue, &shared.stop);
         }
         Err(e) => {
@@ -319,4 +331,18 @@ fn refuse(mut stream: TcpStream, peer: SocketAddr, shared: &Shared, why: &str) {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
     let _ = stream.write_all(msg.as_bytes());
     shared.log(peer, "-", "-", 503, None, None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ready;
+
+    #[test]
+    fn the_ready_line_says_where_and_warns_without_a_key_beyond_loopback() {
+        let r = |addr: &str, keyed| Ready { local: addr.parse().unwrap(), alias: "m".into(), slots: 2, queue: 16, keyed }.line(3 << 20);
+        assert_eq!(r("127.0.0.1:8080", false), "waste serve: ready on http://127.0.0.1:8080 (model `m`, 2 slots, queue 16, budget 3.0 MiB)");
+        assert!(r("127.0.0.1:8080", true).ends_with(", API key required)"));
+        assert!(r("0.0.0.0:8080", false).contains("WARNING: no API key"));
+        assert!(!r("0.0.0.0:8080", true).contains("WARNING"));
+    }
 }
