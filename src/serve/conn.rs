@@ -200,6 +200,9 @@ impl Reply<'_, '_, '_> {
         match rx.recv_timeout(wait) {
             Ok(e) => Next::Event(e),
             Err(RecvTimeoutError::Timeout) => Next::Watch,
+            // A job queued as the model thread stopped is dropped with the queue.
+            Err(RecvTimeoutError::Disconnected) if self.conn.stopping() => Next::Event(Event::Failed(
+                ApiError::status(503, "the server is shutting down").with_code("server_shutting_down"))),
             Err(RecvTimeoutError::Disconnected) => Next::Lost,
         }
     }

@@ -105,6 +105,11 @@ impl<'a> Connection<'a> {
         Connection { stream, buf: vec![0; MAX_HEAD], start: 0, end: 0, limits, stop }
     }
 
+    /// True once the server is stopping.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
     /// True when the peer has closed or reset the connection (see [`waste::sys::peer_closed`]).
     pub fn peer_gone(&self) -> bool {
         waste::sys::peer_closed(self.stream.as_raw_fd())

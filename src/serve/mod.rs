@@ -177,7 +177,7 @@ pub fn run(cfg: Config) -> waste::Result<()> {
     let setup = Setup { model_dir: cfg.model_dir, options: cfg.options, template: cfg.template, slots: cfg.slots };
     let engine = {
         let shared = Arc::clone(&shared);
-        std::thread::Builder::new().name("model".into()).stack_size(64 << 20).spawn(move || model_thread(setup, queue, &shared, ready))
+        std::thread::Builder::new().name("model".into()).stack_size(8 << 20).spawn(move || model_thread(setup, queue, &shared, ready))
             .map_err(|e| Error::new(ErrorKind::Io, format!("cannot start the model thread: {e}")))?
     };
     let signals = accept_until_signal(&listener, &shared, cfg.connections)?;
