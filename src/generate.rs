@@ -17,7 +17,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::model::session::Session;
 use crate::model::LogitsOut;
 use crate::sample::{Sampler, SamplingParams};
-use crate::{CacheStats, Model};
+use crate::{CacheStats, Model, Tokenizer};
 use std::time::{Duration, Instant};
 
 /// What to generate.
@@ -65,6 +65,17 @@ pub struct TokenEvent<'a> {
     /// The expert cache's work for this token's step (its forward pass; the prefill for the
     /// first token), measured: zero for a model whose experts do not stream.
     pub experts: ExpertActivity,
+    /// The logits the token was drawn from, as the model computed them (before the sampler's
+    /// repetition penalty, temperature and filters): one per vocabulary entry, for a host that
+    /// reports probabilities (`waste serve`'s `logprobs`; see
+    /// [`crate::sample::top_k_distribution`] and [`crate::sample::log_probability`]). A view of
+    /// the model's own buffer, valid during the callback: nothing is copied. Empty for the final
+    /// event (`id == None`).
+    pub logits: &'a [f32],
+    /// The model's tokenizer (`None` for a model without one), lent for the callback: the
+    /// model is busy generating, so this is how a host names tokens other than the one
+    /// generated — the alternatives it reports beside `logits`.
+    pub tokenizer: Option<&'a Tokenizer>,
 }
 
 /// What the expert cache did over a stretch of work: lookups that hit and missed, bytes read
@@ -326,7 +337,8 @@ impl Model {
                 _ => String::new(),
             };
             let (text, stopped) = stops.push(&piece);
-            let ev = TokenEvent { id: Some(id), text: &text, index, token_time, elapsed: start.elapsed(), experts };
+            let ev = TokenEvent { id: Some(id), text: &text, index, token_time, elapsed: start.elapsed(), experts,
+                logits: self.logits(), tokenizer: self.tokenizer.as_ref() };
             let go_on = on_token(&ev);
             index += 1;
             if stopped {
@@ -360,7 +372,7 @@ impl Model {
             }
             if !rest.is_empty() {
                 on_token(&TokenEvent { id: None, text: &rest, index, token_time: Duration::ZERO, elapsed: start.elapsed(),
-                    experts: ExpertActivity::default() });
+                    experts: ExpertActivity::default(), logits: &[], tokenizer: self.tokenizer.as_ref() });
             }
         }
         let prefilled = prompt.len() - cont.keep;

@@ -265,6 +265,24 @@ pub fn top_k_distribution(logits: &[f32], k: usize) -> Vec<Candidate> {
     heap.into_sorted_vec().into_iter().map(|Reverse(Ranked(logit, id))| Candidate { id, logit, prob: prob(logit) }).collect()
 }
 
+/// The natural log of the probability of token `id` under `logits`: the softmax at temperature
+/// 1 over the whole vocabulary, summed in f64, as [`top_k_distribution`] computes it (NaN logits
+/// take no probability, +∞ logits share it all). `None` for an id out of range or a NaN logit;
+/// `-∞` for a token of probability 0. One pass over the logits, no allocation.
+pub fn log_probability(logits: &[f32], id: u32) -> Option<f64> {
+    let l = *logits.get(id as usize)?;
+    if l.is_nan() {
+        return None;
+    }
+    let max = logits.iter().copied().filter(|l| !l.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+    if max.is_infinite() {
+        let n = logits.iter().filter(|&&v| v == max).count() as f64;
+        return Some(if l == max { -(n.ln()) } else { f64::NEG_INFINITY });
+    }
+    let sum: f64 = logits.iter().filter(|l| !l.is_nan()).map(|&v| ((v - max) as f64).exp()).sum();
+    Some((l - max) as f64 - sum.ln())
+}
+
 /// xoshiro256** seeded through splitmix64: small, fast, and the same sequence everywhere.
 struct Rng([u64; 4]);
 
@@ -428,5 +446,20 @@ mod tests {
         assert!(Sampler::new(&SamplingParams { temperature: -1.0, ..params(1.0) }).is_err());
         assert!(Sampler::new(&SamplingParams { min_p: 2.0, ..params(1.0) }).is_err());
         assert!(Sampler::new(&SamplingParams { repeat_penalty: 0.0, ..params(1.0) }).is_err());
+    }
+
+    #[test]
+    fn log_probability_agrees_with_the_distribution() {
+        let logits = [1.0f32, 3.0, -2.0, 0.5, f32::NAN];
+        let top = top_k_distribution(&logits, 4);
+        for c in &top {
+            let lp = log_probability(&logits, c.id).unwrap();
+            assert!((lp.exp() - c.prob).abs() < 1e-12, "token {}: {} vs {}", c.id, lp.exp(), c.prob);
+        }
+        assert_eq!(log_probability(&logits, 4), None, "a NaN logit has no probability");
+        assert_eq!(log_probability(&logits, 5), None, "out of range");
+        let inf = [f32::INFINITY, 0.0, f32::INFINITY];
+        assert!((log_probability(&inf, 0).unwrap() - (0.5f64).ln()).abs() < 1e-12);
+        assert_eq!(log_probability(&inf, 1), Some(f64::NEG_INFINITY));
     }
 }

@@ -38,6 +38,39 @@ fn greedy_continuation_is_the_published_sample() {
 }
 
 #[test]
+fn token_events_carry_the_logits_each_token_was_drawn_from() {
+    let mut m = model();
+    let prompt = m.tokenize_prompt("Once upon a time").unwrap();
+    let params = GenerateParams { max_tokens: 12, ..GenerateParams::greedy() };
+    let vocab = m.info().vocab;
+    let (mut checked, mut last_logits) = (0, None);
+    let mut reference = model();
+    let mut ids = prompt.clone();
+    m.generate(&prompt, &params, |ev| {
+        match ev.id {
+            Some(id) => {
+                assert_eq!(ev.logits.len(), vocab);
+                // The same logits as a fresh evaluation of the sequence so far, bit for bit.
+                let want = reference.eval(&ids[reference.position()..]).unwrap();
+                assert!(ev.logits.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()), "token {}", ev.index);
+                let top = waste::sample::top_k_distribution(ev.logits, 1)[0];
+                assert_eq!(top.id, id, "greedy takes the argmax of the event's logits");
+                let lp = waste::sample::log_probability(ev.logits, id).unwrap();
+                assert!((lp.exp() - top.prob).abs() < 1e-12);
+                let tok = ev.tokenizer.expect("the model's tokenizer is lent to the callback");
+                assert!(tok.token_bytes(id).is_ok());
+                ids.push(id);
+                checked += 1;
+            }
+            None => last_logits = Some(ev.logits.len()),
+        }
+        true
+    }).unwrap();
+    assert_eq!(checked, 12);
+    assert!(last_logits.is_none_or(|n| n == 0), "the final event has no logits");
+}
+
+#[test]
 fn make_run_command_prints_the_story() {
     let (_, text) = golden();
     let (code, out, err) = waste(&["run", "models/stories260K", "Once upon a time", "-n", "252", "--temp", "0"]);

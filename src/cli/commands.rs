@@ -46,6 +46,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "template" => super::template::run(a),
         "plan" => super::plan::run(a),
         "random-model" => random_model(a),
+        "serve" => super::serve::run(a),
         "quantize" => super::quant::quantize(a),
         "compare" => super::quant::compare(a),
         "convert" => super::moe::convert(a),

@@ -13,6 +13,7 @@ mod moe;
 mod out;
 mod plan;
 mod quant;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -189,7 +190,7 @@ Given a container, reads its banks' records in a scattered order, as the engine 
 
 const COMMANDS: &[&Command] = &[&RUN, &chat::CHAT, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL,
     &tokenize::BENCH_TOKENIZE, &plan::PLAN, &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE,
-    &template::TEMPLATE, &RANDOM_MODEL, &VERSION];
+    &template::TEMPLATE, &serve::SERVE, &RANDOM_MODEL, &VERSION];
 
 fn overview() -> String {
     let mut s = String::from(

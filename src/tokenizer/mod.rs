@@ -464,6 +464,13 @@ fn looks_like_ranks(path: &Path) -> bool {
     is_rank_text(&head[..n])
 }
 
+/// The kind, the file and the vocabulary size (the tables are too large to print).
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tokenizer({}, {}, {} tokens)", self.kind_name(), self.path.display(), self.vocab_size())
+    }
+}
+
 /// Streaming detokenizer: feed ids one at a time, get back text that is complete UTF-8.
 ///
 /// A piece that ends inside a UTF-8 character is held back until the character completes, and
