@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod freestanding;
 
 use std::path::{Path, PathBuf};
 use waste::format::dtype::DType;
