@@ -83,7 +83,7 @@ pub(crate) mod test_util {
 
 pub use error::{Error, ErrorKind, Result};
 pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
-pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading};
+pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::session::Session;

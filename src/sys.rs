@@ -1,5 +1,5 @@
 //! The thin layer over libc and raw memory: aligned buffers, positioned reads, terminal and
-//! machine queries, CPU affinity. Every `unsafe` block outside `kernels/` lives here, each with
+//! machine queries, CPU affinity, powering off (for a host running as PID 1). Every `unsafe` block outside `kernels/` lives here, each with
 //! the reason it is sound.
 
 use crate::error::{Error, Result};
@@ -261,7 +261,23 @@ pub fn read_stdin_once(buf: &mut [u8]) -> std::io::Result<usize> {
     }
 }
 
-/// Physical RAM of the machine in bytes (`_SC_PHYS_PAGES` × page size).
+/// Physical RAM of the machine in bytes: `sysinfo(2)`'s `totalram × mem_unit`, the pages the
+/// kernel manages (the figure `/proc/meminfo` shows as `MemTotal`). It is a system call, so it
+/// answers where no `/proc` is mounted (a chroot, an initramfs). 0 when the call fails.
+#[cfg(target_os = "linux")]
+pub fn physical_ram_bytes() -> u64 {
+    // SAFETY: all-zero is a valid `struct sysinfo` (integers and a byte array).
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a writable `struct sysinfo`, which is all the call writes.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return 0;
+    }
+    // Kernels before 2.3.23 left mem_unit 0, meaning bytes.
+    (info.totalram as u64).saturating_mul(info.mem_unit.max(1) as u64)
+}
+
+/// Physical RAM of the machine in bytes (`_SC_PHYS_PAGES` × page size); 0 when unknown.
+#[cfg(not(target_os = "linux"))]
 pub fn physical_ram_bytes() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
@@ -271,20 +287,47 @@ pub fn physical_ram_bytes() -> u64 {
     (pages as u64).saturating_mul(size as u64)
 }
 
-/// The number of CPUs this process may run on.
+/// The number of CPUs this process may run on. std's `available_parallelism` counts this
+/// thread's `sched_getaffinity` mask (lowered to a cgroup CPU quota when `/proc/self/cgroup`
+/// shows one), so it needs neither `/proc` nor `/sys`: without them the quota is just not
+/// seen. Should it fail all the same, the mask read here; 1 when nothing answers.
 pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).ok()
+        .or_else(|| current_thread_cpus().ok().map(|c| c.len()).filter(|&n| n > 0))
+        .unwrap_or(1)
 }
 
 /// The numerically last CPU of the machine (configured CPUs − 1, at most [`MAX_CPUS`] − 1):
-/// what `N` means in a cpu list, as in the kernel's.
+/// what `N` means in a cpu list, as in the kernel's. Never below the highest CPU this thread
+/// may run on: musl (the static build) answers `_SC_NPROCESSORS_CONF` with the size of the
+/// affinity mask, as glibc does where `/sys` is absent, which for a process confined to CPUs
+/// 4-7 would make `N` CPU 3.
 pub fn last_cpu() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-    if n <= 0 {
-        return available_cpus().clamp(1, MAX_CPUS) - 1;
-    }
-    (n as usize).clamp(1, MAX_CPUS) - 1
+    let configured = if n > 0 { n as usize - 1 } else { available_cpus().saturating_sub(1) };
+    let highest_allowed = current_thread_cpus().ok().and_then(|c| c.last().copied()).unwrap_or(0);
+    configured.max(highest_allowed).min(MAX_CPUS - 1)
+}
+
+/// Flushes the filesystems and powers the machine off (`reboot(2)`, `RB_POWER_OFF`): how a
+/// program running as PID 1 ends, since PID 1 exiting panics the kernel. In a PID namespace
+/// (a container's PID 1) it ends that namespace instead. Returns only when the kernel refuses
+/// (without `CAP_SYS_BOOT`), with the reason; the caller may then exit. The library never
+/// calls it: it is for a host that is the system's init (the CLI's `init` module).
+#[cfg(target_os = "linux")]
+pub fn power_off() -> std::io::Error {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    // SAFETY: reboot takes a command constant and no pointers; on success it does not return.
+    unsafe { libc::reboot(libc::RB_POWER_OFF) };
+    std::io::Error::last_os_error()
+}
+
+/// Powering off is not available on this platform: the error says so.
+#[cfg(not(target_os = "linux"))]
+pub fn power_off() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, "this platform cannot power off from a process")
 }
 
 /// True where a thread can be bound to a set of CPUs (Linux `sched_setaffinity`). Elsewhere a

@@ -50,6 +50,13 @@ fn cpu_list_parse_table() {
     let e = CpuList::parse_with_last("8-N", 7).expect_err("8-N on 8 CPUs");
     assert!(e.message().contains("`8-N`") && e.message().contains("start is after its end"), "{}", e.message());
     assert_eq!(CpuList::parse("N").unwrap().cpus(), [waste::sys::last_cpu()]);
+    // `N` is at least the highest CPU this thread may use (musl and a missing /sys size the
+    // machine by the affinity mask), and the default thread count is at most the mask's size.
+    if waste::sys::CAN_BIND_THREADS {
+        let allowed = waste::sys::current_thread_cpus().unwrap();
+        assert!(waste::sys::last_cpu() >= *allowed.last().unwrap());
+        assert!((1..=allowed.len()).contains(&waste::sys::available_cpus()), "{} of {allowed:?}", waste::sys::available_cpus());
+    }
     let bad: &[(&str, &str)] = &[
         ("", "empty"),
         ("  ", "empty"),

@@ -275,6 +275,9 @@ fn cli_plan_table() {
         assert!(line(label).ends_with(&format!(" {} bytes", num(&doc, key))), "{label}: {}", line(label));
     }
     assert!(out.contains("---"), "{out}");
+    // Where physical RAM came from (tests/static_binary.rs sees sysinfo(2) in a chroot).
+    let source = if std::path::Path::new("/proc/meminfo").exists() { "/proc/meminfo" } else { "sysinfo(2)" };
+    assert!(out.contains(&format!("  (physical RAM from {source})\n")), "{out}");
     assert!(line("budget").starts_with("  budget 8.00 MiB -> expert cache 0 B"), "{}", line("budget"));
     // Without a budget the table shows the choice the engine would make.
     let (status, out, _) = waste(&["plan", m, "--ctx", "32"]);

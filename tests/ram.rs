@@ -1,12 +1,14 @@
 //! Usable RAM from synthetic cgroup trees (v1 and v2): nested limits, `max` leaves,
 //! `memory.high` under `memory.max`, v1's "unlimited", container mounts whose root is the
-//! cgroup itself, missing controllers, and malformed files. The real-cgroup test is in
+//! cgroup itself, missing controllers, and malformed files. Physical RAM from `meminfo`, and
+//! from `sysinfo(2)` where there is none (a chroot, an initramfs: `tests/static_binary.rs`
+//! and `tests/boot.rs` check those for real). The real-cgroup test is in
 //! `tests/plan.rs` (it runs `waste plan` inside one).
 
 mod common;
 use common::*;
 use std::path::PathBuf;
-use waste::cache::ram::{CgroupVersion, RamProbe, RamReading};
+use waste::cache::ram::{CgroupVersion, RamProbe, RamReading, RamSource};
 use waste::ErrorKind;
 
 const GIB: u64 = 1 << 30;
@@ -61,6 +63,17 @@ impl Tree {
 
     fn usable(&self) -> u64 {
         self.read().unwrap().usable_bytes
+    }
+
+    /// Writes `proc/meminfo`.
+    fn meminfo(&self, text: &str) -> &Tree {
+        std::fs::write(self.base.join("proc/meminfo"), text).unwrap();
+        self
+    }
+
+    /// Physical RAM from the tree (`proc/meminfo`, else sysinfo) with the cgroup limits.
+    fn read_all(&self) -> waste::Result<RamReading> {
+        RamProbe::new(self.base.join("proc"), self.base.join("fs")).read_all()
     }
 }
 
@@ -310,6 +323,73 @@ fn malformed_files_are_errors_naming_the_file() {
     t.cgroup("0::/a\n").mountinfo(&[v2_mount("/", "/cg")]).dir("/cg/a");
     std::fs::write(t.fs("/cg/a/memory.max"), b"12\xff\n").unwrap();
     assert_eq!(t.read().unwrap_err().kind(), ErrorKind::Format);
+}
+
+/// A meminfo as the kernel writes it, with `MemTotal` of `kib`.
+fn meminfo(kib: u64) -> String {
+    format!("MemTotal:       {kib:>8} kB\nMemFree:         1234567 kB\nMemAvailable:    2345678 kB\nHugePages_Total:       0\n")
+}
+
+#[test]
+fn physical_ram_from_meminfo_else_sysinfo() {
+    // MemTotal (kB, which are KiB), combined with a cgroup limit as before.
+    let t = Tree::new("meminfo");
+    t.meminfo(&meminfo(16 << 20)).cgroup("0::/a\n").mountinfo(&[v2_mount("/", "/cg")]).file("/cg/a/memory.max", "4294967296\n");
+    let r = t.read_all().unwrap();
+    assert_eq!((r.physical_bytes, r.physical_source, r.usable_bytes), (16 * GIB, RamSource::Meminfo, 4 * GIB));
+    assert!(r.notes.iter().all(|n| !n.contains("meminfo")), "{:?}", r.notes);
+    // A limit above a small MemTotal is no limit.
+    t.meminfo(&meminfo(2 << 20));
+    let r = t.read_all().unwrap();
+    assert_eq!((r.physical_bytes, r.usable_bytes, r.limit), (2 * GIB, 2 * GIB, None));
+
+    // No meminfo (no /proc in a chroot): the kernel's count from sysinfo(2), with a note; a
+    // cgroup limit that is visible still applies.
+    let sysinfo = waste::sys::physical_ram_bytes();
+    assert!(sysinfo > 0);
+    let t = Tree::new("no-meminfo");
+    t.cgroup("0::/a\n").mountinfo(&[v2_mount("/", "/cg")]).file("/cg/a/memory.max", &format!("{}\n", sysinfo / 2));
+    let r = t.read_all().unwrap();
+    assert_eq!((r.physical_bytes, r.physical_source, r.usable_bytes), (sysinfo, RamSource::Sysinfo, sysinfo / 2));
+    let note = &r.notes[0];
+    assert!(note.contains("proc/meminfo does not exist") && note.contains("sysinfo(2)"), "{:?}", r.notes);
+    // Nothing at all: no meminfo, no cgroup file.
+    let t = Tree::new("bare");
+    let r = t.read_all().unwrap();
+    assert_eq!((r.physical_bytes, r.usable_bytes, r.physical_source, r.limit), (sysinfo, sysinfo, RamSource::Sysinfo, None));
+    assert_eq!(r.notes.len(), 2, "{:?}", r.notes);
+    assert!(r.notes[1].contains("self/cgroup does not exist"), "{:?}", r.notes);
+    // The caller's figure says so.
+    assert_eq!(t.read().unwrap().physical_source, RamSource::Caller);
+}
+
+#[test]
+fn malformed_meminfo_is_an_error_naming_it() {
+    for (i, text) in ["MemFree: 1 kB\n", "MemTotal: 12\n", "MemTotal: 0 kB\n", "MemTotal: lots kB\n"].iter().enumerate() {
+        let t = Tree::new(&format!("bad-meminfo-{i}"));
+        t.meminfo(text);
+        let e = t.read_all().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Format, "{text:?}");
+        assert!(e.message().contains("proc/meminfo"), "{text:?}: {e}");
+    }
+    // A directory where the file should be.
+    let t = Tree::new("meminfo-dir");
+    std::fs::create_dir(t.base.join("proc/meminfo")).unwrap();
+    assert_eq!(t.read_all().unwrap_err().kind(), ErrorKind::Format);
+}
+
+#[test]
+fn sysinfo_counts_what_meminfo_shows() {
+    // Both are the kernel's count of the pages it manages: MemTotal × 1024 is sysinfo's
+    // totalram × mem_unit, so the fallback gives the figure /proc would have.
+    let Ok(text) = std::fs::read_to_string("/proc/meminfo") else {
+        return skip("sysinfo_counts_what_meminfo_shows", "no /proc/meminfo");
+    };
+    let kib: u64 = text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().strip_suffix(" kB"))
+        .and_then(|v| v.trim().parse().ok()).unwrap();
+    assert_eq!(waste::sys::physical_ram_bytes(), kib * 1024);
+    let r = waste::cache::ram::read_ram().unwrap();
+    assert_eq!((r.physical_bytes, r.physical_source), (kib * 1024, RamSource::Meminfo));
 }
 
 #[test]

@@ -1,6 +1,11 @@
 //! How much RAM this process may use: physical RAM, or the Linux cgroup memory limit when it
 //! is smaller. This is "the machine" the default RAM budget is sized against (seed 001 §3).
 //!
+//! Physical RAM is `MemTotal` of `/proc/meminfo`, which a container runtime may present as the
+//! container's own (LXCFS does), and where that file does not exist — a chroot or an initramfs
+//! without `/proc` — the kernel's count from `sysinfo(2)`, a system call that needs no
+//! filesystem. [`RamReading::physical_source`] says which, and a note says why.
+//!
 //! Only capacity counts. `MemAvailable` and `memory.current` measure pressure, which moves
 //! between the reading and the allocation; a budget resolved once at open must not depend on
 //! it, or the same command on the same machine becomes two different runs.
@@ -51,34 +56,57 @@ pub struct CgroupLimit {
     pub version: CgroupVersion,
 }
 
-/// Physical and usable RAM, with where the usable figure came from.
+/// Where a reading's physical RAM figure came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RamSource {
+    /// `MemTotal` of `meminfo` under the probe's proc root (`/proc/meminfo`).
+    Meminfo,
+    /// `sysinfo(2)` (`totalram × mem_unit`), where that file does not exist.
+    Sysinfo,
+    /// The figure the caller gave [`RamProbe::read`].
+    Caller,
+}
+
+impl RamSource {
+    /// How `waste plan` names the source: `/proc/meminfo`, `sysinfo(2)`, `the caller`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RamSource::Meminfo => "/proc/meminfo",
+            RamSource::Sysinfo => "sysinfo(2)",
+            RamSource::Caller => "the caller",
+        }
+    }
+}
+
+/// Physical and usable RAM, with where each figure came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RamReading {
     pub physical_bytes: u64,
+    /// Where `physical_bytes` came from.
+    pub physical_source: RamSource,
     /// min(physical RAM, the smallest cgroup limit).
     pub usable_bytes: u64,
     /// The limit that made usable RAM smaller than physical RAM, if any.
     pub limit: Option<CgroupLimit>,
-    /// Parts of the cgroup setup that were absent and therefore not consulted, and why.
+    /// What was absent and therefore not consulted, and why: parts of the cgroup setup, and
+    /// `/proc/meminfo` when physical RAM came from `sysinfo(2)`.
     pub notes: Vec<String>,
 }
 
-/// Where to read the cgroup setup from. [`RamProbe::system`] is the running process; tests
-/// point both roots at synthetic trees.
+/// Where to read the cgroup setup and `meminfo` from. [`RamProbe::system`] is the running
+/// process; tests point both roots at synthetic trees.
 #[derive(Clone, Debug)]
 pub struct RamProbe {
-    /// The directory holding `self/cgroup` and `self/mountinfo` (normally `/proc`).
+    /// The directory holding `meminfo`, `self/cgroup` and `self/mountinfo` (normally `/proc`).
     pub proc_root: PathBuf,
     /// The directory the mount points of `mountinfo` are relative to (normally `/`).
     pub fs_root: PathBuf,
 }
 
-/// Physical RAM of the machine in bytes (`sysconf`). Inside a container this is the host's.
+/// Physical RAM of the machine in bytes: `MemTotal` of `/proc/meminfo`, else `sysinfo(2)`
+/// (see [`RamSource`]). Inside a container this is usually the host's.
 pub fn physical_ram_bytes() -> Result<u64> {
-    match crate::sys::physical_ram_bytes() {
-        0 => Err(Error::unsupported("cannot read the physical RAM size (sysconf _SC_PHYS_PAGES)")),
-        n => Ok(n),
-    }
+    Ok(RamProbe::system().physical()?.0)
 }
 
 /// RAM this process may use: min(physical RAM, its cgroup memory limit).
@@ -86,9 +114,9 @@ pub fn usable_ram_bytes() -> Result<u64> {
     Ok(read_ram()?.usable_bytes)
 }
 
-/// Physical and usable RAM of the running process, with the limit's source.
+/// Physical and usable RAM of the running process, with where each figure came from.
 pub fn read_ram() -> Result<RamReading> {
-    RamProbe::system().read(physical_ram_bytes()?)
+    RamProbe::system().read_all()
 }
 
 /// One line of `/proc/self/cgroup`: `id:controllers:path`.
@@ -120,7 +148,33 @@ impl RamProbe {
         RamProbe { proc_root: proc_root.into(), fs_root: fs_root.into() }
     }
 
-    /// Reads the cgroup limits and combines them with `physical` RAM.
+    /// Physical RAM (`meminfo` under the proc root, else `sysinfo(2)`) combined with the cgroup
+    /// limits: the reading of the machine the probe describes.
+    pub fn read_all(&self) -> Result<RamReading> {
+        let (physical, source, note) = self.physical()?;
+        let mut reading = self.read(physical)?;
+        reading.physical_source = source;
+        reading.notes.splice(0..0, note);
+        Ok(reading)
+    }
+
+    /// Physical RAM, where it came from, and a note when `meminfo` was absent. A `meminfo` that
+    /// exists without a well-formed `MemTotal` line is an error naming it (the failure policy
+    /// above): the kernel always writes one.
+    fn physical(&self) -> Result<(u64, RamSource, Option<String>)> {
+        let file = self.proc_root.join("meminfo");
+        if let Some(text) = read_optional(&file, SMALL_FILE_LIMIT)? {
+            return Ok((parse_mem_total(&file, &text)?, RamSource::Meminfo, None));
+        }
+        match crate::sys::physical_ram_bytes() {
+            0 => Err(Error::unsupported(format!(
+                "cannot read the physical RAM size: {} does not exist and sysinfo(2) failed", file.display()))),
+            n => Ok((n, RamSource::Sysinfo, Some(format!("{} does not exist: physical RAM from sysinfo(2)", file.display())))),
+        }
+    }
+
+    /// Reads the cgroup limits and combines them with `physical` RAM, a figure the caller
+    /// read ([`RamSource::Caller`]).
     pub fn read(&self, physical: u64) -> Result<RamReading> {
         let mut notes = Vec::new();
         let mut best: Option<CgroupLimit> = None;
@@ -130,14 +184,14 @@ impl RamProbe {
             }
         }
         let usable = best.as_ref().map_or(physical, |b| b.bytes);
-        Ok(RamReading { physical_bytes: physical, usable_bytes: usable, limit: best, notes })
+        Ok(RamReading { physical_bytes: physical, physical_source: RamSource::Caller, usable_bytes: usable, limit: best, notes })
     }
 
     /// The smallest limit of each hierarchy that has a memory controller for this process.
     fn limits(&self, notes: &mut Vec<String>) -> Result<Vec<CgroupLimit>> {
         let cgroup_file = self.proc_root.join("self/cgroup");
         let Some(text) = read_optional(&cgroup_file, SMALL_FILE_LIMIT)? else {
-            notes.push(format!("{} does not exist: no cgroup limit applies", cgroup_file.display()));
+            notes.push(format!("{} does not exist: no cgroup limit is seen (none applies, or /proc is not mounted)", cgroup_file.display()));
             return Ok(Vec::new());
         };
         let members = parse_cgroup_file(&cgroup_file, &text)?;
@@ -321,6 +375,19 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// `MemTotal` of a `meminfo` file, in bytes (the file counts in kB, which are KiB).
+fn parse_mem_total(path: &Path, text: &str) -> Result<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))
+        .ok_or_else(|| Error::format(path, "no MemTotal line"))?;
+    let kib = line.trim().strip_suffix(" kB").map(str::trim_end)
+        .filter(|v| !v.is_empty() && v.bytes().all(|c| c.is_ascii_digit()))
+        .and_then(|v| v.parse::<u64>().ok());
+    match kib.and_then(|k| k.checked_mul(1024)) {
+        Some(0) | None => Err(Error::format(path, format!("MemTotal: expected a non-zero count of kB, found `{}`", clip(line.trim())))),
+        Some(bytes) => Ok(bytes),
+    }
+}
+
 /// A limit file's value: bytes, or `None` for v2's `max`. v1 has no `max` spelling.
 fn parse_limit(path: &Path, text: &str, version: CgroupVersion) -> Result<Option<u64>> {
     let v = text.trim();
@@ -373,6 +440,18 @@ mod tests {
             assert!(parse_limit(p, bad, CgroupVersion::V1).is_err(), "{bad:?}");
         }
         assert!(parse_limit(p, "0x10", CgroupVersion::V2).is_err());
+    }
+
+    #[test]
+    fn mem_total() {
+        let p = Path::new("meminfo");
+        let text = "MemFree:          123 kB\nMemTotal:       16308040 kB\nSwapTotal: 0 kB\n";
+        assert_eq!(parse_mem_total(p, text).must(), 16308040 * 1024);
+        for bad in ["MemFree: 1 kB\n", "MemTotal: 12\n", "MemTotal: kB\n", "MemTotal: 0 kB\n", "MemTotal: -5 kB\n",
+                    "MemTotal: 99999999999999999999 kB\n", "MemTotal: 18014398509481984 kB\n"] {
+            let e = parse_mem_total(p, bad).unwrap_err();
+            assert!(e.message().contains("meminfo"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod args;
 mod bench_matmul;
 mod chat;
 mod commands;
+pub mod init;
 mod moe;
 mod out;
 mod plan;

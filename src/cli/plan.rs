@@ -14,7 +14,7 @@ pub const PLAN: Command = Command {
     usage: "plan MODEL [--budget SIZE] [--ctx N] [--sessions N] [--threads N | --cpus LIST] [--chunk N] [--int8-act] [--cache SIZE] [--json]",
     about: "Show the RAM a model needs: its floor (trunk, state and KV cache, scratch, tokenizer, minimum expert cache), \
 the recommended budget, and the expert cache a budget leaves; plus this machine's physical and usable RAM \
-(usable = physical, or the cgroup memory limit when smaller). Reads headers only, no weights. \
+(usable = physical, or the cgroup memory limit when smaller; physical from /proc/meminfo, or sysinfo(2) where it does not exist). Reads headers only, no weights. \
 Takes every option run, eval and bench take, so the same options show the plan of that run.",
     opts: &[&[
         val("budget", "SIZE", "RAM budget: bytes, or K, M, G or T, optionally with i and B, in binary units: 1K = 1024, 4G = 4Gi = 4GiB = 4GB"),
@@ -110,6 +110,7 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
     outln!();
     row("physical RAM", ram.physical_bytes)?;
     row("usable RAM", ram.usable_bytes)?;
+    outln!("  (physical RAM from {})", ram.physical_source.describe());
     match &ram.limit {
         Some(l) => outln!("  (usable RAM is the cgroup limit in {})", l.file.display()),
         None => outln!("  (no cgroup limit below physical RAM)"),

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cgroup;
+pub mod freestanding;
 pub mod server;
 
 use std::path::{Path, PathBuf};
