@@ -22,6 +22,7 @@ pub mod cpus;
 pub mod int8;
 pub mod kda;
 pub mod mla;
+pub mod peak;
 pub mod pool;
 pub mod scalar;
 
