@@ -145,9 +145,9 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     all.extend(simd_isas());
     for k in all {
         for dtype in DTYPES {
-          // Shapes on both sides of the prefill kernels' row group (16), vector group (32) and
-          // column chunk (256), with dense column tails.
-          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33)] {
+          // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 32), vector groups
+          // (32 both) and column chunks (512, 256), with dense column tails.
+          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70)] {
             let cols = if dtype.is_quantized() { cols / 32 * 32 } else { cols + 1 };
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
@@ -266,6 +266,11 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     let r = bench::matmul(&opts).unwrap();
     assert_eq!(r.threads, [1, 2]);
     assert_eq!(r.read.len(), 2);
+    // The multiply-add peaks the dtypes are held to, at each thread count.
+    for peak in [&r.fma_peak, &r.int8_peak] {
+        assert_eq!(peak.iter().map(|x| x.threads).collect::<Vec<_>>(), [1, 2]);
+        assert!(peak.iter().all(|x| x.gmac_per_s.is_finite() && x.gmac_per_s > 0.0), "{peak:?}");
+    }
     assert_eq!(r.dtypes.iter().map(|d| d.dtype).collect::<Vec<_>>(), DTYPES);
     for d in &r.dtypes {
         assert_eq!(d.bytes, 67 * d.dtype.row_bytes(256).unwrap() as usize);
@@ -273,7 +278,7 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     }
     let (status, out, err) = common::waste(&["bench", "matmul", "--rows", "33", "--cols", "64", "--bytes", "64K", "--passes", "1"]);
     assert_eq!(status, 0, "{err}");
-    for name in ["read bandwidth", "F32", "BF16", "F16", "Q8B32", "Q4B32"] {
+    for name in ["read bandwidth", "f32 FMA peak", "int8 multiply-add peak", "GMAC/s", "F32", "BF16", "F16", "Q8B32", "Q4B32"] {
         assert!(out.contains(name), "{name} missing from:\n{out}");
     }
     let (status, _, err) = common::waste(&["bench", "matmul", "--cols", "100"]);

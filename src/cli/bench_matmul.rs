@@ -12,10 +12,12 @@ use waste::kernels::{CpuList, Isa};
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
     usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--json]",
-    about: "Time the matrix x vector kernels without a model: GB/s of weight bytes streamed for every dtype \
-(F32, BF16, F16, Q8B32, Q4B32) at 1 and N threads, next to the read bandwidth of a SIMD sum over a buffer far \
-larger than the last-level cache, and the pool's dispatch latency. By default each matrix is 1 GiB \
-(8192 columns, rows to fit).",
+    about: "Time the matrix x vector kernels without a model: for every dtype (F32, BF16, F16, Q8B32, Q4B32) at \
+1 and N threads, GB/s of weight bytes streamed as a fraction of the read bandwidth (a SIMD sum over a buffer \
+far larger than the last-level cache), and GMAC/s (1e9 multiply-adds per second) as a fraction of the \
+multiply-add peak (a loop of independent f32 FMAs, or of the int8 path's integer multiply-adds for Q8B32 and \
+Q4B32 with --int8-act); and the pool's dispatch latency. By default each matrix is 1 GiB (8192 columns, rows \
+to fit).",
     opts: &[&[
         val("rows", "R", "rows per matrix (default: sized to 1 GiB per dtype)"),
         val("cols", "C", "columns, a multiple of 32 (default 8192)"),
@@ -91,6 +93,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("read_bytes", Json::uint(r.read_bytes as u64)),
             ("read", rates(&r.read)),
             ("dispatch_us", Json::Array(r.dispatch_us.iter().map(|&d| Json::float(d)).collect())),
+            ("fma_peak", rates(&r.fma_peak)),
+            ("int8_peak", rates(&r.int8_peak)),
             ("dtypes", Json::Array(r.dtypes.iter().map(|d| Json::object([
                 ("dtype", Json::str(d.dtype.name())),
                 ("rows", Json::uint(d.rows as u64)),
@@ -104,33 +108,39 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
-    let tokens = if r.tokens > 1 { format!(", {} vectors per product (GMAC/s: 1e9 multiply-adds per second)", r.tokens) } else { String::new() };
-    outln!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes{tokens}, GB = 1e9 bytes", r.isa.name(), r.passes);
+    let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
+    outln!("bench matmul: {} kernels{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
+    outln!("(each dtype: GB/s of weights and % of the read bandwidth, GMAC/s and % of the multiply-add peak)");
+    const CELL: usize = 40;
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {
-        head.push_str(&format!("{:>18}", t));
+        head.push_str(&format!("{:>CELL$}", t));
     }
     outln!("{head}");
     let size = if r.read_bytes >= 1 << 20 { format!("{} MiB", r.read_bytes >> 20) } else { format!("{} KiB", r.read_bytes >> 10) };
     let mut line = format!("{:<34}", format!("read bandwidth ({size} sum)"));
     for x in &r.read {
-        line.push_str(&format!("{:>13.2} GB/s", x.gb_per_s));
+        line.push_str(&format!("{:>CELL$}", format!("{:.2} GB/s", x.gb_per_s)));
     }
     outln!("{line}");
+    for (what, peak) in [("f32 FMA peak", &r.fma_peak), ("int8 multiply-add peak", &r.int8_peak)] {
+        let mut line = format!("{:<34}", what);
+        for x in peak.iter() {
+            line.push_str(&format!("{:>CELL$}", format!("{:.1} GMAC/s", x.gmac_per_s)));
+        }
+        outln!("{line}");
+    }
     let mut line = format!("{:<34}", "dispatch (empty region)");
     for (d, t) in r.dispatch_us.iter().zip(&r.threads) {
         // One participant runs the region inline: there is no hand-off to time.
-        line.push_str(&if *t == 1 { format!("{:>18}", "inline") } else { format!("{:>15.2} us", d) });
+        line.push_str(&if *t == 1 { format!("{:>CELL$}", "inline") } else { format!("{:>CELL$}", format!("{d:.2} us")) });
     }
     outln!("{line}");
     for d in &r.dtypes {
         let mut line = format!("{:<6} {:>7} x {:<6} {:>10} B ", d.dtype.name(), d.rows, d.cols, d.bytes);
-        for (x, read) in d.rates.iter().zip(&r.read) {
-            if r.tokens > 1 {
-                line.push_str(&format!("{:>8.1} GMAC/s", x.gmac_per_s));
-            } else {
-                line.push_str(&format!("{:>7.2} GB/s {:>3.0}%", x.gb_per_s, 100.0 * x.gb_per_s / read.gb_per_s));
-            }
+        for ((x, read), peak) in d.rates.iter().zip(&r.read).zip(r.peak_for(d.dtype)) {
+            line.push_str(&format!("{:>CELL$}", format!("{:.2} GB/s {:>3.0}% {:>6.1} GMAC/s {:>3.0}%", x.gb_per_s,
+                100.0 * x.gb_per_s / read.gb_per_s, x.gmac_per_s, 100.0 * x.gmac_per_s / peak.gmac_per_s)));
         }
         outln!("{line}");
     }

@@ -107,7 +107,24 @@ pub struct MatmulReport {
     pub read: Vec<Rate>,
     /// Median microseconds for an empty parallel region, per thread count.
     pub dispatch_us: Vec<f64>,
+    /// The f32 fused multiply-add peak of the kernels' instruction set, per thread count
+    /// (`gmac_per_s`; [`super::peak::fma`]).
+    pub fma_peak: Vec<Rate>,
+    /// The integer multiply-add peak of the int8 path's instructions, per thread count
+    /// (byte products; [`super::peak::int8`]).
+    pub int8_peak: Vec<Rate>,
     pub dtypes: Vec<DtypeRates>,
+}
+
+impl MatmulReport {
+    /// The peak a dtype's kernels are held to, per thread count: the int8 peak for Q8B32 and
+    /// Q4B32 through the int8 path, the f32 one otherwise.
+    pub fn peak_for(&self, dtype: DType) -> &[Rate] {
+        match (self.int8, dtype) {
+            (Some(_), DType::Q8B32 | DType::Q4B32) => &self.int8_peak,
+            _ => &self.fma_peak,
+        }
+    }
 }
 
 /// Runs the benchmark: read bandwidth, dispatch latency, then every dtype at every thread count.
@@ -132,12 +149,16 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     pools[0].bind_caller()?;
     let read = read_bandwidth(&kernels, &pools, opts)?;
     let dispatch_us = pools.iter().map(|p| dispatch_latency(p, opts.passes, opts.regions.max(1))).collect();
+    let isa = kernels.isa();
+    let int8_isa = super::Int8Isa::for_isa(isa);
+    let fma_peak = pools.iter().map(|p| peak(p, opts.passes, |n| super::peak::fma(isa, n))).collect();
+    let int8_peak = pools.iter().map(|p| peak(p, opts.passes, |n| super::peak::int8(int8_isa, n))).collect();
     let mut dtypes = Vec::new();
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
     Ok(MatmulReport { isa: kernels.isa(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
-        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, dtypes })
+        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, dtypes })
 }
 
 /// The median of `passes` timings of `f`, after one untimed warm-up.
@@ -183,6 +204,18 @@ fn read_bandwidth(k: &Kernels, pools: &[Pool], opts: &MatmulBench) -> Result<Vec
         out.push(rate(p.threads(), buf.len(), 0, secs));
     }
     Ok(out)
+}
+
+/// Multiply-adds per second of `probe` (which runs a given number of rounds and returns the
+/// multiply-adds done) on every participant of the pool at once.
+fn peak(p: &Pool, passes: usize, probe: impl Fn(usize) -> u64 + Sync) -> Rate {
+    const ROUNDS: usize = 1 << 21;
+    let done: Vec<std::sync::atomic::AtomicU64> = (0..p.threads()).map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+    let secs = median_secs(passes, || {
+        p.run(&|part| done[part].store(probe(ROUNDS), std::sync::atomic::Ordering::Relaxed));
+    });
+    let macs: u64 = done.iter().map(|d| d.load(std::sync::atomic::Ordering::Relaxed)).sum();
+    rate(p.threads(), 0, macs as usize, secs)
 }
 
 /// Median microseconds of an empty parallel region (publish, every worker runs, all joined).

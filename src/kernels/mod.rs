@@ -12,9 +12,9 @@
 //! The result for a (row, vector) pair depends only on the instruction set and the column
 //! count — never on how many vectors a call carries, which rows it covers, or how many threads
 //! share the rows — so chunked prefill, token-at-a-time decode and any thread count give the
-//! same bits. On AVX-512 several vectors go to [`avx512_prefill`], which widens the weights
-//! once into an f32 panel and reuses them across the chunk, with the decode tiles' exact
-//! sequence of operations per (row, vector) pair.
+//! same bits. Several vectors go to a GEMM that decodes the weights once into a panel and
+//! reuses them across the chunk, with the decode tiles' exact sequence of operations per
+//! (row, vector) pair: [`avx2_gemm`] on AVX2, [`avx512_prefill`] on AVX-512.
 
 pub mod attention;
 pub mod bench;
@@ -22,6 +22,7 @@ pub mod cpus;
 pub mod int8;
 pub mod kda;
 pub mod mla;
+pub mod peak;
 pub mod pool;
 pub mod scalar;
 
@@ -103,6 +104,8 @@ macro_rules! row_driver {
 
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx2_gemm;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
 #[cfg(target_arch = "x86_64")]

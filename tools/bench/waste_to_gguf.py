@@ -9,6 +9,8 @@ Tensor by tensor:
                   differ (Q4B32: weight 2k in the low nibble of byte k, weight 2k+1 in the high
                   one, two's complement; Q4_0: weight j low and weight j+16 high in byte j,
                   stored as q + 8). The scale bytes are copied as they are.
+  Q8B32 -> Q8_0   lossless and byte for byte: both are a binary16 scale then 32 signed bytes
+                  in position order (34 bytes per 32 weights).
   BF16  -> BF16   bytes copied.
   F32   -> F32    bytes copied (the RMSNorm weights).
 The rows of q_proj and k_proj are reordered within each head: transformers rotates the two
@@ -44,6 +46,7 @@ from gguf import GGMLQuantizationType as GT
 
 BLOCK = 32
 Q4_BLOCK_BYTES = 18
+Q8_BLOCK_BYTES = 34
 
 
 def read_safetensors(path):
@@ -89,6 +92,14 @@ def decode_q4b32(blocks):
     n[..., 1::2] = payload >> 4
     q = (n ^ 8) - 8
     w = q.astype(np.float32) * scale
+    return w.reshape(w.shape[:-2] + (-1,))
+
+
+def decode_q8b32(blocks):
+    """Our own reference decoding (seed 000): f32 weights, shape (..., 32 * blocks)."""
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    q = blocks[..., 2:].copy().view(np.int8).astype(np.float32)
+    w = q * scale
     return w.reshape(w.shape[:-2] + (-1,))
 
 
@@ -161,7 +172,7 @@ def gguf_name(hf):
 
 
 def convert_tensor(name, dtype, shape, raw, cfg):
-    """Returns (array to write, GGML type). Q4_0/BF16 arrays are raw bytes (rows, bytes per row)."""
+    """Returns (array to write, GGML type). Q4_0/Q8_0/BF16 arrays are raw bytes (rows, bytes per row)."""
     n_head = cfg["num_attention_heads"]
     n_kv = cfg["num_key_value_heads"]
     heads = n_head if name.endswith("q_proj.weight") else n_kv if name.endswith("k_proj.weight") else None
@@ -178,6 +189,13 @@ def convert_tensor(name, dtype, shape, raw, cfg):
         if heads:
             blocks = rotate_half_to_neighbours(blocks, heads)
         return q4b32_to_q4_0(blocks).reshape(rows, -1), GT.Q4_0
+    if dtype == "Q8B32":
+        if cols % BLOCK or raw.size != rows * cols // BLOCK * Q8_BLOCK_BYTES:
+            sys.exit(f"tensor {name}: {raw.size} bytes do not fit Q8B32 {shape}")
+        blocks = np.asarray(raw).reshape(rows, cols // BLOCK, Q8_BLOCK_BYTES)
+        if heads:
+            blocks = rotate_half_to_neighbours(blocks, heads)
+        return np.ascontiguousarray(blocks.reshape(rows, -1)), GT.Q8_0
     if dtype == "BF16":
         if raw.size != rows * cols * 2:
             sys.exit(f"tensor {name}: {raw.size} bytes do not fit BF16 {shape}")
@@ -185,7 +203,7 @@ def convert_tensor(name, dtype, shape, raw, cfg):
         if heads:
             arr = rotate_half_to_neighbours(arr, heads)
         return np.ascontiguousarray(arr), GT.BF16
-    sys.exit(f"tensor {name}: dtype {dtype} not handled (Q4B32, BF16 or F32)")
+    sys.exit(f"tensor {name}: dtype {dtype} not handled (Q4B32, Q8B32, BF16 or F32)")
 
 
 def add_dummy_vocab(w, cfg):
@@ -241,7 +259,8 @@ def write(src_dir, out_path):
     w.add_vocab_size(cfg["vocab_size"])
 
     kinds = {tensors[n][0] for n in tensors}
-    file_type = gguf.LlamaFileType.MOSTLY_Q4_0 if "Q4B32" in kinds else gguf.LlamaFileType.MOSTLY_BF16
+    file_type = (gguf.LlamaFileType.MOSTLY_Q4_0 if "Q4B32" in kinds else
+                 gguf.LlamaFileType.MOSTLY_Q8_0 if "Q8B32" in kinds else gguf.LlamaFileType.MOSTLY_BF16)
     w.add_file_type(file_type)
     add_dummy_vocab(w, cfg)
 
@@ -283,6 +302,8 @@ def check(out_path, cfg, tensors):
         got = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
         if dtype == "Q4B32":
             ours = decode_q4b32(np.asarray(raw).reshape(shape[0], shape[1] // BLOCK, Q4_BLOCK_BYTES))
+        elif dtype == "Q8B32":
+            ours = decode_q8b32(np.asarray(raw).reshape(shape[0], shape[1] // BLOCK, Q8_BLOCK_BYTES))
         else:
             ours = (np.asarray(raw).view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
         if "q_proj" in hf:
