@@ -147,8 +147,9 @@ impl<'a> Doc<'a> {
 impl HfTokenizer {
     /// Parses `tokenizer.json` (`data`); `config` is the parsed `tokenizer_config.json` beside
     /// it, if any (for `add_bos_token`, `bos_token`, `eos_token`).
-    pub fn parse(path: &Path, data: &[u8], config: Option<(&Path, &Json)>) -> Result<HfTokenizer> {
-        let root = crate::format::json::parse(data).map_err(|e| {
+    /// The text and its tree are held within `limits`.
+    pub(crate) fn parse_within(path: &Path, data: &[u8], config: Option<(&Path, &Json)>, limits: &crate::format::json::Limits) -> Result<HfTokenizer> {
+        let root = crate::format::json::parse_limited(data, limits).map_err(|e| {
             let line = data[..e.offset.min(data.len())].iter().filter(|&&b| b == b'\n').count() + 1;
             Error::new(ErrorKind::Tokenizer, format!("{}: line {line}: {e}", path.display()))
         })?;
