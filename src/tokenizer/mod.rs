@@ -89,22 +89,26 @@ impl Tokenizer {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let ext = path.extension().and_then(|n| n.to_str()).unwrap_or("");
         let config_ref = config.as_ref().map(|(p, j)| (p.as_path(), j));
+        let file_bytes = bytes.len();
         let kind = if ext == "json" || (ext != "bin" && bytes.first() == Some(&b'{')) {
-            Kind::Hf(Box::new(hf::HfTokenizer::parse_within(path, &bytes, config_ref, &limits)?))
-        } else if ext == "tiktoken" {
-            Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
-        } else if ext == "model" || name.ends_with(".model") {
-            if !is_rank_text(&bytes) {
-                return Err(Error::unsupported(format!(
-                    "{}: SentencePiece protobuf models are not supported; use the model's tokenizer.json", path.display())));
-            }
-            Kind::Tiktoken(tiktoken::Tiktoken::from_kimi(path, &bytes, config_ref)?)
+            // The bytes go to the parser, which drops them before building its tables.
+            Kind::Hf(Box::new(hf::HfTokenizer::parse_within(path, bytes, config_ref, &limits)?))
         } else {
-            Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
+            let kind = if ext == "tiktoken" {
+                Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
+            } else if ext == "model" || name.ends_with(".model") {
+                if !is_rank_text(&bytes) {
+                    return Err(Error::unsupported(format!(
+                        "{}: SentencePiece protobuf models are not supported; use the model's tokenizer.json", path.display())));
+                }
+                Kind::Tiktoken(tiktoken::Tiktoken::from_kimi(path, &bytes, config_ref)?)
+            } else {
+                Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
+            };
+            drop(bytes);
+            kind
         };
         // The file's bytes are not kept: gone before the character classes are built.
-        let file_bytes = bytes.len();
-        drop(bytes);
         let t = Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() };
         // The memory plan counts a tokenizer by the rule of `plan_bytes`, from the file size:
         // a file that would hold more is refused rather than exceed the plan.
