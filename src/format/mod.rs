@@ -18,6 +18,22 @@ pub mod state;
 use crate::error::{Error, Result};
 use std::path::Path;
 
+/// After a failed conversion or quantization into `out`: when this run created the directory,
+/// it is removed (unless it holds `keep`, resumable state kept on purpose), and the error says
+/// which.
+pub(crate) fn clean_up_output(out: &Path, created: bool, keep: Option<&str>, e: Error) -> Error {
+    if !created || !out.is_dir() {
+        return e;
+    }
+    if let Some(state) = keep.filter(|k| out.join(k).exists()) {
+        return e.note(format!("{} is kept with its {state}: the same command resumes", out.display()));
+    }
+    match std::fs::remove_dir_all(out) {
+        Ok(()) => e.note(format!("removed {}, which this run had created", out.display())),
+        Err(r) => e.note(format!("{} was created by this run but could not be removed: {r}", out.display())),
+    }
+}
+
 /// Reads a whole small file (configs, JSON indexes, tokenizer files), refusing one larger than
 /// `limit` bytes before allocating for it.
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
