@@ -198,7 +198,12 @@ impl State {
 /// from, and says so.
 pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
     let created = !opts.output.exists();
-    convert_into(opts, progress).map_err(|e| super::clean_up_output(&opts.output, created, Some(STATE), e))
+    let result = convert_into(opts, progress);
+    // The testing hooks stand for a kill, which cleans nothing up.
+    if opts.interrupt_after.is_some() || opts.interrupt_write.is_some() {
+        return result;
+    }
+    result.map_err(|e| super::clean_up_output(&opts.output, created, Some(STATE), e))
 }
 
 fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
