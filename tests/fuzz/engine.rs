@@ -242,7 +242,8 @@ pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, 
     let regressions = regression_inputs(target);
     let started = Instant::now();
     let current = Arc::new(AtomicU64::new(u64::MAX));
-    let watchdog = watchdog(target, Arc::clone(&current), out_dir.clone(), started);
+    let current_input = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watchdog = watchdog(target, Arc::clone(&current), Arc::clone(&current_input), out_dir.clone(), started);
     let mut rng = Rng::new(target.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
     let mut report = Report { target, execs: 0, seconds: 0.0, corpus: corpus.len(), findings: Vec::new(), peak_heap: 0, errors: 0 };
     let mut i = 0usize;
@@ -257,9 +258,11 @@ pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, 
             break;
         };
         i += 1;
-        // The input is saved before it runs, so a hang (the watchdog aborts) leaves it behind.
-        std::fs::create_dir_all(&out_dir).unwrap();
-        std::fs::write(out_dir.join("current"), &input).unwrap();
+        // The watchdog holds a copy: a hang aborts the process, and it saves the input first.
+        if let Ok(mut c) = current_input.lock() {
+            c.clear();
+            c.extend_from_slice(&input);
+        }
         current.store(started.elapsed().as_millis() as u64, Relaxed);
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exec(&input)));
         current.store(u64::MAX, Relaxed);
@@ -274,6 +277,7 @@ pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, 
             Err(p) => Some(format!("panic: {}", p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())),
         };
         if let Some(what) = broke {
+            std::fs::create_dir_all(&out_dir).unwrap();
             let saved = out_dir.join(format!("finding-{}", report.findings.len()));
             std::fs::write(&saved, &input).unwrap();
             eprintln!("fuzz {target}: {what} (input saved to {})", saved.display());
@@ -301,8 +305,9 @@ fn regression_inputs(target: &str) -> Vec<Vec<u8>> {
 }
 
 /// A thread that aborts the process when one input has run longer than [`TIME_LIMIT`]
-/// (`current` holds the input's start in ms since `started`; u64::MAX when idle, MAX-1 to stop).
-fn watchdog(target: &'static str, current: Arc<AtomicU64>, dir: PathBuf, started: Instant) -> std::thread::JoinHandle<()> {
+/// (`current` holds the input's start in ms since `started`; u64::MAX when idle, MAX-1 to
+/// stop), saving that input as `dir/hang` first.
+fn watchdog(target: &'static str, current: Arc<AtomicU64>, input: Arc<std::sync::Mutex<Vec<u8>>>, dir: PathBuf, started: Instant) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || loop {
         std::thread::sleep(Duration::from_millis(200));
         match current.load(Relaxed) {
@@ -310,7 +315,13 @@ fn watchdog(target: &'static str, current: Arc<AtomicU64>, dir: PathBuf, started
             x if x == u64::MAX - 1 => return,
             at => {
                 if started.elapsed().as_millis() as u64 > at + TIME_LIMIT.as_millis() as u64 {
-                    eprintln!("fuzz {target}: an input ran past {TIME_LIMIT:?}: a hang (saved in {})", dir.join("current").display());
+                    let saved = dir.join("hang");
+                    let _ = std::fs::create_dir_all(&dir);
+                    // The test thread is stuck inside the target, not holding the lock.
+                    if let Ok(bytes) = input.lock() {
+                        let _ = std::fs::write(&saved, &*bytes);
+                    }
+                    eprintln!("fuzz {target}: an input ran past {TIME_LIMIT:?}: a hang (saved in {})", saved.display());
                     std::process::abort();
                 }
             }
