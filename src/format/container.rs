@@ -594,7 +594,9 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
         .ok_or_else(|| Error::config(path, &f("matrices"), "missing or not 3 entries"))?;
     let dtype = mats[0].get("dtype").and_then(Json::as_str).and_then(DType::from_name)
         .ok_or_else(|| Error::config(path, &f("matrices[0].dtype"), "missing or unknown"))?;
-    let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;
+    // The layout's own error names no file: the manifest field that chose the encoding is it.
+    let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)
+        .map_err(|e| Error::config(path, &f("matrices[0].dtype"), e.message()))?;
     for (j, (m, want)) in mats.iter().zip(layout.matrices).enumerate() {
         let got = (m.get("dtype").and_then(Json::as_str), m.get("rows").and_then(Json::as_u64), m.get("cols").and_then(Json::as_u64),
                    m.get("offset").and_then(Json::as_u64), m.get("bytes").and_then(Json::as_u64));
