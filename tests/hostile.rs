@@ -34,7 +34,7 @@ fn write_streamed(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Res
 const MIB: u64 = 1 << 20;
 
 /// What the process holds besides what the parse limit allows: the binary, its stacks, the
-/// allocator's slack, the kernel's page tables (docs/ROBUSTNESS.md).
+/// allocator's slack, the kernel's page tables (docs/RELIABILITY.md).
 const CONSTANT: u64 = 24 * MIB;
 
 /// A model directory holding stories260K's config, tokenizer and weights.

@@ -27,7 +27,7 @@ pub const SMALL_MAX_BYTES: u64 = 32 << 20;
 /// The memory one parse may take. The input's bytes count, and every node, array slot and
 /// string byte of the tree as allocated (with the allocator's per-block header), so the limit
 /// bounds the parse's peak heap: at most `max_bytes / size_of::<Json>()` values and
-/// `max_bytes` string bytes, whatever the text. See docs/ROBUSTNESS.md.
+/// `max_bytes` string bytes, whatever the text. See docs/RELIABILITY.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Arrays and objects may nest at most this deep.

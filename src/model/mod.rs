@@ -175,7 +175,7 @@ impl Model {
         // before any weight or expert is read.
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
-        // Every JSON file and header is parsed within the budget (docs/ROBUSTNESS.md): these
+        // Every JSON file and header is parsed within the budget (docs/RELIABILITY.md): these
         // parses come before anything large is held, so they cannot push the peak past it.
         let limits = crate::format::json::Limits::for_budget(opts.budget);
         let manifest = if container::is_container(path) { Some(Manifest::open_within(path, &limits)?) } else { None };
