@@ -8,7 +8,7 @@ MUSL := x86_64-unknown-linux-musl
 STATIC := target/$(MUSL)/release/waste
 MKCPIO := target/tools/mkcpio
 
-.PHONY: run build test static boot-test clean
+.PHONY: run build test fuzz static boot-test clean
 
 build:
 	$(CARGO) build --release
@@ -30,6 +30,14 @@ test:
 	echo; echo "== summary: $$(grep -h '^test result:' target/test.log | awk '{p+=$$4; f+=$$6} END {print p" passed, "f" failed"}'), $$(grep -c '^SKIP:' target/test.log) SKIP lines"; \
 	grep '^SKIP:' target/test.log | sort -u || true; \
 	exit $$status
+
+# The fuzzer's long mode (tests/fuzz.rs): every target for FUZZ_SECONDS seconds (default 600),
+# one at a time; `make test` runs the same targets for 3 s each. Counts go to target/fuzz.log.
+FUZZ_SECONDS ?= 600
+fuzz:
+	@set -o pipefail; mkdir -p target; \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release --test fuzz -- --nocapture --test-threads 1 2>&1 | tee target/fuzz.log; status=$$?; \
+	echo; grep '^fuzz ' target/fuzz.log; exit $$status
 
 # The static binary: musl, fully static (no interpreter, no shared library: `file` and `ldd`
 # are shown and checked), with the kernels still chosen at run time (AVX-512, AVX2 or scalar),

@@ -124,6 +124,12 @@ impl Error {
         &self.message
     }
 
+    /// The same error with `; note` after the message (what was done about it).
+    pub(crate) fn note(mut self, note: impl fmt::Display) -> Error {
+        self.message = format!("{}; {note}", self.message);
+        self
+    }
+
     /// The same error with `prefix: ` put in front of the message (adds context on the way up).
     pub fn context(mut self, prefix: impl fmt::Display) -> Error {
         self.message = format!("{prefix}: {}", self.message);

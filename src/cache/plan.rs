@@ -231,22 +231,27 @@ pub fn plan_memory(path: impl AsRef<Path>, ctx_tokens: usize) -> Result<MemoryPl
 /// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds.
 pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
     opts.validate()?;
-    let m = Footprint::read(path.as_ref())?;
+    let m = Footprint::read_within(path.as_ref(), &crate::format::json::Limits::for_budget(opts.budget))?;
     Ok(MemoryPlan::new(&m, opts))
 }
 
 impl Footprint {
     /// Reads the footprint of the model at `path` (headers and file sizes only, no weights).
     pub fn read(path: &Path) -> Result<Footprint> {
+        Footprint::read_within(path, &crate::format::json::Limits::default())
+    }
+
+    /// [`Footprint::read`] with every JSON file and header parsed within `limits`.
+    pub(crate) fn read_within(path: &Path, limits: &crate::format::json::Limits) -> Result<Footprint> {
         if !path.is_dir() {
             return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
         }
         let tokenizer_bytes = crate::tokenizer::plan_bytes_in_dir(path)?;
         if container::is_container(path) {
-            return Footprint::container(path, tokenizer_bytes);
+            return Footprint::container(path, tokenizer_bytes, limits);
         }
-        let cfg = ModelConfig::load(path)?;
-        let ckpt = Checkpoint::open(path)?;
+        let cfg = ModelConfig::load_within(path, limits)?;
+        let ckpt = Checkpoint::open_within(path, limits)?;
         // The loader in counting mode: the same tensors, checks and byte counts as
         // `Model::open`, with nothing read. A Hugging Face MoE checkpoint's experts are resident.
         let mut ld = Loader::counting(&ckpt);
@@ -257,9 +262,9 @@ impl Footprint {
     }
 
     /// A container: the trunk from its trunk files' headers, the experts from its banks.
-    fn container(dir: &Path, tokenizer_bytes: u64) -> Result<Footprint> {
-        let m = Manifest::open(dir)?;
-        let ckpt = Checkpoint::open_files(dir, &m.trunk_files)?;
+    fn container(dir: &Path, tokenizer_bytes: u64, limits: &crate::format::json::Limits) -> Result<Footprint> {
+        let m = Manifest::open_within(dir, limits)?;
+        let ckpt = Checkpoint::open_files_within(dir, &m.trunk_files, limits)?;
         let mut ld = Loader::counting(&ckpt);
         load_trunk(&mut ld, &m.config)?;
         let trunk_bytes = ld.bytes;

@@ -241,8 +241,13 @@ const MAX_DIM: usize = 1 << 24;
 impl ModelConfig {
     /// Reads `dir/config.json`.
     pub fn load(dir: &Path) -> Result<ModelConfig> {
+        ModelConfig::load_within(dir, &super::json::Limits::default())
+    }
+
+    /// [`ModelConfig::load`] with the file parsed within `limits`.
+    pub(crate) fn load_within(dir: &Path, limits: &super::json::Limits) -> Result<ModelConfig> {
         let path: PathBuf = dir.join("config.json");
-        let root = super::read_json(&path, 4 << 20)?;
+        let root = super::read_json_within(&path, 4 << 20, limits)?;
         ModelConfig::from_json(&path, &root)
     }
 

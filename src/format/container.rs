@@ -344,8 +344,13 @@ impl Manifest {
     /// that the tokenizer and side files it lists exist, and that every bank file exists with
     /// the size its records need. The trunk CRC-32s are checked by [`Manifest::verify_trunk`].
     pub fn open(dir: &Path) -> Result<Manifest> {
+        Manifest::open_within(dir, &super::json::Limits::default())
+    }
+
+    /// [`Manifest::open`] with the manifest and the trunk files' headers parsed within `limits`.
+    pub(crate) fn open_within(dir: &Path, limits: &super::json::Limits) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
-        let root = super::read_json(&path, 64 << 20)?;
+        let root = super::read_json_within(&path, 64 << 20, limits)?;
         let field = |k: &str| root.get(k).ok_or_else(|| Error::config(&path, k, "missing"));
         if field("format")?.as_str() != Some("waste-container") {
             return Err(Error::config(&path, "format", "is not `waste-container`"));
@@ -402,16 +407,16 @@ impl Manifest {
             banks,
             source: root.get("source").cloned().unwrap_or(Json::Null),
         };
-        m.check_trunk_headers()?;
+        m.check_trunk_headers(limits)?;
         Ok(m)
     }
 
     /// Each trunk file's size and header against the manifest: the same tensors, each with the
     /// dtype, shape and byte range the index gives. Reads only the headers.
-    fn check_trunk_headers(&self) -> Result<()> {
+    fn check_trunk_headers(&self, limits: &super::json::Limits) -> Result<()> {
         let path = self.dir.join(MANIFEST);
         for (name, sum) in self.trunk_files.iter().zip(&self.trunk_sums) {
-            let st = SafeTensors::open(&self.dir.join(name))?;
+            let st = SafeTensors::open_within(&self.dir.join(name), limits)?;
             if st.file_size != sum.bytes {
                 return Err(Error::new(ErrorKind::Corrupt, format!(
                     "{}: trunk file is {} bytes, the manifest says {}", st.path.display(), st.file_size, sum.bytes)));

@@ -194,7 +194,19 @@ impl State {
 
 /// Converts, resuming an interrupted run of the same conversion (and verifying, rather than
 /// refusing, a finished one).
+/// A failed run removes the output directory when it created it and holds no state to resume
+/// from, and says so.
 pub fn convert(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
+    let created = !opts.output.exists();
+    let result = convert_into(opts, progress);
+    // The testing hooks stand for a kill, which cleans nothing up.
+    if opts.interrupt_after.is_some() || opts.interrupt_write.is_some() {
+        return result;
+    }
+    result.map_err(|e| super::clean_up_output(&opts.output, created, Some(STATE), e))
+}
+
+fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> Result<ConvertReport> {
     let config_path = opts.input.join("config.json");
     let config_bytes = super::read_bounded(&config_path, 4 << 20)?;
     let config_json = super::json::parse(&config_bytes).map_err(|e| Error::format(&config_path, e))?;

@@ -15,6 +15,60 @@ use std::fmt::Write as _;
 /// Default nesting limit: far above any real config or header, far below the stack's limit.
 pub const DEFAULT_MAX_DEPTH: usize = 128;
 
+/// What one parse may hold in memory when nothing tighter is known: the input, the tree and its
+/// strings together (the largest real tokenizer.json, ~33 MB, needs ~3x its size).
+pub const DEFAULT_MAX_BYTES: u64 = 256 << 20;
+
+/// The least a budget-derived limit allows, so small budgets still open real configs and
+/// tokenizer files; also the limit for JSON read while a model is already held (templates,
+/// tokenizer_config.json, state sections), which must not add more than this to the budget.
+pub const SMALL_MAX_BYTES: u64 = 32 << 20;
+
+/// The memory one parse may take. The input's bytes count, and every node, array slot and
+/// string byte of the tree as allocated (with the allocator's per-block header), so the limit
+/// bounds the parse's peak heap: at most `max_bytes / size_of::<Json>()` values and
+/// `max_bytes` string bytes, whatever the text. See docs/ROBUSTNESS.md.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Arrays and objects may nest at most this deep.
+    pub max_depth: usize,
+    /// Input bytes plus tree bytes.
+    pub max_bytes: u64,
+    /// Where the limit comes from, for the error message.
+    pub source: &'static str,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_depth: DEFAULT_MAX_DEPTH, max_bytes: DEFAULT_MAX_BYTES, source: "the default parse limit" }
+    }
+}
+
+impl Limits {
+    /// The limit for files read while opening a model under `budget` bytes, before anything large is
+    /// held: the budget itself (never under [`SMALL_MAX_BYTES`]), or the default without one.
+    pub fn for_budget(budget: Option<u64>) -> Limits {
+        match budget {
+            Some(b) => Limits { max_bytes: b.max(SMALL_MAX_BYTES), source: "the parse limit under --budget (the budget, at least 32 MiB)", ..Limits::default() },
+            None => Limits::default(),
+        }
+    }
+
+    /// The limit for JSON read while a model is held (it adds to the budget).
+    pub fn small() -> Limits {
+        Limits { max_bytes: SMALL_MAX_BYTES, source: "the 32 MiB parse limit for files read beside a loaded model", ..Limits::default() }
+    }
+
+    /// An error when an input of `len` bytes could not even be held under this limit.
+    pub fn check_input(&self, len: u64) -> Result<(), JsonError> {
+        if len > self.max_bytes {
+            return Err(JsonError { offset: 0, message: format!(
+                "{len} bytes of input exceed {} ({} bytes)", self.source, self.max_bytes) });
+        }
+        Ok(())
+    }
+}
+
 /// A parsed JSON value. Objects keep their keys in file order (duplicates are kept; callers
 /// that need unique keys check them, as the safetensors header reader does). [`Json::get`]
 /// answers with the *last* of repeated keys, as Python's `json` module does: a config.json
@@ -66,35 +120,121 @@ impl std::fmt::Display for JsonError {
     }
 }
 
-/// Parses a complete JSON text with the default depth limit.
+/// Parses a complete JSON text under the default [`Limits`].
 pub fn parse(input: &[u8]) -> Result<Json, JsonError> {
-    parse_with_depth(input, DEFAULT_MAX_DEPTH)
+    parse_limited(input, &Limits::default())
 }
 
 /// Parses a complete JSON text; arrays and objects may nest at most `max_depth` deep.
 pub fn parse_with_depth(input: &[u8], max_depth: usize) -> Result<Json, JsonError> {
-    // RFC 8259 §8.1: a JSON text must not begin with a byte order mark (Python's json.loads
-    // refuses one too); name it, rather than report its first byte as a stray character.
-    if input.starts_with(b"\xEF\xBB\xBF") {
-        return Err(JsonError { offset: 0, message: "the text begins with a UTF-8 byte order mark (EF BB BF), which JSON does not allow".into() });
-    }
-    let mut p = Parser { s: input, i: 0, max_depth };
-    p.skip_ws();
+    parse_limited(input, &Limits { max_depth, ..Limits::default() })
+}
+
+/// Parses a complete JSON text whose tree, with the input, must fit `limits`.
+pub fn parse_limited(input: &[u8], limits: &Limits) -> Result<Json, JsonError> {
+    let mut p = Parser::start(input, limits)?;
     let v = p.value(0)?;
-    p.skip_ws();
-    if p.i != p.s.len() {
-        return Err(p.err("unexpected data after the JSON value"));
-    }
+    p.finish()?;
     Ok(v)
 }
+
+/// Parses a JSON text that must be an object, handing each member to `member` as soon as it
+/// is parsed instead of building the whole tree: only one member's tree is held at a time.
+/// `member` answers with the bytes it keeps from the member (charged against `limits` until
+/// the end) or an error message, reported at the member's offset.
+pub fn for_each_member(
+    input: &[u8],
+    limits: &Limits,
+    mut member: impl FnMut(String, Json) -> Result<u64, String>,
+) -> Result<(), JsonError> {
+    let mut p = Parser::start(input, limits)?;
+    if p.peek() != Some(b'{') {
+        return Err(p.err("the text is not a JSON object"));
+    }
+    p.i += 1;
+    p.skip_ws();
+    if p.peek() == Some(b'}') {
+        p.i += 1;
+        return p.finish();
+    }
+    loop {
+        p.skip_ws();
+        let at = p.i;
+        let before = p.used;
+        let (key, v) = p.member(1)?;
+        let kept = member(key, v).map_err(|message| JsonError { offset: at, message })?;
+        p.used = before;
+        p.charge(kept)?;
+        p.skip_ws();
+        match p.peek() {
+            Some(b',') => p.i += 1,
+            Some(b'}') => {
+                p.i += 1;
+                return p.finish();
+            }
+            None => return Err(p.err("unexpected end of input in object")),
+            _ => return Err(p.err("expected ',' or '}' in object")),
+        }
+    }
+}
+
+/// The allocator's bookkeeping per heap block, charged with each allocation.
+const BLOCK_OVERHEAD: u64 = 16;
 
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
     max_depth: usize,
+    /// Bytes held so far: the input, then each allocation of the tree.
+    used: u64,
+    limits: Limits,
+    values: u64,
+    string_bytes: u64,
 }
 
 impl<'a> Parser<'a> {
+    fn start(input: &'a [u8], limits: &Limits) -> Result<Parser<'a>, JsonError> {
+        // RFC 8259 §8.1: a JSON text must not begin with a byte order mark (Python's json.loads
+        // refuses one too); name it, rather than report its first byte as a stray character.
+        if input.starts_with(b"\xEF\xBB\xBF") {
+            return Err(JsonError { offset: 0, message: "the text begins with a UTF-8 byte order mark (EF BB BF), which JSON does not allow".into() });
+        }
+        limits.check_input(input.len() as u64)?;
+        let mut p = Parser { s: input, i: 0, max_depth: limits.max_depth, used: input.len() as u64, limits: *limits, values: 0, string_bytes: 0 };
+        p.skip_ws();
+        Ok(p)
+    }
+
+    fn finish(&mut self) -> Result<(), JsonError> {
+        self.skip_ws();
+        if self.i != self.s.len() {
+            return Err(self.err("unexpected data after the JSON value"));
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` more against the limit, failing with the counts so far when it is passed.
+    fn charge(&mut self, bytes: u64) -> Result<(), JsonError> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limits.max_bytes {
+            return Err(self.err(format!(
+                "holding this document takes more than {} ({} bytes): {} input bytes, {} values and {} string bytes parsed so far",
+                self.limits.source, self.limits.max_bytes, self.s.len(), self.values, self.string_bytes)));
+        }
+        Ok(())
+    }
+
+    /// Pushes onto `v`, growing it by doubling with each new block charged before it is taken.
+    fn push<T>(&mut self, v: &mut Vec<T>, x: T) -> Result<(), JsonError> {
+        if v.len() == v.capacity() {
+            let add = v.capacity().max(4);
+            self.charge((add * std::mem::size_of::<T>()) as u64 + BLOCK_OVERHEAD)?;
+            v.reserve_exact(add);
+        }
+        v.push(x);
+        Ok(())
+    }
+
     fn err(&self, message: impl Into<String>) -> JsonError {
         JsonError { offset: self.i, message: message.into() }
     }
@@ -119,6 +259,7 @@ impl<'a> Parser<'a> {
     }
 
     fn value(&mut self, depth: usize) -> Result<Json, JsonError> {
+        self.values += 1;
         match self.peek() {
             None => Err(self.err("unexpected end of input")),
             Some(b'{') => self.object(depth + 1),
@@ -150,7 +291,8 @@ impl<'a> Parser<'a> {
         }
         loop {
             self.skip_ws();
-            items.push(self.value(depth)?);
+            let v = self.value(depth)?;
+            self.push(&mut items, v)?;
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.i += 1,
@@ -175,18 +317,8 @@ impl<'a> Parser<'a> {
         }
         loop {
             self.skip_ws();
-            if self.peek() != Some(b'"') {
-                return Err(self.err("expected a string key in object"));
-            }
-            let key = self.string()?;
-            self.skip_ws();
-            if self.peek() != Some(b':') {
-                return Err(self.err("expected ':' after object key"));
-            }
-            self.i += 1;
-            self.skip_ws();
-            let v = self.value(depth)?;
-            members.push((key, v));
+            let m = self.member(depth)?;
+            self.push(&mut members, m)?;
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.i += 1,
@@ -198,6 +330,22 @@ impl<'a> Parser<'a> {
                 _ => return Err(self.err("expected ',' or '}' in object")),
             }
         }
+    }
+
+    /// One `"key": value` of an object at `depth`.
+    fn member(&mut self, depth: usize) -> Result<(String, Json), JsonError> {
+        if self.peek() != Some(b'"') {
+            return Err(self.err("expected a string key in object"));
+        }
+        let key = self.string()?;
+        self.skip_ws();
+        if self.peek() != Some(b':') {
+            return Err(self.err("expected ':' after object key"));
+        }
+        self.i += 1;
+        self.skip_ws();
+        let v = self.value(depth)?;
+        Ok((key, v))
     }
 
     fn hex4(&mut self) -> Result<u32, JsonError> {
@@ -220,7 +368,22 @@ impl<'a> Parser<'a> {
 
     fn string(&mut self) -> Result<String, JsonError> {
         self.i += 1; // opening quote
-        let mut out: Vec<u8> = Vec::new();
+        // The decoded string is never longer than its text (every escape shrinks or keeps its
+        // length), so one block of the text's length holds it: charged before it is taken.
+        let mut end = self.i;
+        while let Some(&c) = self.s.get(end) {
+            match c {
+                b'"' => break,
+                b'\\' => end += 2,
+                _ => end += 1,
+            }
+        }
+        let raw = end.min(self.s.len()) - self.i;
+        if raw > 0 {
+            self.charge(raw as u64 + BLOCK_OVERHEAD)?;
+            self.string_bytes += raw as u64;
+        }
+        let mut out: Vec<u8> = Vec::with_capacity(raw);
         loop {
             // Copy the run of plain bytes in one go.
             let start = self.i;
@@ -632,6 +795,45 @@ mod tests {
     #[test]
     fn invalid_utf8_in_a_string_is_an_error() {
         assert!(parse(b"\"\xff\"").unwrap_err().message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn the_tree_is_held_within_the_limit_whatever_the_text() {
+        let limits = Limits { max_bytes: 1 << 20, ..Limits::default() };
+        // One-byte values: a tree ~12x its text; refused once it would pass the limit.
+        let ones = format!("[{}1]", "1,".repeat(200_000));
+        let e = parse_limited(ones.as_bytes(), &limits).unwrap_err();
+        assert!(e.message.contains("the default parse limit (1048576 bytes)") && e.message.contains("values"), "{e}");
+        // A long string is charged before it is allocated.
+        let long = format!("\"{}\"", "x".repeat(2 << 20));
+        let e = parse_limited(long.as_bytes(), &Limits { max_bytes: 3 << 20, ..limits }).unwrap_err();
+        assert!(e.message.contains("string bytes"), "{e}");
+        // Input alone over the limit is refused at byte 0.
+        assert_eq!(parse_limited(long.as_bytes(), &limits).unwrap_err().offset, 0);
+        // What fits parses to the same tree as without limits.
+        let small = br#"{"a": [1, 2, {"b": "c\u00e9"}], "d": null}"#;
+        assert_eq!(parse_limited(small, &Limits { max_bytes: 4096, ..limits }).must(), parse(small).must());
+    }
+
+    #[test]
+    fn members_are_handed_over_one_at_a_time() {
+        let text = br#"{"a": {"x": [1, 2]}, "b": 3}"#;
+        let mut seen = Vec::new();
+        for_each_member(text, &Limits::default(), |k, v| {
+            seen.push((k, v));
+            Ok(0)
+        }).must();
+        assert_eq!(Json::Object(seen), parse(text).must());
+        let e = for_each_member(text, &Limits::default(), |k, _| if k == "b" { Err("no b".into()) } else { Ok(0) }).unwrap_err();
+        assert_eq!((e.offset, e.message.as_str()), (21, "no b"));
+        assert!(for_each_member(b"[]", &Limits::default(), |_, _| Ok(0)).unwrap_err().message.contains("not a JSON object"));
+        // Each member's tree is released: many members each under the limit pass, whereas
+        // the bytes kept accumulate.
+        let many = format!("{{{}\"z\": 0}}", (0..20_000).map(|i| format!("\"k{i}\": [1, 2, 3, 4],")).collect::<String>());
+        let limits = Limits { max_bytes: many.len() as u64 + 4096, ..Limits::default() };
+        assert!(for_each_member(many.as_bytes(), &limits, |_, _| Ok(0)).is_ok());
+        assert!(parse_limited(many.as_bytes(), &limits).is_err());
+        assert!(for_each_member(many.as_bytes(), &limits, |_, _| Ok(100)).unwrap_err().message.contains("parse limit"));
     }
 
     #[test]

@@ -86,7 +86,13 @@ enum Action {
 
 /// Quantizes the checkpoint in `input` (a directory, or one `.safetensors` file) into
 /// `output/model.safetensors` and copies the config and tokenizer files beside it.
+/// A failed run removes `output` if it created it, and says so.
 pub fn quantize_checkpoint(input: &Path, output: &Path, width: Width) -> Result<QuantizeReport> {
+    let created = !output.exists();
+    quantize_into(input, output, width).map_err(|e| super::clean_up_output(output, created, None, e))
+}
+
+fn quantize_into(input: &Path, output: &Path, width: Width) -> Result<QuantizeReport> {
     let ckpt = Checkpoint::open(input)?;
     if let Some(w) = ckpt.width() {
         return Err(Error::unsupported(format!(

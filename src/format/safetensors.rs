@@ -55,6 +55,12 @@ impl SafeTensors {
     /// for a quantized file the rules of [`quant::check_header`] (block scales are checked when
     /// a tensor's bytes are read: [`quant::check_scales`]).
     pub fn open(path: &Path) -> Result<SafeTensors> {
+        SafeTensors::open_within(path, &json::Limits::default())
+    }
+
+    /// [`SafeTensors::open`] with the header's bytes and everything parsed from them held
+    /// within `limits` (a header over the limit is refused before it is read).
+    pub(crate) fn open_within(path: &Path, limits: &json::Limits) -> Result<SafeTensors> {
         let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
         let file_size = file.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
         if file_size < 8 {
@@ -72,12 +78,13 @@ impl SafeTensors {
             return Err(Error::format(path, format!(
                 "header length {header_len} exceeds the {MAX_HEADER_BYTES}-byte limit")));
         }
+        limits.check_input(header_len).map_err(|e| Error::format(path, format!("header: {}", e.message)))?;
         let mut header = vec![0u8; header_len as usize];
         crate::sys::read_exact_at(&file, path, &mut header, 8)?;
         let data_start = 8 + header_len;
-        let (tensors, metadata) = parse_header(path, &header, data_start, file_size)?;
+        let (tensors, metadata, by_name) = parse_header(path, &header, data_start, file_size, limits)?;
+        drop(header);
         let width = quant::check_header(path, &tensors, &metadata)?;
-        let by_name = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, width, by_name })
     }
 
@@ -103,35 +110,53 @@ impl SafeTensors {
     }
 }
 
-fn parse_header(
-    path: &Path,
-    header: &[u8],
-    data_start: u64,
-    file_size: u64,
-) -> Result<(Vec<TensorInfo>, Vec<(String, String)>)> {
-    let text = std::str::from_utf8(header).map_err(|e| {
+/// The header's entries, parsed one at a time (a hostile header never becomes one big tree):
+/// the tensors, the metadata and the index by name.
+type Header = (Vec<TensorInfo>, Vec<(String, String)>, HashMap<String, usize>);
+
+fn parse_header(path: &Path, header: &[u8], data_start: u64, file_size: u64, limits: &json::Limits) -> Result<Header> {
+    std::str::from_utf8(header).map_err(|e| {
         Error::format(path, format!("header is not UTF-8 at byte {}", 8 + e.valid_up_to()))
     })?;
-    let root = json::parse(text.as_bytes()).map_err(|e| {
-        Error::format(path, format!("header: invalid JSON at byte {}: {}", 8 + e.offset, e.message))
-    })?;
-    let Some(members) = root.as_object() else {
-        return Err(Error::format(path, "header is not a JSON object"));
-    };
     let data_size = file_size - data_start;
-    let mut tensors = Vec::with_capacity(members.len());
-    let mut metadata = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for (name, entry) in members {
-        if !seen.insert(name.as_str()) {
-            return Err(Error::format(path, format!("tensor `{name}` appears twice in the header")));
-        }
-        if name == "__metadata__" {
-            metadata = parse_metadata(path, entry)?;
-            continue;
-        }
-        tensors.push(parse_entry(path, name, entry, data_start, data_size)?);
-    }
+    let mut tensors = Vec::new();
+    let mut metadata = None;
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    let mut failure = None;
+    json::for_each_member(header, limits, |name, entry| {
+        let entry_result = if name == "__metadata__" {
+            if metadata.is_some() {
+                Err(Error::format(path, "tensor `__metadata__` appears twice in the header"))
+            } else {
+                parse_metadata(path, &entry).map(|m| {
+                    let kept = m.iter().map(|(k, v)| k.len() + v.len() + 80).sum::<usize>();
+                    metadata = Some(m);
+                    kept as u64
+                })
+            }
+        } else if by_name.contains_key(&name) {
+            Err(Error::format(path, format!("tensor `{name}` appears twice in the header")))
+        } else {
+            parse_entry(path, &name, &entry, data_start, data_size).map(|t| {
+                // What the entry keeps: its TensorInfo, name (twice, with the index) and shape,
+                // each block with its allocator header, and its share of the index's table.
+                let kept = std::mem::size_of::<TensorInfo>() as u64 * 2 + 2 * name.len() as u64 + 8 * t.shape.len() as u64 + 96;
+                by_name.insert(name, tensors.len());
+                tensors.push(t);
+                kept
+            })
+        };
+        entry_result.map_err(|e| {
+            let message = e.message().to_string();
+            failure = Some(e);
+            message
+        })
+    })
+    .map_err(|e| match failure.take() {
+        Some(f) => f,
+        None => Error::format(path, format!("header: invalid JSON at byte {}: {}", 8 + e.offset, e.message)),
+    })?;
+    let metadata = metadata.unwrap_or_default();
     // Overlap check: sort the ranges and compare neighbours. Empty tensors overlap nothing.
     let mut order: Vec<usize> = (0..tensors.len()).filter(|&i| tensors[i].len > 0).collect();
     order.sort_by_key(|&i| tensors[i].offset);
@@ -144,7 +169,7 @@ fn parse_header(
                 b.name, b.offset - data_start, b.offset + b.len - data_start)));
         }
     }
-    Ok((tensors, metadata))
+    Ok((tensors, metadata, by_name))
 }
 
 fn parse_metadata(path: &Path, entry: &Json) -> Result<Vec<(String, String)>> {
@@ -217,25 +242,35 @@ pub struct Checkpoint {
 impl Checkpoint {
     /// Opens the weights of a Hugging Face checkpoint directory (or a single `.safetensors` file).
     pub fn open(path: &Path) -> Result<Checkpoint> {
+        Checkpoint::open_within(path, &json::Limits::default())
+    }
+
+    /// [`Checkpoint::open`] with each header (and the shard index) parsed within `limits`.
+    pub(crate) fn open_within(path: &Path, limits: &json::Limits) -> Result<Checkpoint> {
         let (dir, names) = if path.is_file() {
             (path.parent().unwrap_or(Path::new(".")).to_path_buf(), vec![path.to_path_buf()])
         } else {
-            (path.to_path_buf(), shard_paths(path)?)
+            (path.to_path_buf(), shard_paths(path, limits)?)
         };
-        Checkpoint::from_paths(&dir, &names)
+        Checkpoint::from_paths(&dir, &names, limits)
     }
 
     /// Opens the named files of `dir` as one checkpoint (a container's trunk).
     pub fn open_files(dir: &Path, names: &[String]) -> Result<Checkpoint> {
-        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
-        Checkpoint::from_paths(dir, &paths)
+        Checkpoint::open_files_within(dir, names, &json::Limits::default())
     }
 
-    fn from_paths(dir: &Path, names: &[PathBuf]) -> Result<Checkpoint> {
+    /// [`Checkpoint::open_files`] with each header parsed within `limits`.
+    pub(crate) fn open_files_within(dir: &Path, names: &[String], limits: &json::Limits) -> Result<Checkpoint> {
+        let paths: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+        Checkpoint::from_paths(dir, &paths, limits)
+    }
+
+    fn from_paths(dir: &Path, names: &[PathBuf], limits: &json::Limits) -> Result<Checkpoint> {
         let mut files = Vec::with_capacity(names.len());
         let mut by_name = HashMap::new();
         for (fi, p) in names.iter().enumerate() {
-            let st = SafeTensors::open(p)?;
+            let st = SafeTensors::open_within(p, limits)?;
             for (ti, t) in st.tensors.iter().enumerate() {
                 if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
                     return Err(Error::format(p, format!(
@@ -281,11 +316,10 @@ impl Checkpoint {
 
 /// The weight files of a directory: the index's shards in first-seen order, else
 /// `model.safetensors`.
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>> {
+fn shard_paths(dir: &Path, limits: &json::Limits) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
-        let bytes = super::read_bounded(&index, 64 << 20)?;
-        let root = json::parse(&bytes).map_err(|e| Error::format(&index, e))?;
+        let root = super::read_json_within(&index, 64 << 20, limits)?;
         let map = root.get("weight_map").and_then(Json::as_object)
             .ok_or_else(|| Error::format(&index, "field `weight_map` is missing or not an object"))?;
         let mut shards: Vec<PathBuf> = Vec::new();

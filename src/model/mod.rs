@@ -175,25 +175,31 @@ impl Model {
         // before any weight or expert is read.
         let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
-        let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
+        // Every JSON file and header is parsed within the budget (docs/ROBUSTNESS.md): these
+        // parses come before anything large is held, so they cannot push the peak past it.
+        let limits = crate::format::json::Limits::for_budget(opts.budget);
+        let manifest = if container::is_container(path) { Some(Manifest::open_within(path, &limits)?) } else { None };
         let cfg = match &manifest {
             Some(m) => m.config.clone(),
-            None => ModelConfig::load(path)?,
+            None => ModelConfig::load_within(path, &limits)?,
         };
         // The tokenizer before the weights: its load briefly holds the file (and a
         // tokenizer.json's parsed document) besides its tables, and nothing large is held yet.
-        let (tokenizer, tokenizer_error) = open_tokenizer(path, manifest.as_ref(), cfg.vocab)?;
+        let (tokenizer, tokenizer_error) = open_tokenizer(path, manifest.as_ref(), cfg.vocab, &limits)?;
         // With `verify`, the trunk files' CRC-32s too (one pass over the trunk).
         if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
             m.verify_trunk()?;
         }
         let ckpt = match &manifest {
-            Some(m) => Checkpoint::open_files(path, &m.trunk_files)?,
-            None => Checkpoint::open(path)?,
+            Some(m) => Checkpoint::open_files_within(path, &m.trunk_files, &limits)?,
+            None => Checkpoint::open_within(path, &limits)?,
         };
         // The identity from the headers, before the weights are read: its transient buffers
         // come and go while little else is held.
-        let identity = model_identity(path, manifest.as_ref(), &ckpt)?;
+        let identity = model_identity(path, manifest.as_ref(), &ckpt, &limits)?;
+        // generation_config.json too, before the weights: read after them, its parse would add
+        // to the budget.
+        let generation_eos = generation_eos(path, &limits)?;
         let mut loader = weights::Loader::new(&ckpt);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
         let experts = match &manifest {
@@ -220,7 +226,7 @@ impl Model {
         }
         let cfg_vocab = cfg.vocab;
         let mut eos = cfg.eos_tokens.clone();
-        eos.extend(generation_eos(path)?);
+        eos.extend(generation_eos);
         if let Some(t) = &tokenizer {
             eos.extend(t.eos());
         }
@@ -767,10 +773,10 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
 /// The identity of the model at `path` ([`session::identity`]): its config.json (a container's
 /// as converted) and the index of the tensors it loads — the trunk's, and a container's expert
 /// records by layer, encoding and shape.
-fn model_identity(path: &Path, manifest: Option<&Manifest>, ckpt: &Checkpoint) -> Result<[u8; 32]> {
+fn model_identity(path: &Path, manifest: Option<&Manifest>, ckpt: &Checkpoint, limits: &crate::format::json::Limits) -> Result<[u8; 32]> {
     let config = match manifest {
         Some(m) => std::borrow::Cow::Borrowed(&m.config_json),
-        None => std::borrow::Cow::Owned(crate::format::read_json(&path.join("config.json"), 16 << 20)?),
+        None => std::borrow::Cow::Owned(crate::format::read_json_within(&path.join("config.json"), 16 << 20, limits)?),
     };
     let tensors: Vec<_> = ckpt.tensors().map(|(_, t)| t).collect();
     let banks = manifest.map_or(&[][..], |m| &m.banks[..]);
@@ -795,8 +801,8 @@ fn expert_params(m: &Manifest) -> u64 {
 /// use or does not fit `vocab` ids (reported when text is needed, so `eval --ids` still works).
 /// A container's manifest names the kind the converter found: it is checked against what the
 /// files load as, whether or not the tokenizer fits.
-fn open_tokenizer(path: &Path, manifest: Option<&Manifest>, vocab: usize) -> Result<(Option<Tokenizer>, Option<Error>)> {
-    let loaded = Tokenizer::from_model_dir(path);
+fn open_tokenizer(path: &Path, manifest: Option<&Manifest>, vocab: usize, limits: &crate::format::json::Limits) -> Result<(Option<Tokenizer>, Option<Error>)> {
+    let loaded = Tokenizer::from_model_dir_within(path, limits);
     if let Some(m) = manifest {
         m.check_tokenizer(loaded.as_ref().ok().map(Tokenizer::kind_name))?;
     }
@@ -830,12 +836,12 @@ fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
 }
 
 /// EOS ids from `generation_config.json`, when present.
-fn generation_eos(dir: &Path) -> Result<Vec<u32>> {
+fn generation_eos(dir: &Path, limits: &crate::format::json::Limits) -> Result<Vec<u32>> {
     let p = dir.join("generation_config.json");
     if !p.is_file() {
         return Ok(Vec::new());
     }
-    let root = crate::format::read_json(&p, 1 << 20)?;
+    let root = crate::format::read_json_within(&p, 1 << 20, limits)?;
     let bad = || Error::config(&p, "eos_token_id", "expected a token id or a list of token ids");
     match root.get("eos_token_id") {
         None | Some(crate::format::json::Json::Null) => Ok(Vec::new()),

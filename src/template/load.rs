@@ -9,8 +9,11 @@ use std::path::Path;
 /// The special-token variables transformers passes to a template (when not null).
 pub const NAMED_SPECIAL_TOKENS: [&str; 7] = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
 
-/// Template and config files are at most this large.
+/// Template and config files are at most this large. They are read beside a loaded model, so a
+/// JSON one is parsed within [`json::Limits::small`] and a Jinja one is held to 4 MiB (the
+/// largest published templates are tens of KiB): neither adds more than that to the budget.
 const MAX_FILE: u64 = 64 << 20;
+const MAX_TEMPLATE_TEXT: u64 = 4 << 20;
 
 /// ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` per message. Content given as a list of
 /// parts contributes its text parts.
@@ -52,13 +55,14 @@ pub fn builtin(name: &str) -> Result<ChatTemplate> {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    let bytes = crate::format::read_bounded(path, MAX_FILE)?;
+    let bytes = crate::format::read_bounded(path, MAX_TEMPLATE_TEXT)?;
     String::from_utf8(bytes).map_err(|e| Error::format(path, format!("not UTF-8 text: {e}")))
 }
 
 fn read_json(path: &Path) -> Result<Json> {
-    let bytes = crate::format::read_bounded(path, MAX_FILE)?;
-    json::parse(&bytes).map_err(|e| {
+    let limits = json::Limits::small();
+    let bytes = crate::format::read_bounded_within(path, MAX_FILE, &limits)?;
+    json::parse_limited(&bytes, &limits).map_err(|e| {
         let line = bytes[..e.offset.min(bytes.len())].iter().filter(|&&b| b == b'\n').count() + 1;
         Error::format(path, format!("line {line}: {e}"))
     })

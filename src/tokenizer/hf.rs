@@ -147,12 +147,15 @@ impl<'a> Doc<'a> {
 impl HfTokenizer {
     /// Parses `tokenizer.json` (`data`); `config` is the parsed `tokenizer_config.json` beside
     /// it, if any (for `add_bos_token`, `bos_token`, `eos_token`).
-    pub fn parse(path: &Path, data: &[u8], config: Option<(&Path, &Json)>) -> Result<HfTokenizer> {
-        let root = crate::format::json::parse(data).map_err(|e| {
+    /// The text and its tree are held within `limits`.
+    /// The file's bytes are taken and dropped once parsed, before the tables are built.
+    pub(crate) fn parse_within(path: &Path, data: Vec<u8>, config: Option<(&Path, &Json)>, limits: &crate::format::json::Limits) -> Result<HfTokenizer> {
+        let root = crate::format::json::parse_limited(&data, limits).map_err(|e| {
             let line = data[..e.offset.min(data.len())].iter().filter(|&&b| b == b'\n').count() + 1;
             Error::new(ErrorKind::Tokenizer, format!("{}: line {line}: {e}", path.display()))
         })?;
         let d = Doc { path, max_id: (data.len() as u64).min(1 << 30) };
+        drop(data);
         let model = root.get("model").ok_or_else(|| err(path, "model", "missing"))?;
         let mtype = model.get("type").and_then(Json::as_str).unwrap_or("BPE");
         if mtype != "BPE" {

@@ -22,7 +22,7 @@ mod unicode;
 mod unicode_tables;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::json::Json;
+use crate::format::json::{Json, Limits};
 use std::path::{Path, PathBuf};
 
 pub use normalize::{nfc, nfc_unicode9};
@@ -61,8 +61,13 @@ impl Tokenizer {
     /// `tiktoken.model`/`tokenizer.model` (Kimi), a `*.tiktoken` rank file, or a llama2.c
     /// `tokenizer.bin`/`tok512.bin`.
     pub fn from_model_dir(dir: &Path) -> Result<Tokenizer> {
+        Tokenizer::from_model_dir_within(dir, &Limits::default())
+    }
+
+    /// [`Tokenizer::from_model_dir`] with the JSON files parsed within `limits`.
+    pub(crate) fn from_model_dir_within(dir: &Path, limits: &Limits) -> Result<Tokenizer> {
         match find_in_dir(dir) {
-            Some(p) => Tokenizer::from_file(&p),
+            Some(p) => Tokenizer::from_file_within(&p, limits),
             None => Err(Error::new(ErrorKind::Tokenizer, format!(
                 "{}: no tokenizer file found (looked for {}, *.tiktoken)", dir.display(), DIR_CANDIDATES.join(", ")))),
         }
@@ -70,27 +75,40 @@ impl Tokenizer {
 
     /// Loads a tokenizer file, choosing the kind from its name and contents.
     pub fn from_file(path: &Path) -> Result<Tokenizer> {
-        let bytes = crate::format::read_bounded(path, MAX_FILE)?;
+        Tokenizer::from_file_within(path, &Limits::default())
+    }
+
+    /// [`Tokenizer::from_file`] with the file (and a tokenizer.json's tree, and the
+    /// `tokenizer_config.json` beside it) held within `limits`.
+    pub(crate) fn from_file_within(path: &Path, limits: &Limits) -> Result<Tokenizer> {
+        let config = read_config(path, limits)?;
+        // The config's tree is held while the tokenizer is parsed: what it took comes off.
+        let config_bytes = config.as_ref().map_or(0, |(p, _)| std::fs::metadata(p).map_or(0, |m| m.len()));
+        let limits = Limits { max_bytes: limits.max_bytes.saturating_sub(config_bytes), ..*limits };
+        let bytes = crate::format::read_bounded_within(path, MAX_FILE, &limits)?;
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         let ext = path.extension().and_then(|n| n.to_str()).unwrap_or("");
-        let config = read_config(path)?;
         let config_ref = config.as_ref().map(|(p, j)| (p.as_path(), j));
+        let file_bytes = bytes.len();
         let kind = if ext == "json" || (ext != "bin" && bytes.first() == Some(&b'{')) {
-            Kind::Hf(Box::new(hf::HfTokenizer::parse(path, &bytes, config_ref)?))
-        } else if ext == "tiktoken" {
-            Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
-        } else if ext == "model" || name.ends_with(".model") {
-            if !is_rank_text(&bytes) {
-                return Err(Error::unsupported(format!(
-                    "{}: SentencePiece protobuf models are not supported; use the model's tokenizer.json", path.display())));
-            }
-            Kind::Tiktoken(tiktoken::Tiktoken::from_kimi(path, &bytes, config_ref)?)
+            // The bytes go to the parser, which drops them before building its tables.
+            Kind::Hf(Box::new(hf::HfTokenizer::parse_within(path, bytes, config_ref, &limits)?))
         } else {
-            Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
+            let kind = if ext == "tiktoken" {
+                Kind::Tiktoken(tiktoken::Tiktoken::from_rank_file(path, &bytes)?)
+            } else if ext == "model" || name.ends_with(".model") {
+                if !is_rank_text(&bytes) {
+                    return Err(Error::unsupported(format!(
+                        "{}: SentencePiece protobuf models are not supported; use the model's tokenizer.json", path.display())));
+                }
+                Kind::Tiktoken(tiktoken::Tiktoken::from_kimi(path, &bytes, config_ref)?)
+            } else {
+                Kind::SentencePiece(SentencePiece::from_llama2c(path, &bytes)?)
+            };
+            drop(bytes);
+            kind
         };
         // The file's bytes are not kept: gone before the character classes are built.
-        let file_bytes = bytes.len();
-        drop(bytes);
         let t = Tokenizer { kind, path: path.to_path_buf(), classes: unicode::CharClasses::new() };
         // The memory plan counts a tokenizer by the rule of `plan_bytes`, from the file size:
         // a file that would hold more is refused rather than exceed the plan.
@@ -435,13 +453,13 @@ pub fn plan_bytes_in_dir(dir: &Path) -> Result<u64> {
 }
 
 /// The `tokenizer_config.json` beside a tokenizer file, if there is one.
-fn read_config(path: &Path) -> Result<Option<(PathBuf, Json)>> {
+fn read_config(path: &Path, limits: &Limits) -> Result<Option<(PathBuf, Json)>> {
     let p = path.with_file_name("tokenizer_config.json");
     if !p.is_file() {
         return Ok(None);
     }
-    let bytes = crate::format::read_bounded(&p, 64 << 20)?;
-    let j = crate::format::json::parse(&bytes).map_err(|e| {
+    let bytes = crate::format::read_bounded_within(&p, 64 << 20, limits)?;
+    let j = crate::format::json::parse_limited(&bytes, limits).map_err(|e| {
         let line = bytes[..e.offset.min(bytes.len())].iter().filter(|&&b| b == b'\n').count() + 1;
         Error::new(ErrorKind::Tokenizer, format!("{}: line {line}: {e}", p.display()))
     })?;
