@@ -87,7 +87,7 @@ pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usa
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::session::Session;
-pub use model::{Model, ModelInfo, ModelStats};
+pub use model::{Model, ModelInfo, ModelStats, TokenRoute};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use chat::model_chat_template;
 pub use template::{ChatTemplate, Piece, RenderOptions};

@@ -311,17 +311,30 @@ impl ExpertCache {
         }
     }
 
-    /// Reads on the computing thread (no I/O threads): hits, then each miss in turn.
-    fn serve_inline(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &[(u32, usize)],
+    /// Reads on the computing thread (no I/O threads): hits, then each miss in turn. Slots are
+    /// given to misses in the I/O path's order — as many as fit while the hits stay pinned,
+    /// the rest as slots come free — so both paths count the same hits and misses, which a
+    /// replay of the routing (`replay::replay_counts`) reproduces.
+    fn serve_inline(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
                     f: &mut RecordFn) -> Result<()> {
         let base = self.key_base[layer];
+        let mut assigned = 0;
+        while assigned < misses.len() {
+            let Some((s, _)) = self.index.assign(base + misses[assigned].0 as usize) else { break };
+            misses[assigned].1 = s;
+            assigned += 1;
+        }
         for &(e, s) in hits {
             let buf = self.bufs[s].as_ref().ok_or_else(|| slot_lost(layer, e))?;
             f(e, layout, &buf.as_slice()[..layout.record_bytes]);
             self.index.unpin(s);
         }
-        for &(e, _) in misses {
-            let (s, _) = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?;
+        for i in 0..misses.len() {
+            let e = misses[i].0;
+            if i >= assigned {
+                misses[i].1 = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?.0;
+            }
+            let s = misses[i].1;
             self.prefetched[s] = false;
             let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
@@ -334,7 +347,10 @@ impl ExpertCache {
                 self.stats.direct_io = false;
             }
             if let Err(err) = checked {
-                self.index.clear(s);
+                // This slot and the ones assigned ahead of their reads hold nothing.
+                for &(_, t) in &misses[i..assigned.max(i + 1)] {
+                    self.index.clear(t);
+                }
                 return Err(err);
             }
             self.stats.bytes_read += layout.record_bytes as u64;

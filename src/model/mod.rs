@@ -16,6 +16,7 @@ pub mod mla;
 pub mod moe;
 pub mod rope;
 pub mod route;
+pub mod routing;
 pub mod session;
 pub mod state;
 pub mod weights;
@@ -24,6 +25,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
 use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
+use crate::cache::replay::Trace;
+pub use routing::TokenRoute;
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
@@ -71,6 +74,8 @@ pub struct Model {
     budget: Budget,
     /// Router look-ahead for streamed experts (Options::lookahead).
     lookahead: bool,
+    /// Routing recorded ([`Model::record_routing`]) or replayed ([`Model::replay_routing`]).
+    routing: routing::RoutingHooks,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -246,6 +251,7 @@ impl Model {
             plan,
             budget,
             lookahead: opts.lookahead,
+            routing: routing::RoutingHooks::default(),
         })
     }
 
@@ -361,6 +367,29 @@ impl Model {
             Experts::Streamed(c) => Some(c.stats()),
             _ => None,
         }
+    }
+
+    /// Starts (`true`) or stops recording the experts every computed token routes to, in every
+    /// session; [`Model::take_routing`] collects them. Stopping drops what was not taken.
+    /// A model without MoE layers records tokens with no layers.
+    pub fn record_routing(&mut self, on: bool) {
+        self.routing.log = if on { Some(self.routing.log.take().unwrap_or_default()) } else { None };
+    }
+
+    /// The tokens routed since recording began or since the last call, in the order they
+    /// were computed (prefill tokens included), each with its session position.
+    pub fn take_routing(&mut self) -> Vec<TokenRoute> {
+        self.routing.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Forces the experts of a routing trace onto the router (`None` restores the router's
+    /// own choice): the token at session position `p` takes the trace's token `p` modulo its
+    /// length, MoE layer `m` its layer `m` modulo its layers, each id modulo the model's
+    /// experts. The router still runs and weighs; only the choice changes — for measuring
+    /// streaming with a real model's temporal locality on random weights. Logits then no
+    /// longer follow the model's own routing.
+    pub fn replay_routing(&mut self, trace: Option<Trace>) {
+        self.routing.replay = trace;
     }
 
     /// Tokens whose state the model's own session holds.
@@ -572,8 +601,10 @@ impl Model {
     /// last row's are left in row 0 of the state's logits when `last`.
     fn forward_chunk(&mut self, tokens: &[u32], start: usize, out: &mut LogitsOut, last: bool,
                      mut trace: Option<&mut HiddenFn>) -> Result<()> {
-        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, .. } = self;
+        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, routing, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.cache.pos);
+        routing.begin_chunk(pos0, n, || w.layers.iter().filter(|l| matches!(l.ffn, Ffn::Moe(_))).count());
+        let mut moe_index = 0;
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
             w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
@@ -601,7 +632,9 @@ impl Model {
                 Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
                 Ffn::Moe(moe) => {
                     let next = if *lookahead { next_router(&w.layers, l) } else { None };
-                    moe::moe_block(cfg, k, pool, st, moe, experts, l, n, next)?
+                    let step = moe::MoeStep { layer: l, moe_index, pos0, routing: &mut *routing };
+                    moe::moe_block(cfg, k, pool, st, moe, experts, step, n, next)?;
+                    moe_index += 1;
                 }
             }
             add_rows(&mut st.x, &st.out, n * h);
