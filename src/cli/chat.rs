@@ -34,6 +34,7 @@ chat_template.json) unless --template names another.",
             help: "a variable for the template, e.g. enable_thinking=false (repeatable)" },
         path("load-state", "PATH", "start from a conversation saved with /save"),
         super::TRACE_OUT,
+        super::LEARN,
     ], SAMPLING_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
 };
@@ -143,6 +144,10 @@ pub fn chat(a: &Args) -> Outcome {
         load(&mut model, &mut conv, p)?;
     }
     let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
+    for n in model.notes() {
+        errln!("waste: {n}");
+    }
     waste::sys::catch_signals()?;
     let interactive = waste::sys::stdin_is_tty();
     if interactive {
@@ -172,6 +177,7 @@ pub fn chat(a: &Args) -> Outcome {
         if let Some(t) = &mut trace {
             t.flush(&mut model)?;
         }
+        super::trace::save_usage(a, &mut model, false)?;
     }
     if interactive {
         outln!();

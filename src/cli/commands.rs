@@ -92,6 +92,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.verify = a.flag("verify");
     o.lookahead = a.flag("lookahead");
+    o.hotlist = !a.flag("no-hotlist");
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
         o.sessions = n;
     }
@@ -162,6 +163,7 @@ fn run(a: &Args) -> Outcome {
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
     let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
     let ids = session_prompt(&mut model, a, PromptText::Plain(&prompt))?;
     // Checked before the prompt is echoed: a failed run prints nothing on stdout.
     if ids.len() > model.context() {
@@ -199,6 +201,7 @@ fn run(a: &Args) -> Outcome {
     if let Some(t) = &mut trace {
         t.flush(&mut model)?;
     }
+    super::trace::save_usage(a, &mut model, true)?;
     let seed = (!seeded && params.sampling.temperature > 0.0).then_some(params.sampling.seed);
     let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
     errln!("{}", summary_line(&summary, seed, &experts));
@@ -274,6 +277,9 @@ fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         errln!("waste: warning: {w}");
+    }
+    for n in model.notes() {
+        errln!("waste: {n}");
     }
     if b.source == waste::BudgetSource::Explicit {
         return;
@@ -482,10 +488,12 @@ fn bench(a: &Args) -> Outcome {
     report_budget(&model);
     super::trace::replay(a, &mut model)?;
     let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
     let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
     if let Some(t) = &mut trace {
         t.flush(&mut model)?;
     }
+    super::trace::save_usage(a, &mut model, !a.flag("json"))?;
     let i = model.info();
     if a.flag("json") {
         outln!("{}", Json::object([

@@ -1,6 +1,7 @@
 //! `--trace-out FILE` (run, bench, chat): the routing the engine did, one JSON line per
-//! computed token in the format of the shared routing traces; and `--route-trace FILE`
-//! (bench): a trace's routing forced onto a model.
+//! computed token in the format of the shared routing traces; `--route-trace FILE` (bench): a
+//! trace's routing forced onto a model; `--learn` (run, bench, chat): the experts used,
+//! added to the hotlist the next open preloads.
 
 use super::args::Args;
 use super::commands::Failure;
@@ -40,6 +41,26 @@ pub fn replay(a: &Args, model: &mut Model) -> Result<(), Failure> {
             return Err(Failure::Usage("option `--route-trace`: the model has no experts to route".into()));
         }
         model.replay_routing(Some(Trace::load(p)?));
+    }
+    Ok(())
+}
+
+/// `--learn`: starts counting expert usage.
+pub fn learn(a: &Args, model: &mut Model) -> Result<(), Failure> {
+    if a.flag("learn") {
+        model.learn_usage(true).map_err(|e| Failure::Usage(format!("option `--learn`: {}", e.message())))?;
+    }
+    Ok(())
+}
+
+/// `--learn`: writes what was counted (added to the file's earlier counts) and starts again,
+/// so a file rewritten after every chat turn never counts a token twice.
+pub fn save_usage(a: &Args, model: &mut Model, say: bool) -> Result<(), Failure> {
+    if a.flag("learn") {
+        let path = model.write_usage(None)?;
+        if say {
+            super::out::errln!("waste: expert usage added to {}", path.display());
+        }
     }
     Ok(())
 }

@@ -26,6 +26,7 @@ use crate::format::config::{ModelConfig, QkNorm};
 use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
 use crate::cache::replay::Trace;
+use crate::cache::usage::Usage;
 pub use routing::TokenRoute;
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
@@ -74,8 +75,11 @@ pub struct Model {
     budget: Budget,
     /// Router look-ahead for streamed experts (Options::lookahead).
     lookahead: bool,
-    /// Routing recorded ([`Model::record_routing`]) or replayed ([`Model::replay_routing`]).
+    /// Routing recorded ([`Model::record_routing`]), replayed ([`Model::replay_routing`]) or
+    /// counted ([`Model::learn_usage`]).
     routing: routing::RoutingHooks,
+    /// What open did that the host may want to tell the user ([`Model::notes`]).
+    notes: Vec<String>,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -212,6 +216,11 @@ impl Model {
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
         };
+        let mut notes = Vec::new();
+        let mut experts = experts;
+        if let (Experts::Streamed(cache), Some(m), true) = (&mut experts, &manifest, opts.hotlist) {
+            notes.extend(preload_hotlist(path, m, &identity, cache));
+        }
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
         let threads = opts.resolved_threads();
@@ -252,6 +261,7 @@ impl Model {
             budget,
             lookahead: opts.lookahead,
             routing: routing::RoutingHooks::default(),
+            notes,
         })
     }
 
@@ -390,6 +400,43 @@ impl Model {
     /// longer follow the model's own routing.
     pub fn replay_routing(&mut self, trace: Option<Trace>) {
         self.routing.replay = trace;
+    }
+
+    /// What opening the model did that a host may want to show: the hotlist preloaded, or a
+    /// usage file ignored and why.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Starts (`true`) or stops counting which experts the computed tokens choose, for the
+    /// learned hotlist that [`Model::write_usage`] saves. Stopping drops the counts not saved.
+    /// Refused for a model without experts.
+    pub fn learn_usage(&mut self, on: bool) -> Result<()> {
+        let Some(moe) = self.cfg.moe.as_ref() else {
+            return Err(Error::arg("learning expert usage: the model has no experts"));
+        };
+        let layers = self.weights.layers.iter().filter(|l| matches!(l.ffn, Ffn::Moe(_))).count();
+        self.routing.usage = on.then(|| self.routing.usage.take().unwrap_or_else(|| Usage::new(layers, moe.experts)));
+        Ok(())
+    }
+
+    /// Writes the usage counted since [`Model::learn_usage`] to `path` (default: `usage.waste`
+    /// in the model's directory, where the next open finds it), added to what a valid usage
+    /// file of this model already there holds (a damaged or foreign one is replaced). Written
+    /// atomically (temp file, fsync, rename); a directory that cannot be written is an error
+    /// naming it — give another `path` then. The counts written start again from zero, so
+    /// writing after every turn of a conversation counts each token once. Returns the path.
+    pub fn write_usage(&mut self, path: Option<&Path>) -> Result<PathBuf> {
+        let counted = self.routing.usage.as_mut().ok_or_else(|| Error::arg("no expert usage counted: call learn_usage first"))?;
+        let path = path.map_or_else(|| self.path.join(crate::cache::usage::FILE_NAME), Path::to_path_buf);
+        let mut total = counted.clone();
+        if let Ok(Some(before)) = Usage::read(&path, &self.identity, counted.layers, counted.experts) {
+            total.merge(&before);
+        }
+        crate::format::safetensors::write_atomic(&path, &total.encode(&self.identity))?;
+        counted.tokens = 0;
+        counted.counts.iter_mut().for_each(|c| *c = 0);
+        Ok(path)
     }
 
     /// Tokens whose state the model's own session holds.
@@ -860,6 +907,26 @@ fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
             "{file}: token ids go up to {}, past the model's vocab_size (config.json) of {vocab}", n - 1)));
     }
     Ok(())
+}
+
+/// Reads the learned hotlist beside a container and starts preloading it into the cache;
+/// returns what to tell the user. A usage file is advice: a damaged or foreign one is
+/// ignored, with the reason.
+fn preload_hotlist(dir: &Path, m: &Manifest, identity: &[u8; 32], cache: &mut ExpertCache) -> Option<String> {
+    let path = dir.join(crate::cache::usage::FILE_NAME);
+    let experts = m.config.moe.as_ref()?.experts;
+    match Usage::read(&path, identity, m.banks.len(), experts) {
+        Ok(None) => None,
+        Ok(Some(u)) => {
+            let n = cache.preload(&u.ranked(), m);
+            Some(if n > 0 {
+                format!("hotlist: preloading the {n} experts most used in {} tokens ({})", u.tokens, path.display())
+            } else {
+                format!("hotlist: {} not preloaded (no I/O threads to read it without delaying the first token)", path.display())
+            })
+        }
+        Err(e) => Some(format!("hotlist ignored: {e}")),
+    }
 }
 
 /// EOS ids from `generation_config.json`, when present.

@@ -56,7 +56,7 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
     route::route(moe, w.bias.as_deref(), &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w, &mut st.latent.route_scratch);
     step.routing.replay(step.pos0, step.moe_index, ne, n, top_k, &mut st.route_ids[..n * top_k]);
-    step.routing.record(n, top_k, &st.route_ids[..n * top_k]);
+    step.routing.record(step.moe_index, n, top_k, &st.route_ids[..n * top_k]);
     let lookahead = match next {
         Some((next_layer, router)) if n == 1 && experts.is_streamed() => {
             k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);

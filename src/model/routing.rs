@@ -8,6 +8,7 @@
 //! weights still weigh), which is what a benchmark of the expert traffic needs.
 
 use crate::cache::replay::Trace;
+use crate::cache::usage::Usage;
 
 /// The experts one token chose, per MoE layer (each layer's ids sorted).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,11 +36,16 @@ pub(crate) struct RoutingHooks {
     pub log: Option<Vec<TokenRoute>>,
     /// A trace whose choices replace the router's.
     pub replay: Option<Trace>,
+    /// Expert usage counted for the learned hotlist ([`Usage`]).
+    pub usage: Option<Usage>,
 }
 
 impl RoutingHooks {
     /// Before a chunk of `n` tokens at `pos0`: one empty record per token.
     pub fn begin_chunk(&mut self, pos0: usize, n: usize, moe_layers: impl FnOnce() -> usize) {
+        if let Some(u) = &mut self.usage {
+            u.tokens += n as u64;
+        }
         if let Some(log) = &mut self.log {
             let moe_layers = moe_layers();
             log.extend((0..n).map(|t| TokenRoute { position: pos0 + t, layers: Vec::with_capacity(moe_layers) }));
@@ -49,7 +55,15 @@ impl RoutingHooks {
     /// After MoE layer `moe_index` routed the chunk's `n` tokens (`ids`: n × top_k): each
     /// token's choice, sorted, joins its record. Layers come in order, so the record's next
     /// entry is this layer's.
-    pub fn record(&mut self, n: usize, top_k: usize, ids: &[u32]) {
+    pub fn record(&mut self, moe_index: usize, n: usize, top_k: usize, ids: &[u32]) {
+        if let Some(u) = &mut self.usage {
+            let row = moe_index * u.experts;
+            for &e in &ids[..n * top_k] {
+                if let Some(c) = u.counts.get_mut(row + e as usize) {
+                    *c = c.saturating_add(1);
+                }
+            }
+        }
         let Some(log) = &mut self.log else { return };
         let first = log.len() - n;
         for (t, rec) in log[first..].iter_mut().enumerate() {
