@@ -87,7 +87,7 @@ pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usa
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::session::Session;
-pub use model::{Model, ModelInfo, ModelStats};
+pub use model::{Model, ModelInfo, ModelStats, TokenRoute};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use chat::model_chat_template;
 pub use template::{ChatTemplate, Piece, RenderOptions};
@@ -147,6 +147,9 @@ pub struct Options {
     /// next MoE layer's experts (its router applied to this layer's input) and start reading
     /// them. Changes only when bytes move, never the result.
     pub lookahead: bool,
+    /// Preload the learned hotlist (`usage.waste`, written by [`Model::write_usage`]) into
+    /// the expert cache of a container that has one, on the I/O threads.
+    pub hotlist: bool,
     /// Sessions the budget reserves room for: the model's own and `sessions − 1` more from
     /// [`Model::new_session`] (a server's slots). Each holds a conversation's state for the
     /// whole context; the memory plan counts them all, and the expert cache gets what is left.
@@ -156,7 +159,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: false, sessions: 1 }
+            io_threads: 4, verify: false, direct_io: true, lookahead: false, sessions: 1, hotlist: true }
     }
 }
 

@@ -146,8 +146,8 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     for k in all {
         for dtype in DTYPES {
           // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 32), vector groups
-          // (32 both) and column chunks (512, 256), with dense column tails.
-          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70)] {
+          // (32 both), AVX2 spans (96) and column chunks (256), with dense column tails.
+          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35)] {
             let cols = if dtype.is_quantized() { cols / 32 * 32 } else { cols + 1 };
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod policy;
 pub mod ram;
 pub mod replay;
+pub mod usage;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
@@ -61,6 +62,8 @@ pub struct CacheStats {
     pub prefetched: u64,
     /// Lookups served by a record read ahead.
     pub prefetch_hits: u64,
+    /// Records read into free slots from the learned hotlist ([`usage`]).
+    pub preloaded: u64,
 }
 
 impl CacheStats {
@@ -102,6 +105,10 @@ pub struct ExpertCache {
     /// Reused per call: this layer's hits and misses as (expert, slot).
     hits: Vec<(u32, usize)>,
     misses: Vec<(u32, usize)>,
+    /// The hotlist still to preload, coldest first (popped from the end): (model layer,
+    /// expert, share of tokens); and the accesses a token makes, to weigh them.
+    hot: Vec<(usize, u32, f64)>,
+    accesses_per_token: usize,
 }
 
 /// The smallest cache for a model ([`plan::ExpertShape::min_slots`] slots and the
@@ -161,6 +168,8 @@ impl ExpertCache {
             // A layer wants at most every one of its experts at once.
             hits: Vec::with_capacity(moe.experts),
             misses: Vec::with_capacity(moe.experts),
+            hot: Vec::with_capacity(slots),
+            accesses_per_token: moe.top_k * manifest.banks.len(),
         })
     }
 
@@ -175,7 +184,51 @@ impl ExpertCache {
         use crate::sys::vec_bytes;
         self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)
             + self.index.heap_bytes() + vec_bytes(&self.bufs) + vec_bytes(&self.prefetched)
-            + vec_bytes(&self.hits) + vec_bytes(&self.misses)
+            + vec_bytes(&self.hits) + vec_bytes(&self.misses) + vec_bytes(&self.hot)
+    }
+
+    /// Preloads the experts of a learned hotlist (MoE layer in bank order, expert, share of
+    /// tokens; hottest first) into free slots, a few reads at a time behind each layer's own
+    /// misses, so the first tokens never wait behind the whole list. Needs I/O threads (with
+    /// none, nothing is preloaded: a read on the computing thread would delay the first
+    /// token). Returns how many will be read at most.
+    pub fn preload(&mut self, hot: &[(usize, u32, f64)], manifest: &Manifest) -> usize {
+        if self.io.is_none() {
+            return 0;
+        }
+        let experts = manifest.config.moe.as_ref().map_or(0, |m| m.experts);
+        // Within the capacity the plan counts (one entry per slot).
+        self.hot.clear();
+        let room = self.hot.capacity().min(self.bufs.len());
+        self.hot.extend(hot.iter().take(room)
+            .filter_map(|&(i, e, share)| manifest.banks.get(i).filter(|_| (e as usize) < experts).map(|b| (b.layer, e, share))));
+        self.hot.reverse();
+        let n = self.hot.len();
+        // The first reads start now, while the caller's first prompt is being tokenized.
+        let _ = self.preload_some();
+        n
+    }
+
+    /// Submits up to one read per I/O thread from the hotlist, each into a free slot.
+    fn preload_some(&mut self) -> Result<()> {
+        let Some(io) = &self.io else { return Ok(()) };
+        for _ in 0..self.io_threads {
+            let Some((layer, e, share)) = self.hot.pop() else { break };
+            let (Some(layout), Some(&base)) = (self.layouts.get(layer).copied().flatten(), self.key_base.get(layer)) else { continue };
+            if self.index.slot_of(base + e as usize).is_some() {
+                continue;
+            }
+            let Some(s) = self.index.assign_free(base + e as usize) else {
+                self.hot.clear(); // the workload has filled the cache: nothing left to warm
+                break;
+            };
+            self.index.seed(base + e as usize, share, self.accesses_per_token);
+            let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            self.loading += 1;
+            self.stats.preloaded += 1;
+        }
+        Ok(())
     }
 
     /// Bytes of its I/O threads, at [`crate::kernels::pool::THREAD_BYTES`] each.
@@ -240,6 +293,9 @@ impl ExpertCache {
         if let Some((l, experts)) = lookahead {
             self.prefetch(l, experts)?;
         }
+        if !self.hot.is_empty() {
+            self.preload_some()?;
+        }
         // Hits whose record is resident now; the others are look-ahead reads still under way.
         let mut remaining = misses.len();
         for &(e, s) in hits {
@@ -264,7 +320,13 @@ impl ExpertCache {
             let landed = self.land(c);
             let wanted_now = l == layer && (misses[..next].contains(&(e, slot)) || hits.contains(&(e, slot)));
             if !wanted_now {
-                continue; // a look-ahead record: now resident (or forgotten if it failed)
+                // A look-ahead or preloaded record: now resident (or forgotten if it failed),
+                // and its slot free to take a miss that is waiting for one.
+                if landed.is_ok() {
+                    self.index.unpin(slot);
+                }
+                self.submit_misses(layer, layout, base, misses, &mut next)?;
+                continue;
             }
             remaining -= 1;
             match landed {
@@ -311,17 +373,30 @@ impl ExpertCache {
         }
     }
 
-    /// Reads on the computing thread (no I/O threads): hits, then each miss in turn.
-    fn serve_inline(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &[(u32, usize)],
+    /// Reads on the computing thread (no I/O threads): hits, then each miss in turn. Slots are
+    /// given to misses in the I/O path's order — as many as fit while the hits stay pinned,
+    /// the rest as slots come free — so both paths count the same hits and misses, which a
+    /// replay of the routing (`replay::replay_counts`) reproduces.
+    fn serve_inline(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
                     f: &mut RecordFn) -> Result<()> {
         let base = self.key_base[layer];
+        let mut assigned = 0;
+        while assigned < misses.len() {
+            let Some((s, _)) = self.index.assign(base + misses[assigned].0 as usize) else { break };
+            misses[assigned].1 = s;
+            assigned += 1;
+        }
         for &(e, s) in hits {
             let buf = self.bufs[s].as_ref().ok_or_else(|| slot_lost(layer, e))?;
             f(e, layout, &buf.as_slice()[..layout.record_bytes]);
             self.index.unpin(s);
         }
-        for &(e, _) in misses {
-            let (s, _) = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?;
+        for i in 0..misses.len() {
+            let e = misses[i].0;
+            if i >= assigned {
+                misses[i].1 = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?.0;
+            }
+            let s = misses[i].1;
             self.prefetched[s] = false;
             let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
@@ -334,7 +409,10 @@ impl ExpertCache {
                 self.stats.direct_io = false;
             }
             if let Err(err) = checked {
-                self.index.clear(s);
+                // This slot and the ones assigned ahead of their reads hold nothing.
+                for &(_, t) in &misses[i..assigned.max(i + 1)] {
+                    self.index.clear(t);
+                }
                 return Err(err);
             }
             self.stats.bytes_read += layout.record_bytes as u64;

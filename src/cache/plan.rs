@@ -89,8 +89,9 @@ impl ExpertShape {
     }
 
     /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
-    /// handle.
-    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()) as u64;
+    /// handle, and one entry of the hotlist to preload (at most one per slot).
+    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()
+        + size_of::<(usize, u32, f64)>()) as u64;
 
     /// What one slot costs: the largest record and its bookkeeping.
     pub fn slot_bytes(&self) -> u64 {

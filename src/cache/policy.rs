@@ -140,6 +140,32 @@ impl CacheIndex {
         }
     }
 
+    /// A free slot for `key`, pinned, without evicting anything (`None` when every slot holds
+    /// an expert): for the hotlist, which must not push out what the workload brought in.
+    pub fn assign_free(&mut self, key: usize) -> Option<usize> {
+        let s = self.slot_key.iter().position(|&k| k == NONE)?;
+        self.slot_key[s] = key as u32;
+        self.key_slot[key] = s as u32;
+        self.pinned[s] = true;
+        Some(s)
+    }
+
+    /// Gives `key` the priority of an expert chosen by `share` of the tokens (the hotlist's
+    /// estimate), as if its recent accesses had been seen, so the policy weighs a preloaded
+    /// expert against the others instead of evicting it first. `accesses_per_token` converts
+    /// the half-life, which counts accesses, into tokens.
+    pub fn seed(&mut self, key: usize, share: f64, accesses_per_token: usize) {
+        let now = self.clock as f64;
+        self.priority[key] = match self.policy {
+            Policy::Lru => now,
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } => {
+                // The decayed count of a steady rate: share × the mean lifetime in tokens.
+                let tokens = half_life / accesses_per_token.max(1) as f64 / std::f64::consts::LN_2;
+                (share * tokens).max(1e-9).log2() + now / half_life
+            }
+        };
+    }
+
     /// Chooses a slot for `key` (a miss): a free slot, else the unpinned resident the policy
     /// values least, which is evicted. The slot is pinned. `None` when every slot is pinned.
     pub fn assign(&mut self, key: usize) -> Option<(usize, Option<usize>)> {

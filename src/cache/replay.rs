@@ -84,6 +84,14 @@ fn distinct<'a>(ids: &[u32], buf: &'a mut Vec<u32>) -> &'a [u32] {
 /// Hit rate of `policy` with `slots` slots, each layer's experts looked up together and the
 /// misses then given slots, as [`super::ExpertCache`] does.
 pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
+    let (hits, misses) = replay_counts(trace, slots, policy);
+    hits as f64 / (hits + misses).max(1) as f64
+}
+
+/// Hits and misses of `policy` with `slots` slots over the trace: the counts an engine whose
+/// cache has `slots` slots reports when it routes as the trace says (one token at a time,
+/// no look-ahead).
+pub fn replay_counts(trace: &Trace, slots: usize, policy: Policy) -> (u64, u64) {
     let mut c = CacheIndex::new(trace.keys(), slots, policy).with_layers(trace.layers, trace.experts);
     let mut hits = 0usize;
     let mut misses = Vec::new();
@@ -98,13 +106,21 @@ pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
                     Lookup::Miss => misses.push(trace.key(l, e)),
                 }
             }
-            for &k in &misses {
-                c.assign(k);
+            // The engine's order (`ExpertCache::with_records`): slots for the misses that fit
+            // while the hits are pinned; the hits, then those misses, are computed and let go;
+            // each remaining miss then takes a slot in turn.
+            let mut fit = 0;
+            while fit < misses.len() && c.assign(misses[fit]).is_some() {
+                fit += 1;
             }
             c.unpin_all();
+            for &k in &misses[fit..] {
+                c.assign(k);
+                c.unpin_all();
+            }
         }
     }
-    hits as f64 / trace.accesses().max(1) as f64
+    (hits as u64, (trace.accesses() - hits) as u64)
 }
 
 /// Hit rate of Belady's offline optimum with `slots` slots: on a miss with a full cache, evict

@@ -33,6 +33,8 @@ chat_template.json) unless --template names another.",
         Opt { long: "var", short: None, value: Some("NAME=JSON"), repeat: true, path: false,
             help: "a variable for the template, e.g. enable_thinking=false (repeatable)" },
         path("load-state", "PATH", "start from a conversation saved with /save"),
+        super::TRACE_OUT,
+        super::LEARN,
     ], SAMPLING_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
 };
@@ -141,6 +143,11 @@ pub fn chat(a: &Args) -> Outcome {
     if let Some(p) = a.path("load-state") {
         load(&mut model, &mut conv, p)?;
     }
+    let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
+    for n in model.notes() {
+        errln!("waste: {n}");
+    }
     waste::sys::catch_signals()?;
     let interactive = waste::sys::stdin_is_tty();
     if interactive {
@@ -167,6 +174,10 @@ pub fn chat(a: &Args) -> Outcome {
         }
         conv.messages.push(("user".into(), text));
         reply(&mut model, &mut conv, &mut params)?;
+        if let Some(t) = &mut trace {
+            t.flush(&mut model)?;
+        }
+        super::trace::save_usage(a, &mut model, false)?;
     }
     if interactive {
         outln!();

@@ -92,6 +92,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.verify = a.flag("verify");
     o.lookahead = a.flag("lookahead");
+    o.hotlist = !a.flag("no-hotlist");
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
         o.sessions = n;
     }
@@ -161,6 +162,8 @@ fn run(a: &Args) -> Outcome {
     let prompt = read_prompt(a)?.unwrap_or_default();
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
+    let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
     let ids = session_prompt(&mut model, a, PromptText::Plain(&prompt))?;
     // Checked before the prompt is echoed: a failed run prints nothing on stdout.
     if ids.len() > model.context() {
@@ -195,6 +198,10 @@ fn run(a: &Args) -> Outcome {
     }
     outln!();
     save_state(&model, a)?;
+    if let Some(t) = &mut trace {
+        t.flush(&mut model)?;
+    }
+    super::trace::save_usage(a, &mut model, true)?;
     let seed = (!seeded && params.sampling.temperature > 0.0).then_some(params.sampling.seed);
     let experts = model.cache_stats().map(super::moe::stats_suffix).unwrap_or_default();
     errln!("{}", summary_line(&summary, seed, &experts));
@@ -270,6 +277,9 @@ fn report_budget(model: &Model) {
     let b = model.budget();
     if let Some(w) = &b.warning {
         errln!("waste: warning: {w}");
+    }
+    for n in model.notes() {
+        errln!("waste: {n}");
     }
     if b.source == waste::BudgetSource::Explicit {
         return;
@@ -476,7 +486,14 @@ fn bench(a: &Args) -> Outcome {
     }
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
+    super::trace::replay(a, &mut model)?;
+    let mut trace = super::trace::TraceOut::start(a, &mut model);
+    super::trace::learn(a, &mut model)?;
     let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
+    if let Some(t) = &mut trace {
+        t.flush(&mut model)?;
+    }
+    super::trace::save_usage(a, &mut model, !a.flag("json"))?;
     let i = model.info();
     if a.flag("json") {
         outln!("{}", Json::object([
@@ -493,6 +510,11 @@ fn bench(a: &Args) -> Outcome {
             ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
             ("decode_misses", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.misses))),
             ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
+            // The whole run's counters (prefill included), which a --trace-out file replayed
+            // through `waste bench cache --slots` reproduces.
+            ("cache_slots", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.slots as u64))),
+            ("cache_hits", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.hits))),
+            ("cache_misses", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.misses))),
         ]).to_string_pretty());
     } else {
         outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));

@@ -17,6 +17,7 @@ mod quant;
 mod serve;
 mod template;
 mod tokenize;
+mod trace;
 
 use args::{flag, path, val, Command, Opt, Usage};
 use out::errln;
@@ -35,6 +36,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
+    flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
 ];
 
@@ -68,7 +70,7 @@ T s | stop: WHY]` (plus `seed K` when the seed came from the clock), where N cou
 S and X time the decode steps after the first token (each one forward pass and one sampling, output time \
 excluded), the prefill is the prompt's forward pass and the first token's sampling, and WHY is \
 end of sequence, stop string, token limit or context full.",
-    opts: &[SAMPLING_OPTS, &[path("file", "F", "read the prompt from file F")], STATE_OPTS, MODEL_OPTS, HELP_OPT],
+    opts: &[SAMPLING_OPTS, &[path("file", "F", "read the prompt from file F"), TRACE_OUT, LEARN], STATE_OPTS, MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL", "PROMPT"],
 };
 
@@ -104,9 +106,17 @@ pub const BENCH: Command = Command {
         val("prompt-tokens", "N", "prompt length (default 128)"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to decode (default 64)" },
         flag("json", "print JSON"),
+        path("route-trace", "FILE", "route as the trace FILE says (JSON lines, as --trace-out writes): streaming with a real model's locality on random weights"),
+        TRACE_OUT,
+        LEARN,
     ], MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
 };
+
+/// `--trace-out FILE`, on run, bench and chat.
+pub(crate) const TRACE_OUT: Opt = path("trace-out", "FILE", "write the experts each computed token routed to, one JSON line per token");
+/// `--learn`, on run, bench and chat.
+pub(crate) const LEARN: Opt = flag("learn", "count the experts this run uses and add them to usage.waste beside the model, which the next open preloads");
 
 pub const BENCH_STATE: Command = Command {
     name: "bench state",

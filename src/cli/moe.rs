@@ -4,7 +4,7 @@ use super::args::Args;
 use super::commands::Failure;
 use super::out::{err, errln, outln};
 use waste::cache::policy::Policy;
-use waste::cache::replay::{belady, replay, Trace};
+use waste::cache::replay::{belady, replay, replay_counts, Trace};
 use waste::format::convert::{self, ConvertOptions, Encoding, Progress};
 use waste::format::json::Json;
 
@@ -93,10 +93,12 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
         outln!("{:>10} {:>7} {:>10} {:>8} {:>8}", "cache", "slots", name, "LRU", "Belady");
     }
     for (label, slots) in sizes {
-        let (f, l, b) = (replay(&trace, slots, ours), replay(&trace, slots, Policy::Lru), belady(&trace, slots));
+        let (hits, misses) = replay_counts(&trace, slots, ours);
+        let f = hits as f64 / (hits + misses).max(1) as f64;
+        let (l, b) = (replay(&trace, slots, Policy::Lru), belady(&trace, slots));
         if a.flag("json") {
             rows.push(Json::object([("cache", Json::str(label)), ("slots", Json::uint(slots as u64)),
-                ("policy", Json::float(f)), ("lru", Json::float(l)), ("belady", Json::float(b))]));
+                ("policy", Json::float(f)), ("hits", Json::uint(hits)), ("misses", Json::uint(misses)), ("lru", Json::float(l)), ("belady", Json::float(b))]));
         } else {
             outln!("{label:>10} {slots:>7} {:>9.1}% {:>7.1}% {:>7.1}%", 100.0 * f, 100.0 * l, 100.0 * b);
         }

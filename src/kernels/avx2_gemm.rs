@@ -2,21 +2,21 @@
 //! bits of the decode tiles of [`super::avx2`] (one 8-lane accumulator per (row, vector), one
 //! fused multiply-add per 8 columns in column order, the same decoded weights, [`hsum8`]).
 //!
-//! Per participant (its rows `r0..r1`), for each group of [`ROW_GROUP`] rows and each group
-//! of up to [`TOKEN_GROUP`] vectors, the columns are taken [`K_CHUNK`] at a time: the rows'
-//! weights of the chunk are decoded once into a panel of f32 (quantized blocks already
-//! multiplied by their scale, exactly, as the decode tiles do; a dense row's last partial 8
-//! columns zero-padded), and register tiles of [`R`] rows × [`T`] vectors — twelve
-//! accumulators, the three rows' weights and one input vector in the sixteen registers — take
-//! the panel's steps: per step three panel loads, four input loads and twelve fused
-//! multiply-adds. The vector group's inputs for the chunk are copied into a contiguous buffer
-//! (zero-padded like the decode tiles' last step): vectors a multiple of 4 KiB apart in place
-//! would evict each other from the caches. Accumulators wait in a stack buffer between chunks,
-//! which changes no bit. While a panel is multiplied, the next chunk of the same rows is
-//! prefetched into L2.
+//! Per participant (its rows `r0..r1`), for each group of up to [`TOKEN_GROUP`] vectors and
+//! each span of [`SPAN`] rows, the columns are taken [`K_CHUNK`] at a time: the vector group's
+//! inputs for the chunk are copied once for the whole span into a contiguous buffer
+//! (zero-padded like the decode tiles' last step; vectors a multiple of 4 KiB apart in place
+//! would evict each other from the caches), then each [`ROW_GROUP`] of the span has its
+//! weights of the chunk decoded once into a panel of f32 (quantized blocks already multiplied
+//! by their scale, exactly, as the decode tiles do; a dense row's last partial 8 columns
+//! zero-padded), and register tiles of [`R`] rows × [`T`] vectors — twelve accumulators, the
+//! three rows' weights and one input vector in the sixteen registers — take the panel's steps:
+//! per step three panel loads, four input loads and twelve fused multiply-adds. The span's
+//! accumulators wait in a stack buffer between chunks, which changes no bit. While a panel is
+//! multiplied, the next panel's weights are prefetched into L2.
 //!
 //! The two threads of a product split its rows (the pool's chunks) and never wait for each
-//! other inside it. Stack use: 48 KiB of panel, 64 KiB of packed inputs and 24 KiB of
+//! other inside it. Stack use: 24 KiB of panel, 32 KiB of packed inputs and 96 KiB of
 //! accumulators per call.
 
 use super::avx2::{decode_q4, decode_q8, hsum8, load_bf16, load_f16, prefetch_l2, x_q4};
@@ -27,10 +27,16 @@ use std::mem::MaybeUninit;
 
 /// Rows decoded into one panel (a multiple of [`R`]).
 pub const ROW_GROUP: usize = 24;
+/// Row groups whose accumulators are kept together, so one packing of a chunk's inputs serves
+/// all of their rows.
+pub const SPAN_GROUPS: usize = 4;
+/// Rows of a span: the rows that share the packed inputs of every chunk.
+pub const SPAN: usize = ROW_GROUP * SPAN_GROUPS;
 /// Vectors whose tiles share one decoding of the weights.
 pub const TOKEN_GROUP: usize = 32;
-/// Columns per panel (a multiple of 32: whole blocks).
-pub const K_CHUNK: usize = 512;
+/// Columns per panel (a multiple of 32: whole blocks). A panel (24 KiB) and one tile's
+/// vectors (4 KiB) stay in the 32 KiB L1 while the tiles sweep the panel's rows.
+pub const K_CHUNK: usize = 256;
 /// Rows of a register tile.
 pub const R: usize = 3;
 /// Vectors of a register tile.
@@ -48,8 +54,8 @@ struct Panel([[f32; K_CHUNK]; ROW_GROUP]);
 #[repr(C, align(32))]
 struct Packed([[f32; K_CHUNK]; TOKEN_GROUP]);
 
-/// The accumulators of a row group × vector group.
-type Acc = [[__m256; TOKEN_GROUP]; ROW_GROUP];
+/// The accumulators of a span × vector group.
+type Acc = [[__m256; TOKEN_GROUP]; SPAN];
 
 /// A chunk's packed inputs and its 8-column steps (a last partial one zero-padded).
 #[derive(Clone, Copy)]
@@ -60,6 +66,11 @@ struct Inputs {
 
 /// Rows `r0..r1` of `w` against the `n` vectors of `x` (n ≥ 1).
 ///
+/// For each vector group and each span of rows, the columns are taken a chunk at a time: the
+/// chunk's inputs are packed once for the span, then each row group of the span has its
+/// weights decoded into the panel and multiplied by every tile. The accumulators of the whole
+/// span wait in a stack buffer between chunks (which changes no bit).
+///
 /// # Safety
 /// As [`super::RowsFn`]; the CPU has AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -69,13 +80,13 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
     let mut packed = MaybeUninit::<Packed>::uninit();
     let mut acc = MaybeUninit::<Acc>::uninit();
     let (panel, packed, acc) = (panel.as_mut_ptr(), packed.as_mut_ptr(), acc.as_mut_ptr());
-    let mut rg = r0;
-    while rg < r1 {
-        let rn = ROW_GROUP.min(r1 - rg);
-        let mut t0 = 0;
-        while t0 < n {
-            let tn = TOKEN_GROUP.min(n - t0);
-            for i in 0..rn {
+    let mut t0 = 0;
+    while t0 < n {
+        let tn = TOKEN_GROUP.min(n - t0);
+        let mut sg = r0;
+        while sg < r1 {
+            let sn = SPAN.min(r1 - sg);
+            for i in 0..sn {
                 for t in 0..tn {
                     // SAFETY: inside the accumulator buffer; written before any read.
                     unsafe { (*acc)[i][t] = _mm256_setzero_ps() };
@@ -84,44 +95,53 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
             let mut c0 = 0;
             while c0 < cols {
                 let kn = K_CHUNK.min(cols - c0);
-                // SAFETY: rows rg..rg + rn and columns c0..c0 + kn lie inside the matrix;
-                // vectors t0..t0 + tn hold `cols` values (the contract).
-                unsafe {
-                    decode_panel(w, rg, rn, c0, kn, panel);
-                    pack(x.as_ptr().add(t0 * cols + c0), cols, tn, kn, w.dtype == DType::Q4B32, packed);
-                }
+                // SAFETY: vectors t0..t0 + tn hold `cols` values (the contract).
+                unsafe { pack(x.as_ptr().add(t0 * cols + c0), cols, tn, kn, w.dtype == DType::Q4B32, packed) };
                 let xs = Inputs { x: packed, steps: kn.div_ceil(8) };
-                // The weights the next panel decodes (this row group's next chunk, else the
-                // next row group's first), asked for a few lines per tile while this one is
-                // multiplied: spread out, the requests stay within what the core keeps in
-                // flight.
-                let mut ahead = if c0 + kn < cols { Ahead::new(w, rg, rn, c0 + kn) } else { Ahead::new(w, rg + rn, rn.min(r1 - rg - rn), 0) };
-                let per_tile = ahead.lines().div_ceil(rn.div_ceil(R) * tn.div_ceil(T)).max(1);
-                let mut ti = 0;
-                while ti < tn {
-                    let tt = T.min(tn - ti);
-                    let mut ri = 0;
-                    while ri < rn {
-                        ahead.issue(per_tile);
-                        let rr = R.min(rn - ri);
-                        // SAFETY: the panel holds rows ri..ri + rr, the inputs vectors
-                        // t0 + ti .. + tt, the accumulators both.
-                        unsafe { tile_any(rr, tt, panel, xs, ri, ti, acc) };
-                        ri += rr;
+                let mut rg = 0;
+                while rg < sn {
+                    let rn = ROW_GROUP.min(sn - rg);
+                    // SAFETY: rows sg + rg .. + rn and columns c0..c0 + kn lie inside the matrix.
+                    unsafe { decode_panel(w, sg + rg, rn, c0, kn, panel) };
+                    // The weights the next panel decodes (the span's next row group, else its
+                    // first one in the next chunk, else the next span's first), asked for a
+                    // few lines per tile while this one is multiplied: spread out, the
+                    // requests stay within what the core keeps in flight.
+                    let mut ahead = if rg + rn < sn {
+                        Ahead::new(w, sg + rg + rn, ROW_GROUP.min(sn - rg - rn), c0)
+                    } else if c0 + kn < cols {
+                        Ahead::new(w, sg, ROW_GROUP.min(sn), c0 + kn)
+                    } else {
+                        Ahead::new(w, sg + sn, ROW_GROUP.min(r1 - sg - sn), 0)
+                    };
+                    let per_tile = ahead.lines().div_ceil(rn.div_ceil(R) * tn.div_ceil(T)).max(1);
+                    let mut ti = 0;
+                    while ti < tn {
+                        let tt = T.min(tn - ti);
+                        let mut ri = 0;
+                        while ri < rn {
+                            ahead.issue(per_tile);
+                            let rr = R.min(rn - ri);
+                            // SAFETY: the panel holds rows ri..ri + rr, the inputs vectors
+                            // ti .. ti + tt, the accumulators span rows rg + ri .. + rr.
+                            unsafe { tile_any(rr, tt, panel, xs, ri, rg + ri, ti, acc) };
+                            ri += rr;
+                        }
+                        ti += tt;
                     }
-                    ti += tt;
+                    rg += rn;
                 }
                 c0 += kn;
             }
-            for i in 0..rn {
+            for i in 0..sn {
                 for t in 0..tn {
-                    // SAFETY: element (t0 + t, rg + i) is the caller's to write.
-                    unsafe { *y.add((t0 + t) * ys + rg + i) = hsum8((*acc)[i][t]) };
+                    // SAFETY: element (t0 + t, sg + i) is the caller's to write.
+                    unsafe { *y.add((t0 + t) * ys + sg + i) = hsum8((*acc)[i][t]) };
                 }
             }
-            t0 += tn;
+            sg += sn;
         }
-        rg += rn;
+        t0 += tn;
     }
 }
 
@@ -273,12 +293,12 @@ unsafe fn load_dense(dtype: DType, row: *const u8, c: usize) -> __m256 {
 /// As [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: usize, ti: usize, acc: *mut Acc) {
+unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc) {
     macro_rules! arms {
         ($(($r:literal, $t:literal)),*) => {
             match (rr, tt) {
                 // SAFETY: forwarded contract.
-                $(($r, $t) => unsafe { tile::<$r, $t>(panel, xs, ri, ti, acc) },)*
+                $(($r, $t) => unsafe { tile::<$r, $t>(panel, xs, ri, ai, ti, acc) },)*
                 _ => unreachable!("tile {rr} x {tt}"),
             }
         };
@@ -287,20 +307,20 @@ unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: us
 }
 
 /// `RR` panel rows from `ri` × `TT` vectors from `ti` over the chunk, accumulating into
-/// `acc[ri + i][ti + t]`.
+/// `acc[ai + i][ti + t]`.
 ///
 /// # Safety
 /// The panel holds the rows and the packed inputs the vectors for `xs.steps` steps.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs, ri: usize, ti: usize, acc: *mut Acc) {
-    // SAFETY (all accesses): rows ri..ri + RR of the panel and of the accumulators, vectors
+unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc) {
+    // SAFETY (all accesses): rows ri..ri + RR of the panel, ai..ai + RR of the accumulators, vectors
     // ti..ti + TT, steps within the chunk (the contract).
     unsafe {
         let mut a = [[_mm256_setzero_ps(); TT]; RR];
         for (i, row) in a.iter_mut().enumerate() {
             for (t, v) in row.iter_mut().enumerate() {
-                *v = (*acc)[ri + i][ti + t];
+                *v = (*acc)[ai + i][ti + t];
             }
         }
         let p = (*panel).0.as_ptr().add(ri) as *const f32;
@@ -316,7 +336,7 @@ unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs
         }
         for (i, row) in a.iter().enumerate() {
             for (t, v) in row.iter().enumerate() {
-                (*acc)[ri + i][ti + t] = *v;
+                (*acc)[ai + i][ti + t] = *v;
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod mla;
 pub mod moe;
 pub mod rope;
 pub mod route;
+pub mod routing;
 pub mod session;
 pub mod state;
 pub mod weights;
@@ -24,6 +25,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
 use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
+use crate::cache::replay::Trace;
+use crate::cache::usage::Usage;
+pub use routing::TokenRoute;
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
@@ -71,6 +75,11 @@ pub struct Model {
     budget: Budget,
     /// Router look-ahead for streamed experts (Options::lookahead).
     lookahead: bool,
+    /// Routing recorded ([`Model::record_routing`]), replayed ([`Model::replay_routing`]) or
+    /// counted ([`Model::learn_usage`]).
+    routing: routing::RoutingHooks,
+    /// What open did that the host may want to tell the user ([`Model::notes`]).
+    notes: Vec<String>,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -213,6 +222,11 @@ impl Model {
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
         };
+        let mut notes = Vec::new();
+        let mut experts = experts;
+        if let (Experts::Streamed(cache), Some(m), true) = (&mut experts, &manifest, opts.hotlist) {
+            notes.extend(preload_hotlist(path, m, &identity, cache));
+        }
         weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
         drop(ckpt);
         let threads = opts.resolved_threads();
@@ -252,6 +266,8 @@ impl Model {
             plan,
             budget,
             lookahead: opts.lookahead,
+            routing: routing::RoutingHooks::default(),
+            notes,
         })
     }
 
@@ -367,6 +383,66 @@ impl Model {
             Experts::Streamed(c) => Some(c.stats()),
             _ => None,
         }
+    }
+
+    /// Starts (`true`) or stops recording the experts every computed token routes to, in every
+    /// session; [`Model::take_routing`] collects them. Stopping drops what was not taken.
+    /// A model without MoE layers records tokens with no layers.
+    pub fn record_routing(&mut self, on: bool) {
+        self.routing.log = if on { Some(self.routing.log.take().unwrap_or_default()) } else { None };
+    }
+
+    /// The tokens routed since recording began or since the last call, in the order they
+    /// were computed (prefill tokens included), each with its session position.
+    pub fn take_routing(&mut self) -> Vec<TokenRoute> {
+        self.routing.log.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Forces the experts of a routing trace onto the router (`None` restores the router's
+    /// own choice): the token at session position `p` takes the trace's token `p` modulo its
+    /// length, MoE layer `m` its layer `m` modulo its layers, each id modulo the model's
+    /// experts. The router still runs and weighs; only the choice changes — for measuring
+    /// streaming with a real model's temporal locality on random weights. Logits then no
+    /// longer follow the model's own routing.
+    pub fn replay_routing(&mut self, trace: Option<Trace>) {
+        self.routing.replay = trace;
+    }
+
+    /// What opening the model did that a host may want to show: the hotlist preloaded, or a
+    /// usage file ignored and why.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Starts (`true`) or stops counting which experts the computed tokens choose, for the
+    /// learned hotlist that [`Model::write_usage`] saves. Stopping drops the counts not saved.
+    /// Refused for a model without experts.
+    pub fn learn_usage(&mut self, on: bool) -> Result<()> {
+        let Some(moe) = self.cfg.moe.as_ref() else {
+            return Err(Error::arg("learning expert usage: the model has no experts"));
+        };
+        let layers = self.weights.layers.iter().filter(|l| matches!(l.ffn, Ffn::Moe(_))).count();
+        self.routing.usage = on.then(|| self.routing.usage.take().unwrap_or_else(|| Usage::new(layers, moe.experts)));
+        Ok(())
+    }
+
+    /// Writes the usage counted since [`Model::learn_usage`] to `path` (default: `usage.waste`
+    /// in the model's directory, where the next open finds it), added to what a valid usage
+    /// file of this model already there holds (a damaged or foreign one is replaced). Written
+    /// atomically (temp file, fsync, rename); a directory that cannot be written is an error
+    /// naming it — give another `path` then. The counts written start again from zero, so
+    /// writing after every turn of a conversation counts each token once. Returns the path.
+    pub fn write_usage(&mut self, path: Option<&Path>) -> Result<PathBuf> {
+        let counted = self.routing.usage.as_mut().ok_or_else(|| Error::arg("no expert usage counted: call learn_usage first"))?;
+        let path = path.map_or_else(|| self.path.join(crate::cache::usage::FILE_NAME), Path::to_path_buf);
+        let mut total = counted.clone();
+        if let Ok(Some(before)) = Usage::read(&path, &self.identity, counted.layers, counted.experts) {
+            total.merge(&before);
+        }
+        crate::format::safetensors::write_atomic(&path, &total.encode(&self.identity))?;
+        counted.tokens = 0;
+        counted.counts.iter_mut().for_each(|c| *c = 0);
+        Ok(path)
     }
 
     /// Tokens whose state the model's own session holds.
@@ -578,8 +654,10 @@ impl Model {
     /// last row's are left in row 0 of the state's logits when `last`.
     fn forward_chunk(&mut self, tokens: &[u32], start: usize, out: &mut LogitsOut, last: bool,
                      mut trace: Option<&mut HiddenFn>) -> Result<()> {
-        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, .. } = self;
+        let Model { cfg, weights: w, experts, state: st, kernels: k, pool, inv_freq, lookahead, routing, .. } = self;
         let (n, h, pos0) = (tokens.len(), cfg.hidden, st.cache.pos);
+        routing.begin_chunk(pos0, n, || w.layers.iter().filter(|l| matches!(l.ffn, Ffn::Moe(_))).count());
+        let mut moe_index = 0;
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
             w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
@@ -607,7 +685,9 @@ impl Model {
                 Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
                 Ffn::Moe(moe) => {
                     let next = if *lookahead { next_router(&w.layers, l) } else { None };
-                    moe::moe_block(cfg, k, pool, st, moe, experts, l, n, next)?
+                    let step = moe::MoeStep { layer: l, moe_index, pos0, routing: &mut *routing };
+                    moe::moe_block(cfg, k, pool, st, moe, experts, step, n, next)?;
+                    moe_index += 1;
                 }
             }
             add_rows(&mut st.x, &st.out, n * h);
@@ -833,6 +913,26 @@ fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
             "{file}: token ids go up to {}, past the model's vocab_size (config.json) of {vocab}", n - 1)));
     }
     Ok(())
+}
+
+/// Reads the learned hotlist beside a container and starts preloading it into the cache;
+/// returns what to tell the user. A usage file is advice: a damaged or foreign one is
+/// ignored, with the reason.
+fn preload_hotlist(dir: &Path, m: &Manifest, identity: &[u8; 32], cache: &mut ExpertCache) -> Option<String> {
+    let path = dir.join(crate::cache::usage::FILE_NAME);
+    let experts = m.config.moe.as_ref()?.experts;
+    match Usage::read(&path, identity, m.banks.len(), experts) {
+        Ok(None) => None,
+        Ok(Some(u)) => {
+            let n = cache.preload(&u.ranked(), m);
+            Some(if n > 0 {
+                format!("hotlist: preloading the {n} experts most used in {} tokens ({})", u.tokens, path.display())
+            } else {
+                format!("hotlist: {} not preloaded (no I/O threads to read it without delaying the first token)", path.display())
+            })
+        }
+        Err(e) => Some(format!("hotlist ignored: {e}")),
+    }
 }
 
 /// EOS ids from `generation_config.json`, when present.

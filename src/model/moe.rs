@@ -9,6 +9,7 @@ use super::experts::Experts;
 use super::state::State;
 use super::weights::{Matrix, Mlp};
 use super::route::{self, top_k as top_k_ids};
+use super::routing::RoutingHooks;
 use crate::error::Result;
 use crate::format::config::ModelConfig;
 use crate::format::container::RecordLayout;
@@ -33,18 +34,29 @@ pub fn record_matrices<'a>(layout: &RecordLayout, rec: &'a [u8]) -> [MatRef<'a>;
 /// The next MoE layer's router, for the look-ahead: (layer, router weights).
 pub type NextRouter<'a> = Option<(usize, &'a Matrix)>;
 
+/// Where a MoE layer sits: its layer index, its index among the MoE layers, the chunk's first
+/// position, and what records or replaces its routing.
+pub(crate) struct MoeStep<'a> {
+    pub layer: usize,
+    pub moe_index: usize,
+    pub pos0: usize,
+    pub routing: &'a mut RoutingHooks,
+}
+
 /// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`. With `next` (a
 /// decode step whose experts stream), the next MoE layer's router is applied to this layer's
 /// input — the residual stream changes little from one layer to the next — and the experts it
 /// picks start reading while this layer computes. A guess only moves bytes earlier: the next
 /// layer still routes on its own input.
 #[allow(clippy::too_many_arguments)]
-pub fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
-                 experts: &mut Experts, layer: usize, n: usize, next: NextRouter) -> Result<()> {
+pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
+                 experts: &mut Experts, step: MoeStep, n: usize, next: NextRouter) -> Result<()> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
-    let (h, top_k, ne) = (cfg.hidden, moe.top_k, moe.experts);
+    let (h, top_k, ne, layer) = (cfg.hidden, moe.top_k, moe.experts, step.layer);
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
     route::route(moe, w.bias.as_deref(), &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w, &mut st.latent.route_scratch);
+    step.routing.replay(step.pos0, step.moe_index, ne, n, top_k, &mut st.route_ids[..n * top_k]);
+    step.routing.record(step.moe_index, n, top_k, &st.route_ids[..n * top_k]);
     let lookahead = match next {
         Some((next_layer, router)) if n == 1 && experts.is_streamed() => {
             k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);

@@ -1,0 +1,81 @@
+//! The learned hotlist (seed 001, "Learned hotlist"): a run with `learn_usage` writes
+//! `usage.waste` beside the container; the next open preloads the experts it lists, so the
+//! same workload misses less from its first tokens — with the same logits, bit for bit; a
+//! damaged or foreign usage file is ignored with a note, never trusted.
+
+mod common;
+use common::*;
+use std::path::Path;
+use waste::{Model, Options};
+
+/// Opens the container with half its experts' bytes as cache, runs the oracle prompt a
+/// token at a time, and gives the logits, the misses and the notes of the open.
+fn run(dir: &Path, hotlist: bool, learn: bool) -> (Vec<f32>, u64, Vec<String>) {
+    let manifest = waste::format::container::Manifest::open(dir).unwrap();
+    let opts = Options { cache_bytes: waste::cache::min_cache_bytes(&manifest).max(manifest.expert_bytes() / 2), io_threads: 2,
+        hotlist, ..Options::default() };
+    let mut m = Model::open(dir, &opts).unwrap();
+    if learn {
+        m.learn_usage(true).unwrap();
+    }
+    let prompt = oracle("olmoe_f32").prompt;
+    let tokens: Vec<u32> = prompt.iter().chain(&prompt).copied().collect();
+    let logits = prompt_logits(&mut m, &tokens, true);
+    if learn {
+        assert_eq!(m.write_usage(None).unwrap(), dir.join("usage.waste"));
+    }
+    (logits, m.cache_stats().unwrap().misses, m.notes().to_vec())
+}
+
+#[test]
+fn a_learned_hotlist_means_fewer_misses_and_the_same_logits() {
+    let dir = float_container("olmoe_f32", "hotlist");
+    let (cold, cold_misses, notes) = run(&dir, true, true);
+    assert!(notes.is_empty(), "no usage file yet: {notes:?}");
+    assert!(dir.join("usage.waste").is_file());
+    let (again, misses, _) = run(&dir, false, false);
+    assert!(bit_identical(&cold, &again) && misses == cold_misses, "without the hotlist: as cold");
+    let (warm, warm_misses, notes) = run(&dir, true, false);
+    assert!(notes.len() == 1 && notes[0].contains("hotlist: preloading") && notes[0].contains("usage.waste"), "{notes:?}");
+    assert!(bit_identical(&cold, &warm), "preloading changes when bytes move, never the logits");
+    println!("misses over the prompt twice: cold {cold_misses}, with the hotlist {warm_misses}");
+    assert!(warm_misses < cold_misses, "cold {cold_misses}, warm {warm_misses}");
+
+    // Learning again adds to the file: twice the tokens.
+    let before = std::fs::read(dir.join("usage.waste")).unwrap();
+    let _ = run(&dir, true, true);
+    let after = std::fs::read(dir.join("usage.waste")).unwrap();
+    let tokens = |b: &[u8]| u64::from_le_bytes(b[48..56].try_into().unwrap());
+    assert_eq!(tokens(&after), 2 * tokens(&before));
+}
+
+#[test]
+fn a_damaged_or_foreign_usage_file_is_ignored_with_a_note() {
+    let dir = float_container("olmoe_f32", "hotlist-bad");
+    let (cold, cold_misses, _) = run(&dir, false, true);
+    let file = dir.join("usage.waste");
+    let good = std::fs::read(&file).unwrap();
+    let manifest = waste::format::container::Manifest::open(&dir).unwrap();
+    let experts = manifest.config.moe.as_ref().unwrap().experts;
+    let foreign = {
+        let mut u = waste::cache::usage::Usage::new(manifest.banks.len(), experts);
+        u.tokens = 1;
+        u.counts.iter_mut().for_each(|c| *c = 1);
+        u.encode(&[7; 32])
+    };
+    let mut flipped = good.clone();
+    flipped[60] ^= 0x10;
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("a flipped count", flipped, "CRC-32"),
+        ("truncated", good[..good.len() - 1].to_vec(), "bytes"),
+        ("another model's", foreign, "another model"),
+        ("not a usage file", vec![b'x'; good.len()], "magic"),
+    ];
+    for (what, bytes, why) in cases {
+        std::fs::write(&file, &bytes).unwrap();
+        let (logits, misses, notes) = run(&dir, true, false);
+        assert!(notes.len() == 1 && notes[0].contains("hotlist ignored") && notes[0].contains("usage.waste") && notes[0].contains(why),
+            "{what}: {notes:?}");
+        assert!(bit_identical(&cold, &logits) && misses == cold_misses, "{what}: nothing preloaded");
+    }
+}
