@@ -129,23 +129,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_usage_file_round_trips_and_ranks_the_hottest_first() {
+    fn a_usage_file_round_trips_and_ranks_the_hottest_first() -> Result<()> {
         let mut u = Usage::new(2, 3);
         u.tokens = 10;
         u.counts = vec![1, 0, 7, 7, 2, 0];
         let dir = std::env::temp_dir().join(format!("waste-usage-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
         let path = dir.join(FILE_NAME);
-        std::fs::write(&path, u.encode(&[5; 32])).unwrap();
-        assert_eq!(Usage::read(&path, &[5; 32], 2, 3).unwrap(), Some(u.clone()));
+        std::fs::write(&path, u.encode(&[5; 32])).map_err(|e| Error::io(&path, "write", e))?;
+        assert_eq!(Usage::read(&path, &[5; 32], 2, 3)?, Some(u.clone()));
         assert_eq!(u.ranked(), vec![(0, 2, 0.7), (1, 0, 0.7), (1, 1, 0.2), (0, 0, 0.1)]);
-        assert!(Usage::read(&path, &[6; 32], 2, 3).unwrap_err().to_string().contains("another model"));
-        assert!(Usage::read(&path, &[5; 32], 3, 2).unwrap_err().to_string().contains("shape"));
+        let refused = |identity: [u8; 32], layers, experts| Usage::read(&path, &identity, layers, experts).err().map(|e| e.to_string());
+        assert!(refused([6; 32], 2, 3).is_some_and(|e| e.contains("another model")));
+        assert!(refused([5; 32], 3, 2).is_some_and(|e| e.contains("shape")));
         let mut bytes = u.encode(&[5; 32]);
         bytes[60] ^= 1;
-        std::fs::write(&path, &bytes).unwrap();
-        assert!(Usage::read(&path, &[5; 32], 2, 3).unwrap_err().to_string().contains("CRC-32"));
-        assert_eq!(Usage::read(&dir.join("none"), &[5; 32], 2, 3).unwrap(), None);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&path, &bytes).map_err(|e| Error::io(&path, "write", e))?;
+        assert!(refused([5; 32], 2, 3).is_some_and(|e| e.contains("CRC-32")));
+        assert_eq!(Usage::read(&dir.join("none"), &[5; 32], 2, 3)?, None);
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, "remove", e))
     }
 }

@@ -98,7 +98,7 @@ impl Engine {
         for _ in 1..setup.slots {
             slots.push(Slot { session: Some(model.new_session()?), last_used: 0 });
         }
-        let end_of_turn = setup.template.as_ref().map_or_else(Vec::new, |t| end_of_turn_tokens(&model, t));
+        let end_of_turn = setup.template.as_ref().map_or_else(Vec::new, |t| model.end_of_turn_tokens(t));
         Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0 })
     }
 
@@ -258,19 +258,6 @@ pub fn choose_slot(slots: &[(&[u32], u64)], prompt: &[u32]) -> usize {
     best.map(|(_, i)| i).unwrap_or_else(|| {
         slots.iter().enumerate().min_by_key(|(_, (_, used))| *used).map_or(0, |(i, _)| i)
     })
-}
-
-/// The tokens that end an assistant's turn: the template's end-of-turn token (when the
-/// tokenizer has it as a special token) and the model's end-of-sequence tokens (what
-/// `Model::end_of_turn_tokens` does, on the branch that adds it).
-fn end_of_turn_tokens(model: &Model, template: &ChatTemplate) -> Vec<u32> {
-    let mut ids = model.eos_tokens().to_vec();
-    if let (Some(eot), Ok(tok)) = (template.end_of_turn(), model.tokenizer()) {
-        ids.extend(tok.special_tokens().into_iter().filter(|(s, _)| s == eot).map(|(_, id)| id));
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    ids
 }
 
 /// A token's log probability and its `top` most likely alternatives, from the logits it was
