@@ -40,6 +40,7 @@ pub mod sample;
 pub mod sys;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 
 /// Test helpers: `must()` states that a test expects success (and panics with the error when
 /// it does not), so unit tests read plainly and library code keeps no `unwrap`.
@@ -82,8 +83,8 @@ pub(crate) mod test_util {
 }
 
 pub use error::{Error, ErrorKind, Result};
-pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
-pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
+pub use model::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
+pub use sys::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use kernels::CpuList;
 pub use model::session::Session;

@@ -9,7 +9,7 @@ mod common;
 use common::cgroup::*;
 use common::*;
 use std::path::PathBuf;
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::format::json::{self, Json};
 use waste::{plan_memory_opts, ErrorKind, GenerateParams, Model, Options, SamplingParams};
 
@@ -49,7 +49,7 @@ fn tiny_moe() -> PathBuf {
 fn random_moe(tag: &str, config: &str) -> PathBuf {
     let dir = temp_dir(tag).join("moe.waste");
     let cfg = json::parse(config.as_bytes()).unwrap();
-    waste::format::random::write_container(&dir, &cfg, waste::format::dtype::DType::Q4B32, 7).unwrap();
+    waste::tools::random::write_container(&dir, &cfg, waste::format::dtype::DType::Q4B32, 7).unwrap();
     dir
 }
 

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use waste::format::quant::Width;
-use waste::format::quantize::quantize_checkpoint;
+use waste::tools::quantize::quantize_checkpoint;
 use waste::{plan_memory_opts, Model, Options};
 
 fn logits(dir: &std::path::Path, prompt: &[u32], opts: &Options) -> Vec<f32> {

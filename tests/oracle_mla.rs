@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{Mixer, MlaRope, Routing};
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::format::dtype::DType;
 use waste::{Model, Options};
 
@@ -326,7 +326,7 @@ fn q8_representable_copy(src: &Path, dst: &Path) {
 #[test]
 fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
     use waste::format::quant::Width;
-    use waste::format::quantize::quantize_checkpoint;
+    use waste::tools::quantize::quantize_checkpoint;
     for name in EXTRA {
         let o = oracle(name);
         let src = o.dir.join("model");
@@ -488,7 +488,7 @@ fn kimi_linear_48b_state_in_the_plan() {
     let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
     let dir = temp_dir("kimi-48b");
     // Header-only: the data is a hole, so the 48B shape costs no disk.
-    let tensors: Vec<_> = waste::format::random::tensor_shapes(&cfg).into_iter()
+    let tensors: Vec<_> = waste::tools::random::tensor_shapes(&cfg).into_iter()
         .map(|(name, shape)| (name, if shape.len() == 1 { DType::F32 } else { DType::BF16 }, shape)).collect();
     write_checkpoint(&dir, &config, &tensors);
     let plan = waste::plan_memory(&dir, 4096).unwrap();

@@ -29,7 +29,7 @@ fn fixture_models() -> Vec<PathBuf> {
 /// biases when the config asks for them, matrices in `dtype` and vectors in `vec_dtype`.
 fn dense_tensors(config: &str, dtype: DType, vec_dtype: DType, extra_head: bool) -> Vec<(String, DType, Vec<u64>)> {
     let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
-    let mut shapes = waste::format::random::tensor_shapes(&cfg);
+    let mut shapes = waste::tools::random::tensor_shapes(&cfg);
     let (h, i) = (cfg.hidden as u64, cfg.intermediate as u64);
     for l in 0..cfg.layers {
         if cfg.o_bias {
@@ -112,7 +112,7 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     // llama-1b's shape (1.2 B parameters, 2.5 GB of BF16) as a sparse file: planning it reads
     // headers only. Trunk = every matrix at 2 bytes per weight + every vector at 4.
     let dir = temp_dir("plan-1b").join("m");
-    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let config = waste::tools::random::preset("llama-1b").unwrap().to_string_compact();
     let tensors = dense_tensors(&config, DType::BF16, DType::F32, false);
     write_checkpoint(&dir, &config, &tensors);
     let expect: u64 = tensors.iter().map(|(_, _, s)| if s.len() == 1 { s[0] * 4 } else { s[0] * s[1] * 2 }).sum();
@@ -124,7 +124,7 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     let kv = waste::Session::plan_bytes(&cfg, 2048);
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers.
     let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab)
-        + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::cache::plan::metadata_bytes(cfg.layers);
+        + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::model::plan::metadata_bytes(cfg.layers);
     assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
     // The session: keys and values of every layer for the context, and room for its tokens.
     assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4 + 2049 * 4);
@@ -214,7 +214,7 @@ fn cli_plan_json_keys_and_values() {
     assert!(num(&info, "memory_used_bytes") <= num(&doc, "floor_bytes"));
     assert_eq!(num(&doc, "recommended_bytes"), num(&doc, "floor_bytes"));
     // The child runs in this process's cgroup: it sees the same RAM.
-    let ram = waste::cache::ram::read_ram().unwrap();
+    let ram = waste::sys::ram::read_ram().unwrap();
     assert_eq!(num(&doc, "physical_ram_bytes"), ram.physical_bytes);
     assert_eq!(num(&doc, "usable_ram_bytes"), ram.usable_bytes);
     assert!(ram.usable_bytes <= ram.physical_bytes && ram.usable_bytes > 0);
@@ -301,7 +301,7 @@ fn plan_in_cgroup(cg: &TestCgroup, model: &Path) -> Json {
 fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
     const NAME: &str = "real_cgroup_limit_is_the_usable_ram_waste_plan_sees";
     const GIB: u64 = 1 << 30;
-    let outside = waste::cache::ram::read_ram().unwrap();
+    let outside = waste::sys::ram::read_ram().unwrap();
     if outside.usable_bytes <= GIB {
         return skip(NAME, &format!("this process already has only {} bytes of usable RAM", outside.usable_bytes));
     }
@@ -316,7 +316,7 @@ fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
 
     // A model bigger than the cgroup (2.5 GB of sparse BF16) plans inside it: headers only.
     let big = temp_dir("plan-cgroup-1b").join("m");
-    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let config = waste::tools::random::preset("llama-1b").unwrap().to_string_compact();
     write_checkpoint(&big, &config, &dense_tensors(&config, DType::BF16, DType::F32, false));
     let doc = plan_in_cgroup(&child, &big);
     assert!(num(&doc, "trunk_bytes") > 2 * GIB, "{}", doc.to_string_pretty());
@@ -382,7 +382,7 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes + io), "{name}");
         let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
         // A slot costs its record and a few words of bookkeeping.
-        let slot = record + waste::cache::plan::ExpertShape::SLOT_BOOKKEEPING;
+        let slot = record + waste::cache::ExpertShape::SLOT_BOOKKEEPING;
         let k = moe.top_k as u64;
         let records = moe_layers * moe.experts as u64;
         let min_slots = (2 * k).min(records);
@@ -392,7 +392,7 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!(c.working_set_bytes, k * slot * moe_layers, "{name}");
         assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + c.min_expert_cache_bytes);
         assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
-        assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
+        assert_eq!(c.kind, waste::model::plan::ModelKind::Container);
         // A budget's expert cache is the whole slots above trunk, state and scratch, at most
         // every record.
         let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * slot + 100)).unwrap();
@@ -425,7 +425,7 @@ fn cli_plan_of_a_container() {
 
 #[test]
 fn plan_equals_what_open_holds_for_converted_containers() {
-    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    use waste::tools::convert::{convert, ConvertOptions, Encoding};
     for (name, trunk, experts) in [("olmoe_f32", Encoding::BF16, Encoding::F16), ("qwen3_moe_f32", Encoding::F32, Encoding::BF16), ("mixtral_f32", Encoding::F16, Encoding::F32)] {
         let out = temp_dir(&format!("plan-convert-{name}")).join("model.waste");
         let src = fixture(&format!("oracles/{name}/model"));

@@ -67,7 +67,7 @@ fn state_round_trip_is_bit_exact_from_float_and_quantized_containers() {
     // The default encodings: a q4 trunk with q8 embeddings and q4 experts.
     let out = temp_dir("session-q4c").join("model.waste");
     let src = oracle("mixtral_f32").dir.join("model");
-    waste::format::convert::convert(&waste::format::convert::ConvertOptions::new(&src, &out), &mut |_| {}).unwrap();
+    waste::tools::convert::convert(&waste::tools::convert::ConvertOptions::new(&src, &out), &mut |_| {}).unwrap();
     assert_round_trip(&out, "mixtral (q4 container)", "q4c");
 }
 
@@ -78,7 +78,7 @@ fn state_round_trip_is_bit_exact_for_quantized_checkpoints() {
         // The fixtures whose matrices split into whole blocks of 32.
         for name in ["qwen3_f32", "mixtral_f32", "deepseek_v3_group_f32", "kimi_linear_decode_f32"] {
             let out = temp_dir(&format!("session-{name}-{tag}")).join("model");
-            waste::format::quantize::quantize_checkpoint(&oracle(name).dir.join("model"), &out, width).unwrap();
+            waste::tools::quantize::quantize_checkpoint(&oracle(name).dir.join("model"), &out, width).unwrap();
             assert_round_trip(&out, &format!("{name} ({tag} checkpoint)"), &format!("{name}-{tag}"));
         }
     }

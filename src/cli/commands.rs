@@ -476,7 +476,7 @@ fn bench(a: &Args) -> Outcome {
     }
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
-    let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
+    let report = waste::tools::bench::run(&mut model, prompt_tokens, n)?;
     let i = model.info();
     if a.flag("json") {
         outln!("{}", Json::object([
@@ -528,7 +528,7 @@ fn bench_state(a: &Args) -> Outcome {
     };
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
-    let r = waste::model::bench::state(&mut model, tokens, &path);
+    let r = waste::tools::bench::state(&mut model, tokens, &path);
     if a.path("state").is_none() {
         let _ = std::fs::remove_file(&path);
     }
@@ -553,7 +553,7 @@ fn bench_state(a: &Args) -> Outcome {
 }
 
 fn random_model(a: &Args) -> Outcome {
-    use waste::format::random;
+    use waste::tools::random;
     let out = a.path("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
     let config = match (a.value("preset"), a.path("config")) {
         (Some(p), None) => random::preset(p).ok_or_else(|| Failure::Usage(format!(

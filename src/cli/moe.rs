@@ -5,7 +5,7 @@ use super::commands::Failure;
 use super::out::{err, errln, outln};
 use waste::cache::policy::Policy;
 use waste::cache::replay::{belady, replay, Trace};
-use waste::format::convert::{self, ConvertOptions, Encoding, Progress};
+use waste::tools::convert::{self, ConvertOptions, Encoding, Progress};
 use waste::format::json::Json;
 
 /// ` | experts H hit / M miss = P%, R read, W s I/O wait` for the run summary line.

@@ -7,7 +7,8 @@
 //! from DRAM, so the bound on tokens per second is read bandwidth ÷ model bytes; a kernel that
 //! streams at the read bandwidth leaves nothing on the table.
 
-use super::{cpus::CpuList, pool, Isa, Kernels, MatRef, Pool};
+use super::{pool, Isa, Kernels, MatRef, Pool};
+use crate::sys::CpuList;
 use crate::error::{Error, Result};
 use crate::format::dtype::DType;
 use crate::sys::AlignedBuf;

@@ -18,7 +18,6 @@
 
 pub mod attention;
 pub mod bench;
-pub mod cpus;
 pub mod int8;
 pub mod kda;
 pub mod mla;
@@ -118,7 +117,7 @@ mod int8_prefill_x86;
 pub mod neon;
 
 use crate::format::dtype::DType;
-pub use cpus::CpuList;
+pub use crate::sys::CpuList;
 pub use int8::Int8Isa;
 use int8::{Acts, Int8Path, Int8RowsFn};
 pub use pool::Pool;

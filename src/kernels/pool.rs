@@ -11,7 +11,7 @@
 //! Work is split by output rows or heads, never by partial sums, so a result does not depend
 //! on the number of threads.
 
-use super::cpus::CpuList;
+use crate::sys::CpuList;
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

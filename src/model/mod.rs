@@ -7,13 +7,12 @@
 //! same way whatever the chunk size or thread count, so chunked prefill and token-at-a-time
 //! decoding give bit-identical logits.
 
-pub mod bench;
-pub mod compare;
 pub mod experts;
 pub mod kda;
 pub mod latent;
 pub mod mla;
 pub mod moe;
+pub mod plan;
 pub mod rope;
 pub mod route;
 pub mod session;
@@ -22,7 +21,7 @@ pub mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
-use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
+use crate::model::plan::{Budget, MemoryPlan, MemoryUse};
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
 use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
@@ -173,7 +172,7 @@ impl Model {
         }
         // The memory plan comes first, from headers alone: a budget under the floor fails here,
         // before any weight or expert is read.
-        let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
+        let plan = crate::model::plan::plan_memory_opts(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
         let cfg = match &manifest {
@@ -339,7 +338,7 @@ impl Model {
             trunk,
             state: sessions,
             scratch: state_scratch + crate::sys::vec_bytes(&self.inv_freq) + self.kernels.heap_bytes()
-                + self.sample_buffers.heap_bytes() + threads + crate::cache::plan::metadata_bytes(self.cfg.layers),
+                + self.sample_buffers.heap_bytes() + threads + crate::model::plan::metadata_bytes(self.cfg.layers),
             tokenizer: self.tokenizer.as_ref().map_or(0, Tokenizer::heap_bytes),
             expert_cache,
         }
@@ -753,15 +752,15 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
 
 /// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
 /// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
-/// leaves but may not exceed it ([`crate::cache::plan::resolve_budget_opts`]).
+/// leaves but may not exceed it ([`crate::model::plan::resolve_budget_opts`]).
 fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
     // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
     // stop a run whose ceiling the user already chose.
     let usable = match opts.budget {
-        Some(_) => crate::cache::ram::usable_ram_bytes().unwrap_or(u64::MAX),
-        None => crate::cache::ram::usable_ram_bytes()?,
+        Some(_) => crate::sys::ram::usable_ram_bytes().unwrap_or(u64::MAX),
+        None => crate::sys::ram::usable_ram_bytes()?,
     };
-    crate::cache::plan::resolve_budget_opts(plan, usable, opts)
+    crate::model::plan::resolve_budget_opts(plan, usable, opts)
 }
 
 /// The identity of the model at `path` ([`session::identity`]): its config.json (a container's

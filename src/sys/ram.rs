@@ -295,7 +295,7 @@ fn read_optional(path: &Path, limit: u64) -> Result<Option<String>> {
         Ok(m) if m.is_dir() => return Err(Error::format(path, "expected a file, found a directory")),
         Ok(_) => {}
     }
-    let bytes = crate::format::read_bounded(path, limit)?;
+    let bytes = crate::sys::read_bounded(path, limit)?;
     String::from_utf8(bytes).map(Some).map_err(|e| Error::format(path, format!(
         "not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())))
 }

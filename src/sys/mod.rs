@@ -2,9 +2,31 @@
 //! machine queries, CPU affinity, powering off (for a host running as PID 1). Every `unsafe` block outside `kernels/` lives here, each with
 //! the reason it is sound.
 
+pub mod cpus;
+pub mod ram;
+
+pub use cpus::CpuList;
+
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::path::Path;
+
+/// Reads a whole small file (configs, JSON indexes, tokenizer files), refusing one larger than
+/// `limit` bytes before allocating for it.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let size = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    if size > limit {
+        return Err(Error::format(path, format!("file is {size} bytes, over the {limit}-byte limit for this kind of file")));
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    f.take(limit + 1).read_to_end(&mut buf).map_err(|e| Error::io(path, "read", e))?;
+    if buf.len() as u64 > limit {
+        return Err(Error::format(path, format!("file grew past the {limit}-byte limit while being read")));
+    }
+    Ok(buf)
+}
 
 /// A zero-initialised byte buffer with a chosen power-of-two alignment (64 for SIMD loads,
 /// 4096 for `O_DIRECT` reads). Its length is exactly what was asked for, so the bytes the
@@ -343,7 +365,7 @@ pub const MAX_CPUS: usize = 1024;
 /// never a silently narrower binding.
 #[cfg(target_os = "linux")]
 pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
-    let list = crate::kernels::cpus::format_list(cpus);
+    let list = cpus::format_list(cpus);
     // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
@@ -366,7 +388,7 @@ pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
         let missing: Vec<usize> = cpus.iter().copied().filter(|c| !got.contains(c)).collect();
         return Err(Error::arg(format!(
             "cpu list `{list}`: CPUs {} are not available to this process (the thread was bound to {})",
-            crate::kernels::cpus::format_list(&missing), crate::kernels::cpus::format_list(&got))));
+            cpus::format_list(&missing), cpus::format_list(&got))));
     }
     Ok(())
 }
@@ -375,7 +397,7 @@ pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
 #[cfg(not(target_os = "linux"))]
 pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
     Err(Error::unsupported(format!(
-        "cpu list `{}`: this platform cannot bind threads to CPUs", crate::kernels::cpus::format_list(cpus))))
+        "cpu list `{}`: this platform cannot bind threads to CPUs", cpus::format_list(cpus))))
 }
 
 /// The CPUs the calling thread may run on, ascending (`sched_getaffinity`).
@@ -403,7 +425,7 @@ pub fn current_thread_cpus() -> Result<Vec<usize>> {
 #[cfg(target_os = "linux")]
 fn describe_allowed() -> String {
     match current_thread_cpus() {
-        Ok(c) => crate::kernels::cpus::format_list(&c),
+        Ok(c) => cpus::format_list(&c),
         Err(_) => "unknown".to_string(),
     }
 }

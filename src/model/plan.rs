@@ -28,17 +28,16 @@
 //! Each kind of model on disk is a [`ModelKind`] and a branch of [`Footprint::read`] that
 //! fills a [`Footprint`]; everything after that is shared.
 
-use crate::cache::io::BankFile;
+use crate::cache::ExpertShape;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
-use crate::format::container::{self, Manifest, RecordLayout};
+use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
 use crate::model::session::Session;
 use crate::model::state::State;
 use crate::model::weights::{load_trunk, Loader};
 use crate::sample::SampleBuffers;
-use crate::sys::Slot;
 use crate::Options;
 use std::mem::size_of;
 use std::path::{Path, PathBuf};
@@ -53,75 +52,6 @@ pub enum ModelKind {
     /// expert cache (records are read straight into cache slots, so there are no separate
     /// I/O buffers).
     Container,
-}
-
-/// The routed experts of a container, as far as memory is concerned: everything the expert
-/// cache's size follows from. [`crate::cache::ExpertCache`] sizes itself with the same
-/// functions, so the plan and the cache cannot disagree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExpertShape {
-    /// Experts each token uses per MoE layer.
-    pub top_k: usize,
-    /// Experts per MoE layer.
-    pub experts: usize,
-    /// Layers with routed experts (one bank each).
-    pub moe_layers: usize,
-    /// All layers of the model (the cache keeps a few words per layer).
-    pub layers: usize,
-    /// Bytes of the largest expert record (what one cache slot must hold).
-    pub largest_record_bytes: u64,
-    /// Expert records in all banks (a cache never needs more slots than this).
-    pub records: u64,
-}
-
-impl ExpertShape {
-    /// The streamed experts of a container; `None` when it has none.
-    pub fn of(m: &Manifest) -> Option<ExpertShape> {
-        let moe = m.config.moe.as_ref().filter(|_| !m.banks.is_empty())?;
-        Some(ExpertShape {
-            top_k: moe.top_k,
-            experts: moe.experts,
-            moe_layers: m.banks.len(),
-            layers: m.config.layers,
-            largest_record_bytes: m.max_record_bytes() as u64,
-            records: m.banks.iter().map(|b| b.experts as u64).sum(),
-        })
-    }
-
-    /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
-    /// handle.
-    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()) as u64;
-
-    /// What one slot costs: the largest record and its bookkeeping.
-    pub fn slot_bytes(&self) -> u64 {
-        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
-    }
-
-    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
-    /// policy priority; per layer, its bank, record layout and first key; per expert of a
-    /// layer, one hit and one miss entry.
-    pub fn fixed_bytes(&self) -> u64 {
-        let per_key = size_of::<u32>() + size_of::<f64>();
-        let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
-        let per_expert = 2 * size_of::<(u32, usize)>();
-        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
-    }
-
-    /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
-    /// while the next layer's are read), or every record when there are fewer.
-    pub fn min_slots(&self) -> u64 {
-        (2 * self.top_k as u64).min(self.records)
-    }
-
-    /// Bytes of a cache of `slots` slots, bookkeeping included.
-    pub fn cache_bytes(&self, slots: u64) -> u64 {
-        self.fixed_bytes().saturating_add(slots.saturating_mul(self.slot_bytes()))
-    }
-
-    /// The most slots `bytes` pays for (bookkeeping included), never more than every record.
-    pub fn slots_within(&self, bytes: u64) -> u64 {
-        (bytes.saturating_sub(self.fixed_bytes()) / self.slot_bytes().max(1)).min(self.records)
-    }
 }
 
 /// What the plan needs from a model on disk: its shape, its resident bytes, its experts.

@@ -13,10 +13,10 @@
 //! The output directory receives `model.safetensors` and copies of `config.json`,
 //! `generation_config.json` and the tokenizer files, so the runtime opens it as it is.
 
-use super::dtype::{DType, BLOCK};
-use super::quant::{self, Width};
-use super::safetensors::{Checkpoint, SafeTensors, TempFile, TensorInfo, TensorSpec, Writer};
-use super::sha256;
+use crate::format::dtype::{DType, BLOCK};
+use crate::format::quant::{self, Width};
+use crate::format::safetensors::{Checkpoint, SafeTensors, TempFile, TensorInfo, TensorSpec, Writer};
+use crate::format::sha256;
 use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 
