@@ -140,6 +140,15 @@ impl MatRef<'_> {
     }
 }
 
+/// True when `len` covers the product of `dims`, the product computed with `checked_mul`: the
+/// kernels' bounds checks guard `unsafe` loads, and a product that wrapped around in a release
+/// build (no overflow checks) could make a short buffer pass. An overflowing product is never
+/// covered.
+#[inline]
+pub(crate) fn holds(len: usize, dims: &[usize]) -> bool {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_some_and(|need| len >= need)
+}
+
 /// Most products [`Kernels::matmul_group`] takes at once.
 pub const GROUP_MAX: usize = 4;
 
@@ -396,8 +405,8 @@ impl Kernels {
     /// Panics if the slices are too short or the dtype is not a compute dtype: both are
     /// programming errors, checked when weights are loaded.
     pub fn matmul(&self, pool: &Pool, w: MatRef, x: &[f32], n: usize, y: &mut [f32]) {
-        assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul: buffers too short");
-        assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul: weight data too short");
+        assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul: buffers too short");
+        assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul: weight data too short");
         // Activations are quantized here, on the calling thread, before the parallel region:
         // every participant reads the same int8 inputs.
         let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
@@ -436,8 +445,8 @@ impl Kernels {
     /// instead of once per matrix. Each output equals its own [`Kernels::matmul`] bit for bit.
     pub fn matmul_group(&self, pool: &Pool, x: &[f32], n: usize, items: &mut [(MatRef, &mut [f32])]) {
         for (w, y) in items.iter() {
-            assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul_group: buffers too short");
-            assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul_group: weight data too short");
+            assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul_group: buffers too short");
+            assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul_group: weight data too short");
         }
         // The shared input is quantized once for every int8-path product of the group.
         let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
@@ -474,9 +483,10 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn rows(&self, w: MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: &mut [f32], y_stride: usize) {
         assert!(r0 <= r1 && r1 <= w.rows && y_stride >= r1, "rows: bad row range");
-        assert!(x.len() >= n * w.cols, "rows: x too short");
-        assert!(n == 0 || y.len() >= (n - 1) * y_stride + r1, "rows: y too short");
-        assert!(w.data.len() >= w.rows * w.row_bytes(), "rows: weight data too short");
+        assert!(holds(x.len(), &[n, w.cols]), "rows: x too short");
+        assert!(n == 0 || (n - 1).checked_mul(y_stride).and_then(|v| v.checked_add(r1)).is_some_and(|need| y.len() >= need),
+            "rows: y too short");
+        assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows: weight data too short");
         let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "rows");

@@ -90,18 +90,27 @@ impl AlignedBuf {
     }
 
     /// The bytes viewed as f32 values. The alignment (≥ 4) makes the view valid; a length
-    /// that is not a multiple of 4 drops the tail.
+    /// that is not a multiple of 4 drops the tail. Panics on a buffer made with a smaller
+    /// alignment (a programming error), in release builds too: the view would be unsound.
     pub fn as_f32(&self) -> &[f32] {
-        debug_assert!(self.align >= 4);
+        self.check_f32_alignment();
         // SAFETY: ptr is aligned to ≥ 4 and valid for len bytes; every bit pattern is an f32.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr() as *const f32, self.len / 4) }
     }
 
     /// The bytes viewed as mutable f32 values.
     pub fn as_f32_mut(&mut self) -> &mut [f32] {
-        debug_assert!(self.align >= 4);
+        self.check_f32_alignment();
         // SAFETY: as above, with exclusive access through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr() as *mut f32, self.len / 4) }
+    }
+
+    /// The f32 views' precondition, checked always (not `debug_assert`): both the promised
+    /// alignment and the address itself.
+    fn check_f32_alignment(&self) {
+        let f32_align = std::mem::align_of::<f32>();
+        assert!(self.align >= f32_align && (self.ptr.as_ptr() as usize).is_multiple_of(f32_align),
+            "AlignedBuf of {} bytes aligned to {}: an f32 view needs alignment {f32_align}", self.len, self.align);
     }
 }
 
@@ -564,6 +573,22 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    /// The f32 views check alignment in release builds too (issue 14): a buffer made with a
+    /// smaller alignment is refused with a panic instead of an unsound view.
+    #[test]
+    fn f32_views_refuse_a_buffer_aligned_below_four() {
+        let mut good = AlignedBuf::zeroed(16, 64).unwrap();
+        assert_eq!(good.as_f32_mut().len(), 4);
+        assert_eq!(good.as_f32().len(), 4);
+        assert_eq!(AlignedBuf::empty(64).as_f32().len(), 0);
+        for buf in [AlignedBuf::zeroed(16, 1).unwrap(), AlignedBuf::zeroed(16, 2).unwrap(), AlignedBuf::empty(1)] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.as_f32().len()));
+            let msg = r.expect_err("an f32 view of a buffer aligned below 4 was allowed");
+            let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("an f32 view needs alignment 4"), "{msg}");
+        }
+    }
 
     #[test]
     fn waiting_and_peer_state_on_sockets() {
