@@ -255,7 +255,7 @@ fn latent_plan_counts_the_latent_cache_and_the_kda_state() {
         let container = float_container(name, "plan");
         for dir in [&hf, &container] {
             for opts in &option_sets {
-                let plan = waste::plan_memory_opts(dir, opts).unwrap();
+                let plan = waste::plan_memory(dir, opts).unwrap();
                 let m = Model::open(dir, opts).unwrap();
                 let info = m.info();
                 let what = format!("{} with {opts:?}", dir.display());
@@ -429,7 +429,7 @@ fn kimi_accepts_the_transformers_5_kda_keys_and_refuses_fused_experts() {
     let want = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
     let got = prompt_logits(&mut open(&base.join("fused"), 1, 32), &o.prompt, false);
     assert!(bit_identical(&want, &got), "the aliased checkpoint computes something else");
-    let (fused_plan, plan) = (waste::plan_memory(base.join("fused"), 64).unwrap(), waste::plan_memory(&src, 64).unwrap());
+    let (fused_plan, plan) = (waste::plan_memory(base.join("fused"), &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap(), waste::plan_memory(&src, &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap());
     assert_eq!(waste::MemoryPlan { path: plan.path.clone(), ..fused_plan }, plan, "the same plan, but for the path");
 
     rewrite(&src, &base.join("fused-experts"), |name, shape, raw| {
@@ -491,7 +491,7 @@ fn kimi_linear_48b_state_in_the_plan() {
     let tensors: Vec<_> = waste::tools::random::tensor_shapes(&cfg).into_iter()
         .map(|(name, shape)| (name, if shape.len() == 1 { DType::F32 } else { DType::BF16 }, shape)).collect();
     write_checkpoint(&dir, &config, &tensors);
-    let plan = waste::plan_memory(&dir, 4096).unwrap();
+    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 4096, ..waste::Options::default() }).unwrap();
     // The latent cache, the KDA state, and room for the session's 4,097 tokens.
     assert_eq!(plan.state_bytes, 7 * 4096 * 576 * 4 + 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4 + 4097 * 4);
     assert_eq!(plan.state_bytes, 66_060_288 + 44_892_160 + 16_388);

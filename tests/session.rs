@@ -345,13 +345,13 @@ fn a_recurrent_state_is_prefilled_again_when_the_prompt_departs() {
 #[test]
 fn sessions_count_against_the_budget() {
     let dir = oracle("qwen2_moe_f32").dir.join("model");
-    let plan = waste::plan_memory_opts(&dir, &opts()).unwrap();
+    let plan = waste::plan_memory(&dir, &opts()).unwrap();
     let m = Model::open(&dir, &Options { budget: Some(plan.floor_bytes()), ..opts() }).unwrap();
     let e = m.new_session().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RamBudget);
     assert!(e.message().contains(&plan.session_bytes.to_string()) && e.message().contains(&plan.floor_bytes().to_string()), "{e}");
     let o = Options { sessions: 3, ..opts() };
-    let plan3 = waste::plan_memory_opts(&dir, &o).unwrap();
+    let plan3 = waste::plan_memory(&dir, &o).unwrap();
     assert_eq!(plan3.state_bytes, 3 * plan.session_bytes);
     assert_eq!(plan3.floor_bytes(), plan.floor_bytes() + 2 * plan.session_bytes);
     let m = Model::open(&dir, &Options { budget: Some(plan3.floor_bytes()), ..o.clone() }).unwrap();
@@ -378,7 +378,7 @@ fn sessions_count_against_the_budget() {
 #[test]
 fn token_events_carry_each_steps_expert_activity() {
     let c: PathBuf = float_container("olmoe_f32", "events");
-    let plan = waste::plan_memory_opts(&c, &opts()).unwrap();
+    let plan = waste::plan_memory(&c, &opts()).unwrap();
     let mut m = Model::open(&c, &Options { budget: Some(plan.floor_bytes()), ..opts() }).unwrap();
     let before = m.cache_stats().unwrap().clone();
     let params = GenerateParams { max_tokens: 8, stop_at_eos: false, ..GenerateParams::greedy() };

@@ -227,7 +227,7 @@ mod tests {
         pool.submit(Request { layer: 0, expert: 3, slot: 0, offset: 0, len: 8192, buf: b0 }).must();
         let done = pool.wait().must();
         let err = done.result.expect_err("an oversized read succeeded");
-        assert_eq!((done.layer, done.expert, done.slot, done.buf.len()), (0, 3, 0, 4096));
+        assert_eq!((done.layer, done.expert, done.slot, done.buf.as_slice().len()), (0, 3, 0, 4096));
         let msg = err.to_string();
         assert!(msg.contains("panicked") && msg.contains("layer 0 expert 3"), "{msg}");
         // The pool still reads.

@@ -1,5 +1,5 @@
 //! The expert cache: a byte-bounded set of slots holding routed-expert records read from a
-//! container's banks, the I/O that fills them ([`io`]), the policy that decides what stays
+//! container's banks, the I/O that fills them (`io`), the policy that decides what stays
 //! ([`policy`]), and the trace replay that measures that policy ([`replay`]).
 //!
 //! When a layer's router has chosen its experts, every missing one is queued to the I/O
@@ -8,7 +8,7 @@
 //! `verify`), so nothing is computed from bytes that are not what the manifest says.
 
 pub mod disk;
-pub mod io;
+pub(crate) mod io;
 pub mod policy;
 pub mod replay;
 
@@ -114,8 +114,11 @@ pub struct CacheOptions {
 /// What the cache has done so far.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CacheStats {
+    /// Requests served from a slot without reading.
     pub hits: u64,
+    /// Requests that read a record from disk.
     pub misses: u64,
+    /// Bytes read from the banks.
     pub bytes_read: u64,
     /// Time the computing thread spent waiting for reads.
     pub io_wait: Duration,
@@ -127,6 +130,7 @@ pub struct CacheStats {
     /// Expert banks, and how many of them read buffered (`O_DIRECT` refused at open or by a
     /// read, or not asked for). (wp-container)
     pub banks: usize,
+    /// Banks reading through the buffered fallback (the filesystem refused `O_DIRECT`).
     pub buffered_banks: usize,
     /// Records read ahead of their layer (router look-ahead).
     pub prefetched: u64,

@@ -118,7 +118,7 @@ fn read_prompt(a: &Args) -> Result<Option<String>, Failure> {
             std::fs::File::open(f).and_then(|mut h| h.read_to_string(&mut s)).map_err(|e| io_err(f, "read", e))?;
             Ok(Some(s))
         }
-        (None, None) if !waste::sys::stdin_is_tty() => read_stdin().map(Some),
+        (None, None) if !waste::host::stdin_is_tty() => read_stdin().map(Some),
         (None, None) => Ok(None),
     }
 }

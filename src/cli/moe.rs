@@ -34,7 +34,7 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
     if let Some(e) = encoding(a, "experts")? {
         opts.experts = e;
     }
-    let tty = waste::sys::stderr_is_tty();
+    let tty = waste::host::stderr_is_tty();
     let mut last_pct = u64::MAX;
     let mut last_file = String::new();
     let start = std::time::Instant::now();

@@ -37,8 +37,8 @@ Takes every option run, eval and bench take, so the same options show the plan o
 pub fn run(a: &Args) -> Result<(), Failure> {
     let opts = model_options(a)?;
     let path = model_path(a)?;
-    let plan = waste::plan_memory_opts(path, &opts)?;
-    let ram = waste::sys::ram::read_ram()?;
+    let plan = waste::plan_memory(path, &opts)?;
+    let ram = waste::host::read_ram()?;
     // An explicit budget under the floor fails here, before anything else is printed.
     let chosen = waste::model::plan::resolve_budget_opts(&plan, ram.usable_bytes, &opts)?;
     if a.flag("json") {

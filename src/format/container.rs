@@ -11,6 +11,10 @@
 //!   `e × record_bytes`. A record is a multiple of 4096 bytes and 4096-aligned, so one expert is
 //!   one aligned read; it starts with a header the engine checks on every read.
 
+// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
+// for the crate; this file is on the list still to document).
+#![allow(missing_docs)]
+
 use super::config::ModelConfig;
 use super::crc32::crc32;
 pub use super::crc32::FileSum;

@@ -41,6 +41,7 @@ impl Default for Crc32 {
 }
 
 impl Crc32 {
+    /// A running CRC-32 of no bytes yet.
     pub fn new() -> Crc32 {
         Crc32(!0)
     }
@@ -84,7 +85,9 @@ pub fn crc32(data: &[u8]) -> u32 {
 /// The size and CRC-32 of a whole file (a trunk file: header and data).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileSum {
+    /// Size of the file in bytes.
     pub bytes: u64,
+    /// CRC-32 of the whole file.
     pub crc32: u32,
 }
 

@@ -32,9 +32,17 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum BlockError {
     /// The weight at this position of the block is NaN or infinite.
-    NonFinite { index: usize, value: f32 },
+    NonFinite {
+        /// Its position in the block, 0..32.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
     /// max|w| / levels is beyond binary16's largest finite value (65504).
-    ScaleOverflow { max_abs: f32 },
+    ScaleOverflow {
+        /// The block's largest |w|.
+        max_abs: f32,
+    },
 }
 
 impl std::fmt::Display for BlockError {

@@ -8,6 +8,7 @@ use super::{holds, pool, Pool};
 /// The geometry of a KDA layer's recurrence.
 #[derive(Clone, Copy, Debug)]
 pub struct KdaShape {
+    /// Attention heads.
     pub heads: usize,
     /// D = D_k = D_v.
     pub head_dim: usize,

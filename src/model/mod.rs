@@ -7,17 +7,17 @@
 //! same way whatever the chunk size or thread count, so chunked prefill and token-at-a-time
 //! decoding give bit-identical logits.
 
-pub mod experts;
+pub(crate) mod experts;
 pub mod kda;
-pub mod latent;
-pub mod mla;
-pub mod moe;
+pub(crate) mod latent;
+pub(crate) mod mla;
+pub(crate) mod moe;
 pub mod plan;
-pub mod rope;
-pub mod route;
-pub mod session;
+pub(crate) mod rope;
+pub(crate) mod route;
+pub(crate) mod session;
 pub mod state;
-pub mod weights;
+pub(crate) mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
@@ -79,12 +79,19 @@ pub struct ModelInfo {
     pub path: PathBuf,
     /// The config.json architecture string.
     pub architecture: String,
+    /// Transformer layers.
     pub layers: usize,
+    /// Width of the residual stream.
     pub hidden: usize,
+    /// Attention heads.
     pub heads: usize,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
     pub kv_heads: usize,
+    /// Width of one head.
     pub head_dim: usize,
+    /// Width of the feed-forward layer.
     pub intermediate: usize,
+    /// Tokens in the vocabulary.
     pub vocab: usize,
     /// Experts per MoE layer and experts per token, when the model has them.
     pub experts: Option<(usize, usize)>,
@@ -113,7 +120,9 @@ pub struct ModelInfo {
     /// resident or absent), the banks streamed, and how they are read — `O_DIRECT`,
     /// `buffered+fadvise` (the fallback) or `mixed` — (`None` without streamed experts).
     pub expert_cache_bytes: u64,
+    /// Layers whose experts stream from a bank.
     pub expert_banks: usize,
+    /// How expert records are read (`O_DIRECT` or buffered), when any stream.
     pub io_mode: Option<&'static str>,
 }
 
@@ -129,6 +138,7 @@ pub struct ModelStats {
     pub generated_tokens: u64,
     /// Decode steps (one forward pass and one sampling each) and their time.
     pub decode_steps: u64,
+    /// Time in decode steps.
     pub decode_time: Duration,
     /// Generations run.
     pub generations: u64,
@@ -172,7 +182,7 @@ impl Model {
         }
         // The memory plan comes first, from headers alone: a budget under the floor fails here,
         // before any weight or expert is read.
-        let plan = crate::model::plan::plan_memory_opts(path, opts)?;
+        let plan = crate::model::plan::plan_memory(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         let manifest = if container::is_container(path) { Some(Manifest::open(path)?) } else { None };
         let cfg = match &manifest {

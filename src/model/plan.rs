@@ -57,8 +57,11 @@ pub enum ModelKind {
 /// What the plan needs from a model on disk: its shape, its resident bytes, its experts.
 #[derive(Clone, Debug)]
 pub struct Footprint {
+    /// The model read.
     pub path: PathBuf,
+    /// A checkpoint directory or a container.
     pub kind: ModelKind,
+    /// Its configuration.
     pub cfg: ModelConfig,
     /// Bytes of resident weights as the engine holds them.
     pub trunk_bytes: u64,
@@ -72,17 +75,21 @@ pub struct Footprint {
 /// A model's memory plan for one context length, thread count and prefill chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
+    /// A checkpoint directory or a container.
     pub kind: ModelKind,
     /// The model it is the plan of.
     pub path: PathBuf,
     /// Context length in tokens (after resolving 0 against the model).
     pub ctx: usize,
+    /// Compute threads.
     pub threads: usize,
+    /// Tokens per prefill pass.
     pub prefill_chunk: usize,
     /// I/O threads reading expert records (0 when no expert streams).
     pub io_threads: usize,
     /// The int8 path's activation buffer is counted.
     pub int8_activations: bool,
+    /// Resident weights as the engine holds them.
     pub trunk_bytes: u64,
     /// Every session's state: `sessions × session_bytes`.
     pub state_bytes: u64,
@@ -90,6 +97,7 @@ pub struct MemoryPlan {
     pub sessions: usize,
     /// What one session holds: its caches for the whole context and room for its tokens.
     pub session_bytes: u64,
+    /// Forward-pass and sampler scratch, and the threads' stacks.
     pub scratch_bytes: u64,
     /// The tokenizer's allowance: an upper bound of what it holds (docs/MEMORY.md).
     pub tokenizer_bytes: u64,
@@ -110,10 +118,13 @@ pub struct MemoryPlan {
 /// it will ([`MemoryPlan::expected_use`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryUse {
+    /// Resident weights.
     pub trunk: u64,
     /// The KV cache.
     pub state: u64,
+    /// Scratch buffers of the forward pass and the sampler.
     pub scratch: u64,
+    /// The tokenizer.
     pub tokenizer: u64,
     /// Slots and bookkeeping of the expert cache (0 when no expert streams).
     pub expert_cache: u64,
@@ -143,8 +154,11 @@ pub enum BudgetSource {
 /// A resolved RAM budget and the expert cache it leaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {
+    /// The ceiling, in bytes.
     pub bytes: u64,
+    /// Of which the expert cache gets this much (0 when no expert streams).
     pub expert_cache_bytes: u64,
+    /// Where the ceiling came from.
     pub source: BudgetSource,
     /// Something the host should tell the user (the library never prints): the floor (or a
     /// budget enlarged by an expert-cache size) is above 7/8 of usable RAM, or an explicit
@@ -152,14 +166,11 @@ pub struct Budget {
     pub warning: Option<String>,
 }
 
-/// The plan for `path` with context `ctx_tokens` (0 = the model's, at most 4096) and the
-/// default threads and prefill chunk.
-pub fn plan_memory(path: impl AsRef<Path>, ctx_tokens: usize) -> Result<MemoryPlan> {
-    plan_memory_opts(path, &Options { ctx: ctx_tokens, ..Options::default() })
-}
-
-/// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds.
-pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
+/// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds —
+/// read from the model's headers and file sizes alone (no weights). Refuses options out of
+/// range ([`Options::validate`]) and a model directory or container it cannot read (the error
+/// names the file and field).
+pub fn plan_memory(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
     opts.validate()?;
     let m = Footprint::read(path.as_ref())?;
     Ok(MemoryPlan::new(&m, opts))

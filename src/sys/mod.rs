@@ -555,16 +555,6 @@ impl Slot {
         // SAFETY: as above, with exclusive access through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
-
-    /// Bytes in the slot.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty slot.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 #[cfg(test)]

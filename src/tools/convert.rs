@@ -10,6 +10,10 @@
 //! conversion finishes with byte-identical output; run again on its finished output, it
 //! verifies it.
 
+// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
+// for the crate; this file is on the list still to document).
+#![allow(missing_docs)]
+
 use crate::format::config::ModelConfig;
 use crate::format::container::{Bank, FileSum, Manifest, RecordLayout, MANIFEST};
 use crate::format::dtype::DType;
