@@ -54,8 +54,8 @@ fn run(path: &str) -> waste::Result<()> {
     // 5. A second turn in the same session: the conversation so far plus new text. The state
     //    the session holds for the shared beginning is reused; only the new tokens are computed.
     let mut next = chat.tokens().to_vec();
-    next.extend(model.tokenizer()?.tokenize(" Then"));
-    print!("turn 2:  ... Then");
+    next.extend(model.tokenizer()?.tokenize(" One day,"));
+    print!("turn 2:  ... One day,");
     let second = model.generate_in(&mut chat, &next, &params, |event| {
         print!("{}", event.text);
         stdout.flush().is_ok()
