@@ -18,7 +18,8 @@ build:
 run: build
 	$(BIN) run $(MODEL) "Once upon a time" -n 252 --temp 0
 
-# Every test, optimised (the numeric paths run real fixtures). Tests whose prerequisite is
+# Every test, optimised (the numeric paths run real fixtures), then examples/embed.rs (the
+# embedding example a reader copies) on the embedded model. Tests whose prerequisite is
 # missing print `SKIP: <reason>`; the summary counts them. The static binary is built first
 # (about 1.5 CPU-minutes) for tests/static_binary.rs, which runs it in an empty chroot; where it
 # cannot be built (no musl target and no network to add it) the tests go on and that one
@@ -27,6 +28,8 @@ test:
 	@$(MAKE) --no-print-directory static || echo "make test: make static failed (above); the static binary's tests will SKIP"
 	@set -o pipefail; mkdir -p target; \
 	$(CARGO) test --release --no-fail-fast -- --nocapture 2>&1 | tee target/test.log; status=$$?; \
+	echo "== examples/embed.rs on $(MODEL)"; \
+	$(CARGO) run --release --example embed -- $(MODEL) 2>&1 | tee target/embed.log || { echo "make test: examples/embed.rs failed"; status=1; }; \
 	echo; echo "== summary: $$(grep -h '^test result:' target/test.log | awk '{p+=$$4; f+=$$6} END {print p" passed, "f" failed"}'), $$(grep -c '^SKIP:' target/test.log) SKIP lines"; \
 	grep '^SKIP:' target/test.log | sort -u || true; \
 	exit $$status

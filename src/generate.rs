@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 pub struct GenerateParams {
     /// Most tokens to generate.
     pub max_tokens: usize,
+    /// How each token is chosen.
     pub sampling: SamplingParams,
     /// Generation ends when the text contains one of these; the stop string is not reported.
     pub stop: Vec<String>,
@@ -82,9 +83,13 @@ pub struct TokenEvent<'a> {
 /// from the banks, and the time the computing thread waited for reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExpertActivity {
+    /// Expert requests served from the cache.
     pub hits: u64,
+    /// Expert requests read from disk.
     pub misses: u64,
+    /// Bytes read from the banks.
     pub bytes_read: u64,
+    /// Time the computing thread waited for reads.
     pub io_wait: Duration,
 }
 
@@ -166,6 +171,7 @@ pub struct GenerateSummary {
     /// `tokens` generated there are `tokens − 1` steps, or `tokens` when generation ended
     /// at an end-of-sequence token.
     pub decode_steps: usize,
+    /// Why generation ended.
     pub stop_reason: StopReason,
     /// The generated token ids.
     pub ids: Vec<u32>,

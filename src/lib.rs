@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # waste
 //!
 //! An inference engine for large language models that runs models bigger than RAM.
@@ -22,24 +23,25 @@
 //! # Ok::<(), waste::Error>(())
 //! ```
 //!
-//! The data path, top to bottom: [`format`] (bytes on disk) → [`model`] (the forward pass) →
-//! [`kernels`] (numeric loops and threads), with [`cache`] beside it for streamed experts and
-//! [`tokenizer`] at the edges.
+//! The data path, top to bottom: [`format`](mod@format) (bytes on disk) → [`model`] (the forward pass and
+//! its memory plan) → [`kernels`] (numeric loops and threads), with [`cache`] beside it for
+//! streamed experts and [`tokenizer`] at the edges; [`tools`] (convert, quantize, compare) are
+//! built on all of them, and [`host`] is what a host program needs from the platform.
+//! `docs/API.md` lists the public surface; `examples/embed.rs` is a complete program.
 
 pub mod cache;
 mod chat;
 mod error;
 pub mod format;
-pub mod generate;
+mod generate;
+pub mod host;
 pub mod kernels;
 pub mod model;
 pub mod sample;
-/// Platform calls (CPU counts and affinity, terminals, positioned and direct reads). Public
-/// because hosts need some of them: the CLI asks whether stdin is a terminal, and the
-/// thread-placement tests read a thread's affinity back to check the binding.
-pub mod sys;
+mod sys;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;
 
 /// Test helpers: `must()` states that a test expects success (and panics with the error when
 /// it does not), so unit tests read plainly and library code keeps no `unwrap`.
@@ -82,11 +84,12 @@ pub(crate) mod test_util {
 }
 
 pub use error::{Error, ErrorKind, Result};
-pub use cache::plan::{plan_memory, plan_memory_opts, resolve_budget, resolve_budget_opts, Budget, BudgetSource, MemoryPlan, MemoryUse};
-pub use cache::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
+pub use model::plan::{plan_memory, resolve_budget, Budget, BudgetSource, MemoryPlan, MemoryUse, ModelKind};
+pub use sys::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
-pub use kernels::CpuList;
+pub use sys::CpuList;
 pub use model::session::Session;
+pub use format::config::ModelConfig;
 pub use model::{Model, ModelInfo, ModelStats, TokenRoute};
 pub use sample::{SampleBuffers, Sampler, SamplingParams};
 pub use chat::model_chat_template;

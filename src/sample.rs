@@ -211,7 +211,9 @@ impl Sampler {
 /// One candidate of a next-token distribution ([`top_k_distribution`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
+    /// The token.
     pub id: u32,
+    /// Its logit.
     pub logit: f32,
     /// Softmax probability at temperature 1 over the whole vocabulary.
     pub prob: f64,

@@ -67,7 +67,7 @@ static ALLOCATOR: Counting = Counting;
 /// its threads (counted at their constant).
 fn off_heap(m: &Model, opts: &Options) -> u64 {
     let threads = (m.info().threads as u64 - 1) + if m.cache_stats().is_some() { opts.io_threads as u64 } else { 0 };
-    let slots = m.cache_stats().map_or(0, |s| s.slots as u64 * (m.plan().expert_slot_bytes - waste::cache::plan::ExpertShape::SLOT_BOOKKEEPING));
+    let slots = m.cache_stats().map_or(0, |s| s.slots as u64 * (m.plan().expert_slot_bytes - waste::cache::ExpertShape::SLOT_BOOKKEEPING));
     threads * waste::kernels::pool::THREAD_BYTES + slots
 }
 
@@ -79,7 +79,7 @@ fn the_allocator_sees_what_the_model_reports() {
     models.push(root().join("models/stories260K"));
     let container = temp_dir("accounting").join("c");
     let src = fixture("oracles/qwen3_moe_f32/model");
-    waste::format::convert::convert(&waste::format::convert::ConvertOptions::new(&src, &container), &mut |_| {}).unwrap();
+    waste::tools::convert::convert(&waste::tools::convert::ConvertOptions::new(&src, &container), &mut |_| {}).unwrap();
     models.push(container);
     // A model with a tokenizer.json: the Llama 3 fixture next to the Llama 3 test vocabulary.
     let with_tok = temp_dir("accounting-tok").join("m");
@@ -97,7 +97,7 @@ fn the_allocator_sees_what_the_model_reports() {
             let mut m = Model::open(dir, &opts).unwrap();
             let (held, peak) = (LIVE.load(Relaxed) - before, PEAK.load(Relaxed) - before);
             let used = m.memory_use();
-            let allowance = waste::cache::plan::metadata_bytes(m.info().layers);
+            let allowance = waste::model::plan::metadata_bytes(m.info().layers);
             let reported = used.total() - off_heap(&m, &opts) - allowance;
             println!("{what}: allocator {held} bytes held after open (peak {peak}), the model reports {reported} on the heap");
             // Everything reported was allocated; what was allocated and not reported is the

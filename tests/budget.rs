@@ -9,9 +9,9 @@ mod common;
 use common::cgroup::*;
 use common::*;
 use std::path::PathBuf;
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::format::json::{self, Json};
-use waste::{plan_memory_opts, ErrorKind, GenerateParams, Model, Options, SamplingParams};
+use waste::{plan_memory, ErrorKind, GenerateParams, Model, Options, SamplingParams};
 
 const MIB: u64 = 1 << 20;
 
@@ -49,7 +49,7 @@ fn tiny_moe() -> PathBuf {
 fn random_moe(tag: &str, config: &str) -> PathBuf {
     let dir = temp_dir(tag).join("moe.waste");
     let cfg = json::parse(config.as_bytes()).unwrap();
-    waste::format::random::write_container(&dir, &cfg, waste::format::dtype::DType::Q4B32, 7).unwrap();
+    waste::tools::random::write_container(&dir, &cfg, waste::format::dtype::DType::Q4B32, 7).unwrap();
     dir
 }
 
@@ -80,7 +80,7 @@ fn models(tag: &str) -> Vec<PathBuf> {
 fn memory_used_after_open_equals_the_plan() {
     for path in &models("plan") {
         for base in [Options { ctx: 64, threads: 2, ..Options::default() }, Options { ctx: 16, threads: 1, io_threads: 0, prefill_chunk: 3, ..Options::default() }] {
-            let plan = plan_memory_opts(path, &base).unwrap();
+            let plan = plan_memory(path, &base).unwrap();
             let mut budgets = vec![None, Some(plan.floor_bytes())];
             if plan.has_experts() {
                 budgets.push(Some(plan.floor_plus(1)));
@@ -104,7 +104,7 @@ fn the_minimum_cache_of_a_tiny_moe_is_every_record() {
     let dir = tiny_moe();
     for io_threads in [0, 2] {
         let opts = Options { ctx: 32, threads: 1, io_threads, ..Options::default() };
-        let plan = plan_memory_opts(&dir, &opts).unwrap();
+        let plan = plan_memory(&dir, &opts).unwrap();
         assert_eq!(plan.expert_records, 4);
         assert_eq!(plan.min_expert_cache_bytes, plan.expert_cache_fixed_bytes + 4 * plan.expert_slot_bytes);
         let mut m = Model::open(&dir, &Options { budget: Some(plan.floor_bytes()), ..opts.clone() }).unwrap();
@@ -134,7 +134,7 @@ fn budget_under_the_floor_fails_before_any_expert_is_read() {
         }
         std::fs::write(&p, bytes).unwrap();
     }
-    let plan = waste::plan_memory(&dir, 0).unwrap();
+    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap();
     let floor = plan.floor_bytes();
     let err = Model::open(&dir, &Options { budget: Some(floor - 1), ..Options::default() }).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::RamBudget);

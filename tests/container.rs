@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use std::path::{Path, PathBuf};
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::format::json::Json;
 use waste::{ErrorKind, Model, Options};
 
@@ -441,7 +441,7 @@ fn conversion_killed_inside_small_writes_resumes_to_identical_bytes() {
     let reference = base.join("reference");
     convert(&f32_opts(&src, &reference), &mut |_| {}).unwrap();
     let want = dir_bytes(&reference);
-    use waste::format::convert::WriteStage;
+    use waste::tools::convert::WriteStage;
     for stage in [WriteStage::Torn, WriteStage::BeforeRename, WriteStage::AfterRename] {
         let mut n = 1;
         loop {
@@ -531,7 +531,7 @@ fn non_finite_expert_scales_are_refused() {
     use waste::format::quant::Width;
     let base = temp_dir("nan-scale");
     let q = base.join("q4");
-    waste::format::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
+    waste::tools::quantize::quantize_checkpoint(&oracle("mixtral_f32").dir.join("model"), &q, Width::Q4).unwrap();
     let name = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
     let (offset, per_row) = {
         let st = waste::format::safetensors::SafeTensors::open(&q.join("model.safetensors")).unwrap();

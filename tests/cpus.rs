@@ -49,13 +49,13 @@ fn cpu_list_parse_table() {
     }
     let e = CpuList::parse_with_last("8-N", 7).expect_err("8-N on 8 CPUs");
     assert!(e.message().contains("`8-N`") && e.message().contains("start is after its end"), "{}", e.message());
-    assert_eq!(CpuList::parse("N").unwrap().cpus(), [waste::sys::last_cpu()]);
+    assert_eq!(CpuList::parse("N").unwrap().cpus(), [waste::host::last_cpu()]);
     // `N` is at least the highest CPU this thread may use (musl and a missing /sys size the
     // machine by the affinity mask), and the default thread count is at most the mask's size.
-    if waste::sys::CAN_BIND_THREADS {
-        let allowed = waste::sys::current_thread_cpus().unwrap();
-        assert!(waste::sys::last_cpu() >= *allowed.last().unwrap());
-        assert!((1..=allowed.len()).contains(&waste::sys::available_cpus()), "{} of {allowed:?}", waste::sys::available_cpus());
+    if waste::host::CAN_BIND_THREADS {
+        let allowed = waste::host::current_thread_cpus().unwrap();
+        assert!(waste::host::last_cpu() >= *allowed.last().unwrap());
+        assert!((1..=allowed.len()).contains(&waste::host::available_cpus()), "{} of {allowed:?}", waste::host::available_cpus());
     }
     let bad: &[(&str, &str)] = &[
         ("", "empty"),
@@ -110,11 +110,11 @@ fn threads_zero_with_a_list_means_one_per_listed_cpu() {
 
 /// The CPUs a fresh thread may use, or `None` (with a SKIP line) where binding is unsupported.
 fn allowed_cpus(test: &str) -> Option<Vec<usize>> {
-    if !waste::sys::CAN_BIND_THREADS {
+    if !waste::host::CAN_BIND_THREADS {
         common::skip(test, "this platform cannot bind threads to CPUs");
         return None;
     }
-    Some(std::thread::spawn(|| waste::sys::current_thread_cpus().unwrap()).join().unwrap())
+    Some(std::thread::spawn(|| waste::host::current_thread_cpus().unwrap()).join().unwrap())
 }
 
 /// The CPU list the binding tests use: the last CPU this process may use, so that on a
@@ -134,11 +134,11 @@ fn every_pool_participant_is_bound_to_the_list() {
     // A fresh thread plays the host's thread, so the test harness's own thread stays unbound.
     std::thread::spawn(move || {
         let pool = Pool::with_cpus(3, Some(&list)).unwrap();
-        let before = waste::sys::current_thread_cpus().unwrap();
+        let before = waste::host::current_thread_cpus().unwrap();
         assert_eq!(before, allowed, "the caller is not bound before its first region");
         pool.bind_caller().unwrap();
         let masks: Vec<Mutex<Vec<usize>>> = (0..3).map(|_| Mutex::new(Vec::new())).collect();
-        pool.run(&|part| *masks[part].lock().unwrap() = waste::sys::current_thread_cpus().unwrap());
+        pool.run(&|part| *masks[part].lock().unwrap() = waste::host::current_thread_cpus().unwrap());
         for (part, m) in masks.iter().enumerate() {
             assert_eq!(m.lock().unwrap().as_slice(), list.cpus(), "participant {part}");
         }
@@ -156,9 +156,9 @@ fn a_model_binds_its_workers_and_the_thread_that_runs_it() {
         let opts = Options { threads: 0, cpus: Some(list.clone()), ..Options::default() };
         let mut m = Model::open(&dir, &opts).unwrap();
         assert_eq!(m.info().threads, list.len(), "--threads 0 with a list: one thread per listed CPU");
-        assert_eq!(waste::sys::current_thread_cpus().unwrap(), allowed, "opening does not bind the caller");
+        assert_eq!(waste::host::current_thread_cpus().unwrap(), allowed, "opening does not bind the caller");
         m.eval(&[1, 2, 3]).unwrap();
-        assert_eq!(waste::sys::current_thread_cpus().unwrap(), list.cpus(), "the first forward pass binds the caller");
+        assert_eq!(waste::host::current_thread_cpus().unwrap(), list.cpus(), "the first forward pass binds the caller");
     })
     .join()
     .unwrap();
@@ -167,7 +167,7 @@ fn a_model_binds_its_workers_and_the_thread_that_runs_it() {
 #[test]
 fn a_cpu_the_process_cannot_use_is_an_error_naming_it() {
     let Some(allowed) = allowed_cpus("a_cpu_the_process_cannot_use_is_an_error_naming_it") else { return };
-    let Some(absent) = (0..waste::sys::MAX_CPUS).find(|c| !allowed.contains(c)) else {
+    let Some(absent) = (0..waste::host::MAX_CPUS).find(|c| !allowed.contains(c)) else {
         common::skip("a_cpu_the_process_cannot_use_is_an_error_naming_it", "every CPU number is available");
         return;
     };

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use waste::format::quant::Width;
-use waste::format::quantize::quantize_checkpoint;
-use waste::{plan_memory_opts, Model, Options};
+use waste::tools::quantize::quantize_checkpoint;
+use waste::{plan_memory, Model, Options};
 
 fn logits(dir: &std::path::Path, prompt: &[u32], opts: &Options) -> Vec<f32> {
     let mut m = Model::open(dir, opts).unwrap();
@@ -51,9 +51,9 @@ fn int8_activations_run_through_the_model_bit_identically() {
         let m = Model::open(&q, &int8).unwrap();
         assert!(m.info().int8_activations.is_some());
         assert_eq!(Model::open(&q, &base).unwrap().info().int8_activations, None);
-        let plan = plan_memory_opts(&q, &int8).unwrap();
+        let plan = plan_memory(&q, &int8).unwrap();
         assert_eq!(m.memory_used(), plan.resident_bytes(), "{width:?}: the plan must count the activation buffer");
-        assert!(plan.resident_bytes() > plan_memory_opts(&q, &base).unwrap().resident_bytes());
+        assert!(plan.resident_bytes() > plan_memory(&q, &base).unwrap().resident_bytes());
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::{Model, Options};
 
 /// f32 weights computed in f32 on both sides: only summation order differs.

@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{Mixer, MlaRope, Routing};
-use waste::format::convert::{convert, ConvertOptions, Encoding};
+use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::format::dtype::DType;
 use waste::{Model, Options};
 
@@ -255,7 +255,7 @@ fn latent_plan_counts_the_latent_cache_and_the_kda_state() {
         let container = float_container(name, "plan");
         for dir in [&hf, &container] {
             for opts in &option_sets {
-                let plan = waste::plan_memory_opts(dir, opts).unwrap();
+                let plan = waste::plan_memory(dir, opts).unwrap();
                 let m = Model::open(dir, opts).unwrap();
                 let info = m.info();
                 let what = format!("{} with {opts:?}", dir.display());
@@ -326,7 +326,7 @@ fn q8_representable_copy(src: &Path, dst: &Path) {
 #[test]
 fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
     use waste::format::quant::Width;
-    use waste::format::quantize::quantize_checkpoint;
+    use waste::tools::quantize::quantize_checkpoint;
     for name in EXTRA {
         let o = oracle(name);
         let src = o.dir.join("model");
@@ -429,7 +429,7 @@ fn kimi_accepts_the_transformers_5_kda_keys_and_refuses_fused_experts() {
     let want = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
     let got = prompt_logits(&mut open(&base.join("fused"), 1, 32), &o.prompt, false);
     assert!(bit_identical(&want, &got), "the aliased checkpoint computes something else");
-    let (fused_plan, plan) = (waste::plan_memory(base.join("fused"), 64).unwrap(), waste::plan_memory(&src, 64).unwrap());
+    let (fused_plan, plan) = (waste::plan_memory(base.join("fused"), &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap(), waste::plan_memory(&src, &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap());
     assert_eq!(waste::MemoryPlan { path: plan.path.clone(), ..fused_plan }, plan, "the same plan, but for the path");
 
     rewrite(&src, &base.join("fused-experts"), |name, shape, raw| {
@@ -488,10 +488,10 @@ fn kimi_linear_48b_state_in_the_plan() {
     let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
     let dir = temp_dir("kimi-48b");
     // Header-only: the data is a hole, so the 48B shape costs no disk.
-    let tensors: Vec<_> = waste::format::random::tensor_shapes(&cfg).into_iter()
+    let tensors: Vec<_> = waste::tools::random::tensor_shapes(&cfg).into_iter()
         .map(|(name, shape)| (name, if shape.len() == 1 { DType::F32 } else { DType::BF16 }, shape)).collect();
     write_checkpoint(&dir, &config, &tensors);
-    let plan = waste::plan_memory(&dir, 4096).unwrap();
+    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 4096, ..waste::Options::default() }).unwrap();
     // The latent cache, the KDA state, and room for the session's 4,097 tokens.
     assert_eq!(plan.state_bytes, 7 * 4096 * 576 * 4 + 20 * (32 * 128 * 128 + 3 * 3 * 4096) * 4 + 4097 * 4);
     assert_eq!(plan.state_bytes, 66_060_288 + 44_892_160 + 16_388);

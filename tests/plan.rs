@@ -29,7 +29,7 @@ fn fixture_models() -> Vec<PathBuf> {
 /// biases when the config asks for them, matrices in `dtype` and vectors in `vec_dtype`.
 fn dense_tensors(config: &str, dtype: DType, vec_dtype: DType, extra_head: bool) -> Vec<(String, DType, Vec<u64>)> {
     let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &json::parse(config.as_bytes()).unwrap()).unwrap();
-    let mut shapes = waste::format::random::tensor_shapes(&cfg);
+    let mut shapes = waste::tools::random::tensor_shapes(&cfg);
     let (h, i) = (cfg.hidden as u64, cfg.intermediate as u64);
     for l in 0..cfg.layers {
         if cfg.o_bias {
@@ -85,7 +85,7 @@ fn plan_equals_what_open_holds_for_every_fixture_model() {
     ];
     for dir in &models {
         for opts in &option_sets {
-            let plan = waste::plan_memory_opts(dir, opts).unwrap();
+            let plan = waste::plan_memory(dir, opts).unwrap();
             let m = Model::open(dir, opts).unwrap();
             let info = m.info();
             let what = format!("{} with {opts:?}", dir.display());
@@ -102,9 +102,9 @@ fn plan_equals_what_open_holds_for_every_fixture_model() {
         }
     }
     // The short form takes a context and the default threads and chunk.
-    let p = waste::plan_memory(&models[0], 100).unwrap();
+    let p = waste::plan_memory(&models[0], &waste::Options { ctx: 100, ..waste::Options::default() }).unwrap();
     assert_eq!(p.ctx, 100);
-    assert_eq!(p, waste::plan_memory_opts(&models[0], &Options { ctx: 100, ..Options::default() }).unwrap());
+    assert_eq!(p, waste::plan_memory(&models[0], &Options { ctx: 100, ..Options::default() }).unwrap());
 }
 
 #[test]
@@ -112,19 +112,19 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     // llama-1b's shape (1.2 B parameters, 2.5 GB of BF16) as a sparse file: planning it reads
     // headers only. Trunk = every matrix at 2 bytes per weight + every vector at 4.
     let dir = temp_dir("plan-1b").join("m");
-    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let config = waste::tools::random::preset("llama-1b").unwrap().to_string_compact();
     let tensors = dense_tensors(&config, DType::BF16, DType::F32, false);
     write_checkpoint(&dir, &config, &tensors);
     let expect: u64 = tensors.iter().map(|(_, _, s)| if s.len() == 1 { s[0] * 4 } else { s[0] * s[1] * 2 }).sum();
     assert!(expect > 2_000_000_000, "{expect}");
-    let plan = waste::plan_memory(&dir, 2048).unwrap();
+    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 2048, ..waste::Options::default() }).unwrap();
     assert_eq!(plan.trunk_bytes, expect);
     let cfg = waste::format::config::ModelConfig::load(&dir).unwrap();
     let scratch = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
     let kv = waste::Session::plan_bytes(&cfg, 2048);
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers.
     let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab)
-        + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::cache::plan::metadata_bytes(cfg.layers);
+        + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::model::plan::metadata_bytes(cfg.layers);
     assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
     // The session: keys and values of every layer for the context, and room for its tokens.
     assert_eq!(kv, 2 * cfg.layers as u64 * 2048 * cfg.kv_dim() as u64 * 4 + 2049 * 4);
@@ -139,7 +139,7 @@ fn plan_refuses_what_open_refuses() {
     let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
     t.retain(|(n, _, _)| n != "model.layers.1.self_attn.k_proj.bias");
     write_checkpoint(&dir, QWEN2_TINY, &t);
-    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    let e = waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Tensor);
     assert!(e.message().contains("model.layers.1.self_attn.k_proj.bias"), "{e}");
     assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
@@ -148,7 +148,7 @@ fn plan_refuses_what_open_refuses() {
     let mut t = dense_tensors(QWEN2_TINY, DType::BF16, DType::F32, false);
     t[0].2 = vec![41, 32];
     write_checkpoint(&dir, QWEN2_TINY, &t);
-    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    let e = waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap_err();
     assert!(e.message().contains("model.embed_tokens.weight") && e.message().contains("[41, 32]"), "{e}");
     // Untied without lm_head.
     let dir = base.join("nohead");
@@ -156,7 +156,7 @@ fn plan_refuses_what_open_refuses() {
     let mut t = dense_tensors(&cfg, DType::BF16, DType::F32, false);
     t.retain(|(n, _, _)| n != "lm_head.weight");
     write_checkpoint(&dir, &cfg, &t);
-    assert!(waste::plan_memory(&dir, 0).unwrap_err().message().contains("lm_head.weight"));
+    assert!(waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap_err().message().contains("lm_head.weight"));
     // A routed expert whose dtype differs from its layer's others (resident experts share
     // one record layout per layer).
     let src = fixture("oracles/olmoe_f32/model");
@@ -166,14 +166,14 @@ fn plan_refuses_what_open_refuses() {
         .map(|t| (t.name.clone(), if t.name == odd { DType::BF16 } else { t.dtype }, t.shape.clone())).collect();
     let dir = base.join("odd-expert");
     write_checkpoint(&dir, &std::fs::read_to_string(src.join("config.json")).unwrap(), &t);
-    let e = waste::plan_memory(&dir, 0).unwrap_err();
+    let e = waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Tensor);
     assert!(e.message().contains(odd), "{e}");
     assert_eq!(Model::open(&dir, &Options::default()).err().unwrap().kind(), ErrorKind::Tensor);
     // Not a model directory; out-of-range options.
-    assert_eq!(waste::plan_memory(base.join("nothing"), 0).unwrap_err().kind(), ErrorKind::Io);
+    assert_eq!(waste::plan_memory(base.join("nothing"), &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap_err().kind(), ErrorKind::Io);
     let opts = Options { ctx: waste::MAX_CONTEXT + 1, ..Options::default() };
-    assert_eq!(waste::plan_memory_opts(root().join("models/stories260K"), &opts).unwrap_err().kind(), ErrorKind::Arg);
+    assert_eq!(waste::plan_memory(root().join("models/stories260K"), &opts).unwrap_err().kind(), ErrorKind::Arg);
 }
 
 /// Runs `waste plan ... --json` and returns the document.
@@ -201,7 +201,7 @@ fn cli_plan_json_keys_and_values() {
     let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(keys, PLAN_KEYS);
     // The same numbers as the library, and as `waste info` with the same options.
-    let plan = waste::plan_memory_opts(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
+    let plan = waste::plan_memory(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
     assert_eq!(num(&doc, "trunk_bytes"), plan.trunk_bytes);
     assert_eq!(num(&doc, "floor_bytes"), plan.floor_bytes());
     let (status, out, err) = waste(&["info", m, "--ctx", "64", "--threads", "2", "--chunk", "4", "--json"]);
@@ -214,7 +214,7 @@ fn cli_plan_json_keys_and_values() {
     assert!(num(&info, "memory_used_bytes") <= num(&doc, "floor_bytes"));
     assert_eq!(num(&doc, "recommended_bytes"), num(&doc, "floor_bytes"));
     // The child runs in this process's cgroup: it sees the same RAM.
-    let ram = waste::cache::ram::read_ram().unwrap();
+    let ram = waste::host::read_ram().unwrap();
     assert_eq!(num(&doc, "physical_ram_bytes"), ram.physical_bytes);
     assert_eq!(num(&doc, "usable_ram_bytes"), ram.usable_bytes);
     assert!(ram.usable_bytes <= ram.physical_bytes && ram.usable_bytes > 0);
@@ -301,7 +301,7 @@ fn plan_in_cgroup(cg: &TestCgroup, model: &Path) -> Json {
 fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
     const NAME: &str = "real_cgroup_limit_is_the_usable_ram_waste_plan_sees";
     const GIB: u64 = 1 << 30;
-    let outside = waste::cache::ram::read_ram().unwrap();
+    let outside = waste::host::read_ram().unwrap();
     if outside.usable_bytes <= GIB {
         return skip(NAME, &format!("this process already has only {} bytes of usable RAM", outside.usable_bytes));
     }
@@ -316,7 +316,7 @@ fn real_cgroup_limit_is_the_usable_ram_waste_plan_sees() {
 
     // A model bigger than the cgroup (2.5 GB of sparse BF16) plans inside it: headers only.
     let big = temp_dir("plan-cgroup-1b").join("m");
-    let config = waste::format::random::preset("llama-1b").unwrap().to_string_compact();
+    let config = waste::tools::random::preset("llama-1b").unwrap().to_string_compact();
     write_checkpoint(&big, &config, &dense_tensors(&config, DType::BF16, DType::F32, false));
     let doc = plan_in_cgroup(&child, &big);
     assert!(num(&doc, "trunk_bytes") > 2 * GIB, "{}", doc.to_string_pretty());
@@ -369,8 +369,8 @@ fn container_plan_streams_experts_through_the_cache() {
     for (name, dtype) in [("olmoe_f32", DType::Q4B32), ("qwen3_moe_f32", DType::BF16), ("mixtral_f32", DType::F32)] {
         let (dir, src) = make_container(&format!("plan-container-{name}"), name, dtype);
         let opts = Options { ctx: 64, threads: 2, prefill_chunk: 8, ..Options::default() };
-        let c = waste::plan_memory_opts(&dir, &opts).unwrap();
-        let hf = waste::plan_memory_opts(&src, &opts).unwrap();
+        let c = waste::plan_memory(&dir, &opts).unwrap();
+        let hf = waste::plan_memory(&src, &opts).unwrap();
         let cfg = waste::format::config::ModelConfig::load(&src).unwrap();
         let moe = cfg.moe.as_ref().unwrap();
         let moe_layers = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).count() as u64;
@@ -382,7 +382,7 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes + io), "{name}");
         let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
         // A slot costs its record and a few words of bookkeeping.
-        let slot = record + waste::cache::plan::ExpertShape::SLOT_BOOKKEEPING;
+        let slot = record + waste::cache::ExpertShape::SLOT_BOOKKEEPING;
         let k = moe.top_k as u64;
         let records = moe_layers * moe.experts as u64;
         let min_slots = (2 * k).min(records);
@@ -392,7 +392,7 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!(c.working_set_bytes, k * slot * moe_layers, "{name}");
         assert_eq!(c.floor_bytes(), c.trunk_bytes + c.state_bytes + c.scratch_bytes + c.min_expert_cache_bytes);
         assert_eq!(c.recommended_bytes(), c.floor_bytes() + 3 * c.working_set_bytes);
-        assert_eq!(c.kind, waste::cache::plan::ModelKind::Container);
+        assert_eq!(c.kind, waste::model::plan::ModelKind::Container);
         // A budget's expert cache is the whole slots above trunk, state and scratch, at most
         // every record.
         let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * slot + 100)).unwrap();
@@ -425,13 +425,13 @@ fn cli_plan_of_a_container() {
 
 #[test]
 fn plan_equals_what_open_holds_for_converted_containers() {
-    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    use waste::tools::convert::{convert, ConvertOptions, Encoding};
     for (name, trunk, experts) in [("olmoe_f32", Encoding::BF16, Encoding::F16), ("qwen3_moe_f32", Encoding::F32, Encoding::BF16), ("mixtral_f32", Encoding::F16, Encoding::F32)] {
         let out = temp_dir(&format!("plan-convert-{name}")).join("model.waste");
         let src = fixture(&format!("oracles/{name}/model"));
         convert(&ConvertOptions { trunk, experts, ..ConvertOptions::new(&src, &out) }, &mut |_| {}).unwrap();
         let base = Options { ctx: 48, threads: 2, prefill_chunk: 4, io_threads: 0, ..Options::default() };
-        let plan = waste::plan_memory_opts(&out, &base).unwrap();
+        let plan = waste::plan_memory(&out, &base).unwrap();
         assert!(plan.has_experts(), "{name}");
         // The floor, floor + 1 working set, and a budget above every expert.
         for budget in [plan.floor_bytes(), plan.floor_bytes() + plan.working_set_bytes + 1000, 1 << 40] {

@@ -9,7 +9,7 @@ use common::*;
 use quant_util::*;
 use waste::format::dtype::DType;
 use waste::format::quant::{self, Width};
-use waste::format::quantize::quantize_checkpoint;
+use waste::tools::quantize::quantize_checkpoint;
 use waste::format::safetensors::SafeTensors;
 use waste::kernels::{Kernels, MatRef, Pool};
 

@@ -11,9 +11,9 @@ use quant_util::*;
 use std::path::Path;
 use waste::format::dtype::DType;
 use waste::format::quant::{self, Width};
-use waste::format::quantize::quantize_checkpoint;
+use waste::tools::quantize::quantize_checkpoint;
 use waste::format::safetensors::{SafeTensors, TensorSpec, Writer};
-use waste::model::compare::compare;
+use waste::tools::compare::compare;
 use waste::{Model, Options};
 
 fn opts() -> Options {
@@ -192,7 +192,7 @@ fn sharded_input_quantizes_to_the_same_bytes_and_side_files_are_copied() {
 /// every 2-D tensor, the tied embeddings included, is quantized; the norms are kept.
 #[test]
 fn smollm2_shape_counts_match_the_seed() {
-    let cfg = waste::format::random::preset("smollm2-135m").unwrap().to_string_compact();
+    let cfg = waste::tools::random::preset("smollm2-135m").unwrap().to_string_compact();
     let shapes = shapes(&cfg);
     let two_d = shapes.iter().filter(|(_, s)| s.len() == 2).count();
     assert_eq!((shapes.len(), two_d, shapes.len() - two_d), (272, 211, 61));
@@ -277,7 +277,7 @@ fn quantize_and_compare_commands_print_the_seed_lines() {
 /// the float model, q8 nearer than q4.
 #[test]
 fn quantized_containers_run_through_the_model() {
-    use waste::format::convert::{convert, ConvertOptions, Encoding};
+    use waste::tools::convert::{convert, ConvertOptions, Encoding};
     let dir = fixture("oracles/qwen3_moe_f32");
     let prompt = ids_of(read_json(&dir.join("input_ids.json")).get("prompt_ids").unwrap());
     let want = all_logits(&mut Model::open(dir.join("model"), &opts()).unwrap(), &prompt).unwrap();

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use std::path::PathBuf;
-use waste::cache::ram::{CgroupVersion, RamProbe, RamReading, RamSource};
+use waste::host::{CgroupVersion, RamProbe, RamReading, RamSource};
 use waste::ErrorKind;
 
 const GIB: u64 = 1 << 30;
@@ -345,7 +345,7 @@ fn physical_ram_from_meminfo_else_sysinfo() {
 
     // No meminfo (no /proc in a chroot): the kernel's count from sysinfo(2), with a note; a
     // cgroup limit that is visible still applies.
-    let sysinfo = waste::sys::physical_ram_bytes();
+    let sysinfo = waste::host::physical_ram_bytes();
     assert!(sysinfo > 0);
     let t = Tree::new("no-meminfo");
     t.cgroup("0::/a\n").mountinfo(&[v2_mount("/", "/cg")]).file("/cg/a/memory.max", &format!("{}\n", sysinfo / 2));
@@ -387,14 +387,14 @@ fn sysinfo_counts_what_meminfo_shows() {
     };
     let kib: u64 = text.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().strip_suffix(" kB"))
         .and_then(|v| v.trim().parse().ok()).unwrap();
-    assert_eq!(waste::sys::physical_ram_bytes(), kib * 1024);
-    let r = waste::cache::ram::read_ram().unwrap();
+    assert_eq!(waste::host::physical_ram_bytes(), kib * 1024);
+    let r = waste::host::read_ram().unwrap();
     assert_eq!((r.physical_bytes, r.physical_source), (kib * 1024, RamSource::Meminfo));
 }
 
 #[test]
 fn this_machine_reads_without_error() {
-    let r = waste::cache::ram::read_ram().unwrap();
+    let r = waste::host::read_ram().unwrap();
     assert!(r.physical_bytes > 0);
     assert!(r.usable_bytes > 0 && r.usable_bytes <= r.physical_bytes);
     assert_eq!(waste::usable_ram().unwrap(), r.usable_bytes);

@@ -67,7 +67,7 @@ fn state_round_trip_is_bit_exact_from_float_and_quantized_containers() {
     // The default encodings: a q4 trunk with q8 embeddings and q4 experts.
     let out = temp_dir("session-q4c").join("model.waste");
     let src = oracle("mixtral_f32").dir.join("model");
-    waste::format::convert::convert(&waste::format::convert::ConvertOptions::new(&src, &out), &mut |_| {}).unwrap();
+    waste::tools::convert::convert(&waste::tools::convert::ConvertOptions::new(&src, &out), &mut |_| {}).unwrap();
     assert_round_trip(&out, "mixtral (q4 container)", "q4c");
 }
 
@@ -78,7 +78,7 @@ fn state_round_trip_is_bit_exact_for_quantized_checkpoints() {
         // The fixtures whose matrices split into whole blocks of 32.
         for name in ["qwen3_f32", "mixtral_f32", "deepseek_v3_group_f32", "kimi_linear_decode_f32"] {
             let out = temp_dir(&format!("session-{name}-{tag}")).join("model");
-            waste::format::quantize::quantize_checkpoint(&oracle(name).dir.join("model"), &out, width).unwrap();
+            waste::tools::quantize::quantize_checkpoint(&oracle(name).dir.join("model"), &out, width).unwrap();
             assert_round_trip(&out, &format!("{name} ({tag} checkpoint)"), &format!("{name}-{tag}"));
         }
     }
@@ -345,13 +345,13 @@ fn a_recurrent_state_is_prefilled_again_when_the_prompt_departs() {
 #[test]
 fn sessions_count_against_the_budget() {
     let dir = oracle("qwen2_moe_f32").dir.join("model");
-    let plan = waste::plan_memory_opts(&dir, &opts()).unwrap();
+    let plan = waste::plan_memory(&dir, &opts()).unwrap();
     let m = Model::open(&dir, &Options { budget: Some(plan.floor_bytes()), ..opts() }).unwrap();
     let e = m.new_session().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::RamBudget);
     assert!(e.message().contains(&plan.session_bytes.to_string()) && e.message().contains(&plan.floor_bytes().to_string()), "{e}");
     let o = Options { sessions: 3, ..opts() };
-    let plan3 = waste::plan_memory_opts(&dir, &o).unwrap();
+    let plan3 = waste::plan_memory(&dir, &o).unwrap();
     assert_eq!(plan3.state_bytes, 3 * plan.session_bytes);
     assert_eq!(plan3.floor_bytes(), plan.floor_bytes() + 2 * plan.session_bytes);
     let m = Model::open(&dir, &Options { budget: Some(plan3.floor_bytes()), ..o.clone() }).unwrap();
@@ -378,7 +378,7 @@ fn sessions_count_against_the_budget() {
 #[test]
 fn token_events_carry_each_steps_expert_activity() {
     let c: PathBuf = float_container("olmoe_f32", "events");
-    let plan = waste::plan_memory_opts(&c, &opts()).unwrap();
+    let plan = waste::plan_memory(&c, &opts()).unwrap();
     let mut m = Model::open(&c, &Options { budget: Some(plan.floor_bytes()), ..opts() }).unwrap();
     let before = m.cache_stats().unwrap().clone();
     let params = GenerateParams { max_tokens: 8, stop_at_eos: false, ..GenerateParams::greedy() };

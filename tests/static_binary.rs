@@ -115,7 +115,7 @@ fn run_plan_and_info_work_in_an_empty_chroot() {
     assert!(err.starts_with("[budget ") && err.contains("[64 tokens, "), "{err}");
 
     // plan: usable RAM is physical RAM from sysinfo(2) (no /proc: no meminfo, no cgroup seen).
-    let ram = waste::sys::physical_ram_bytes();
+    let ram = waste::host::physical_ram_bytes();
     assert!(ram > 0);
     let (status, out, err) = in_chroot(&dir, &[], &["plan", "/stories260K"]);
     assert_eq!(status, 0, "{err}");
@@ -134,7 +134,7 @@ fn run_plan_and_info_work_in_an_empty_chroot() {
 
     // info: one thread per CPU of the affinity mask (inherited from this process), and the
     // kernels the dynamically linked build chooses on this machine: the runtime choice holds.
-    let allowed = waste::sys::current_thread_cpus().unwrap();
+    let allowed = waste::host::current_thread_cpus().unwrap();
     let (status, out, err) = in_chroot(&dir, &[], &["info", "/stories260K", "--json"]);
     assert_eq!(status, 0, "{err}");
     let inside = json_of(&out);

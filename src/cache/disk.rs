@@ -12,15 +12,20 @@ use std::time::Instant;
 /// What `bench disk` measured.
 #[derive(Clone, Debug)]
 pub struct DiskReport {
+    /// Bytes read in all.
     pub bytes: u64,
+    /// Wall-clock seconds the reads took.
     pub seconds: f64,
+    /// Bytes of each read (one expert record's size).
     pub record_bytes: usize,
+    /// Threads reading at once.
     pub threads: usize,
     /// Whether `O_DIRECT` was in use (else buffered reads with pages dropped after each).
     pub direct: bool,
 }
 
 impl DiskReport {
+    /// Read speed in GB/s (10^9 bytes per second); 0 when no time passed.
     pub fn gb_per_s(&self) -> f64 {
         self.bytes as f64 / self.seconds.max(1e-9) / 1e9
     }

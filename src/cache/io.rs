@@ -161,17 +161,28 @@ impl IoPool {
 fn io_loop(rx: &Mutex<Receiver<Request>>, tx: &Sender<Completion>, banks: &[Option<BankFile>]) {
     loop {
         let req = {
-            let Ok(guard) = rx.lock() else { return };
+            // A poisoned lock only means another reader panicked while waiting; the queue is intact.
+        let guard = rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match guard.recv() {
                 Ok(r) => r,
                 Err(_) => return, // the pool is shutting down
             }
         };
         let Request { layer, expert, slot, offset, len, mut buf } = req;
-        let result = match banks.get(layer).and_then(Option::as_ref) {
+        // A panic here (a bug: a request longer than its buffer, say) must not lose the
+        // completion, or the caller would wait for it for ever: it becomes this read's error,
+        // and the buffer goes back with it.
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match banks.get(layer).and_then(Option::as_ref) {
             Some(bank) => bank.read_record(&mut buf.as_mut_slice()[..len], offset, layer, expert),
             None => Err(Error::new(crate::ErrorKind::Tensor, format!("layer {layer} has no expert bank"))),
-        };
+        }));
+        let result = read.unwrap_or_else(|payload| {
+            let why = payload.downcast_ref::<&str>().map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_string());
+            Err(Error::new(crate::ErrorKind::Io, format!(
+                "the I/O thread reading layer {layer} expert {expert} ({len} bytes at offset {offset}) panicked: {why}")))
+        });
         if tx.send(Completion { layer, expert, slot, buf, result }).is_err() {
             return;
         }
@@ -199,6 +210,38 @@ pub fn timed<T>(total: &mut std::time::Duration, f: impl FnOnce() -> T) -> T {
 mod tests {
     use super::*;
     use crate::test_util::Must;
+
+    /// A reader that panics (here: a request longer than its buffer, a bug) hands the caller an
+    /// error naming the read, with the buffer back, instead of leaving it waiting for ever; the
+    /// other readers, and the panicking one's thread, keep serving.
+    #[test]
+    fn a_panicking_io_thread_is_an_error_not_a_hang() {
+        let path = std::env::temp_dir().join(format!("waste-io-panic-{}.bin", std::process::id()));
+        let data: Vec<u8> = (0..2 * 4096u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).must();
+        let banks = Arc::new(vec![Some(BankFile::open_with(path.clone(), false).must())]);
+        let pool = IoPool::new(2, banks).must();
+        let mut slots = crate::sys::SlotArena::slots(4096, 2).must();
+        let (b1, b0) = (slots.pop().must(), slots.pop().must());
+        // 8192 bytes into a 4096-byte slot: the slice index panics inside the reader.
+        pool.submit(Request { layer: 0, expert: 3, slot: 0, offset: 0, len: 8192, buf: b0 }).must();
+        let done = pool.wait().must();
+        let err = done.result.expect_err("an oversized read succeeded");
+        assert_eq!((done.layer, done.expert, done.slot, done.buf.as_slice().len()), (0, 3, 0, 4096));
+        let msg = err.to_string();
+        assert!(msg.contains("panicked") && msg.contains("layer 0 expert 3"), "{msg}");
+        // The pool still reads.
+        pool.submit(Request { layer: 0, expert: 1, slot: 1, offset: 4096, len: 4096, buf: b1 }).must();
+        pool.submit(Request { layer: 0, expert: 0, slot: 0, offset: 0, len: 4096, buf: done.buf }).must();
+        for _ in 0..2 {
+            let c = pool.wait().must();
+            c.result.must();
+            let at = c.expert * 4096;
+            assert_eq!(&c.buf.as_slice()[..4096], &data[at..at + 4096]);
+        }
+        drop(pool);
+        let _ = std::fs::remove_file(&path);
+    }
 
     /// A direct read the filesystem refuses with EINVAL (here: an offset that is not a
     /// multiple of the logical block size, which every `O_DIRECT` filesystem refuses) switches

@@ -1,5 +1,5 @@
 //! The expert cache: a byte-bounded set of slots holding routed-expert records read from a
-//! container's banks, the I/O that fills them ([`io`]), the policy that decides what stays
+//! container's banks, the I/O that fills them (`io`), the policy that decides what stays
 //! ([`policy`]), and the trace replay that measures that policy ([`replay`]).
 //!
 //! When a layer's router has chosen its experts, every missing one is queued to the I/O
@@ -8,27 +8,99 @@
 //! `verify`), so nothing is computed from bytes that are not what the manifest says.
 
 pub mod disk;
-pub mod io;
-pub mod plan;
+pub(crate) mod io;
 pub mod policy;
-pub mod ram;
 pub mod replay;
 pub mod usage;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
-use crate::model::experts::RecordFn;
 use crate::sys::{Slot, SlotArena};
 use io::{BankFile, Completion, IoPool, Request};
 use policy::{CacheIndex, Lookup, Policy};
+use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A callback receiving (expert id, the bank's layout, the record bytes).
+pub type RecordFn<'a> = dyn FnMut(u32, &RecordLayout, &[u8]) + 'a;
+
+/// The routed experts of a container, as far as memory is concerned: everything the expert
+/// cache's size follows from. [`ExpertCache`] sizes itself with these
+/// functions and the memory plan ([`crate::MemoryPlan`]) counts with them, so the two cannot disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExpertShape {
+    /// Experts each token uses per MoE layer.
+    pub top_k: usize,
+    /// Experts per MoE layer.
+    pub experts: usize,
+    /// Layers with routed experts (one bank each).
+    pub moe_layers: usize,
+    /// All layers of the model (the cache keeps a few words per layer).
+    pub layers: usize,
+    /// Bytes of the largest expert record (what one cache slot must hold).
+    pub largest_record_bytes: u64,
+    /// Expert records in all banks (a cache never needs more slots than this).
+    pub records: u64,
+}
+
+impl ExpertShape {
+    /// The streamed experts of a container; `None` when it has none.
+    pub fn of(m: &Manifest) -> Option<ExpertShape> {
+        let moe = m.config.moe.as_ref().filter(|_| !m.banks.is_empty())?;
+        Some(ExpertShape {
+            top_k: moe.top_k,
+            experts: moe.experts,
+            moe_layers: m.banks.len(),
+            layers: m.config.layers,
+            largest_record_bytes: m.max_record_bytes() as u64,
+            records: m.banks.iter().map(|b| b.experts as u64).sum(),
+        })
+    }
+
+    /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
+    /// handle, and one entry of the hotlist to preload (at most one per slot).
+    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()
+        + size_of::<(usize, u32, f64)>()) as u64;
+
+    /// What one slot costs: the largest record and its bookkeeping.
+    pub fn slot_bytes(&self) -> u64 {
+        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
+    }
+
+    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
+    /// policy priority; per layer, its bank, record layout and first key; per expert of a
+    /// layer, one hit and one miss entry.
+    pub fn fixed_bytes(&self) -> u64 {
+        let per_key = size_of::<u32>() + size_of::<f64>();
+        let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
+        let per_expert = 2 * size_of::<(u32, usize)>();
+        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
+    }
+
+    /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
+    /// while the next layer's are read), or every record when there are fewer.
+    pub fn min_slots(&self) -> u64 {
+        (2 * self.top_k as u64).min(self.records)
+    }
+
+    /// Bytes of a cache of `slots` slots, bookkeeping included.
+    pub fn cache_bytes(&self, slots: u64) -> u64 {
+        self.fixed_bytes().saturating_add(slots.saturating_mul(self.slot_bytes()))
+    }
+
+    /// The most slots `bytes` pays for (bookkeeping included), never more than every record.
+    pub fn slots_within(&self, bytes: u64) -> u64 {
+        (bytes.saturating_sub(self.fixed_bytes()) / self.slot_bytes().max(1)).min(self.records)
+    }
+}
+
 
 /// How the cache is sized and fed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheOptions {
-    /// Bytes of the cache: its slots and their bookkeeping ([`plan::ExpertShape::cache_bytes`]).
-    /// Must pay for at least [`plan::ExpertShape::min_slots`] slots.
+    /// Bytes of the cache: its slots and their bookkeeping ([`ExpertShape::cache_bytes`]).
+    /// Must pay for at least [`ExpertShape::min_slots`] slots.
     pub bytes: u64,
     /// Reader threads; 0 reads on the computing thread.
     pub io_threads: usize,
@@ -44,8 +116,11 @@ pub struct CacheOptions {
 /// What the cache has done so far.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CacheStats {
+    /// Requests served from a slot without reading.
     pub hits: u64,
+    /// Requests that read a record from disk.
     pub misses: u64,
+    /// Bytes read from the banks.
     pub bytes_read: u64,
     /// Time the computing thread spent waiting for reads.
     pub io_wait: Duration,
@@ -57,6 +132,7 @@ pub struct CacheStats {
     /// Expert banks, and how many of them read buffered (`O_DIRECT` refused at open or by a
     /// read, or not asked for). (wp-container)
     pub banks: usize,
+    /// Banks reading through the buffered fallback (the filesystem refused `O_DIRECT`).
     pub buffered_banks: usize,
     /// Records read ahead of their layer (router look-ahead).
     pub prefetched: u64,
@@ -111,10 +187,10 @@ pub struct ExpertCache {
     accesses_per_token: usize,
 }
 
-/// The smallest cache for a model ([`plan::ExpertShape::min_slots`] slots and the
+/// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the
 /// bookkeeping); 0 when nothing streams. The one rule, shared with the memory plan.
 pub fn min_cache_bytes(manifest: &Manifest) -> u64 {
-    plan::ExpertShape::of(manifest).map_or(0, |e| e.cache_bytes(e.min_slots()))
+    ExpertShape::of(manifest).map_or(0, |e| e.cache_bytes(e.min_slots()))
 }
 
 impl ExpertCache {
@@ -122,7 +198,7 @@ impl ExpertCache {
     pub fn open(manifest: &Manifest, opts: &CacheOptions) -> Result<ExpertCache> {
         let cfg = &manifest.config;
         let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no experts to cache"))?;
-        let shape = plan::ExpertShape::of(manifest).ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no expert banks"))?;
+        let shape = ExpertShape::of(manifest).ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no expert banks"))?;
         let slot_bytes = manifest.max_record_bytes();
         let slots = shape.slots_within(opts.bytes);
         if slots < shape.min_slots() {
@@ -179,7 +255,7 @@ impl ExpertCache {
     }
 
     /// Bytes the cache holds, measured: its slots and every bookkeeping vector (by capacity).
-    /// The plan predicts it with [`plan::ExpertShape::cache_bytes`].
+    /// The plan predicts it with [`ExpertShape::cache_bytes`].
     pub fn memory_bytes(&self) -> u64 {
         use crate::sys::vec_bytes;
         self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)

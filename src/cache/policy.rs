@@ -14,11 +14,17 @@ pub enum Policy {
     /// Least recently used (the baseline the replay compares against).
     Lru,
     /// Decayed frequency with history across evictions; the half-life is in accesses.
-    Frequency { half_life: f64 },
+    Frequency {
+        /// Accesses after which a count has decayed to half.
+        half_life: f64,
+    },
     /// Evict the expert whose next use is expected farthest away: the layers until its layer
     /// comes round again, plus the tokens until it is chosen again, estimated from its decayed
     /// frequency (half-life in accesses).
-    NextUse { half_life: f64 },
+    NextUse {
+        /// Accesses after which a frequency has decayed to half.
+        half_life: f64,
+    },
 }
 
 impl Policy {
@@ -62,7 +68,9 @@ pub struct CacheIndex {
 /// The outcome of looking up one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
+    /// The record is in this slot.
     Hit(usize),
+    /// The record is not cached.
     Miss,
 }
 
@@ -89,6 +97,7 @@ impl CacheIndex {
         self
     }
 
+    /// Slots the index manages.
     pub fn slots(&self) -> usize {
         self.slot_key.len()
     }

@@ -15,7 +15,9 @@ use std::path::Path;
 
 /// A routing trace: tokens × MoE layers × chosen expert ids.
 pub struct Trace {
+    /// Per token, per MoE layer, the experts routed to.
     pub tokens: Vec<Vec<Vec<u32>>>,
+    /// MoE layers in the trace.
     pub layers: usize,
     /// Experts per layer (one more than the largest id seen, unless given).
     pub experts: usize,

@@ -29,9 +29,13 @@ const HEADER: usize = 56;
 /// Expert usage counts: per MoE layer (bank order), per expert, the tokens that chose it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Usage {
+    /// MoE layers counted (the container's banks, in order).
     pub layers: usize,
+    /// Experts per MoE layer.
     pub experts: usize,
+    /// Tokens whose routing was counted.
     pub tokens: u64,
+    /// `layers × experts` counts, layer-major: how many counted tokens chose each expert.
     pub counts: Vec<u32>,
 }
 

@@ -42,7 +42,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     o.threads = match (a.num("threads", 0usize, 1024)?, &o.cpus) {
         (Some(t), _) if t > 0 => t,
         (_, Some(list)) => list.len(),
-        _ => waste::sys::available_cpus(),
+        _ => waste::host::available_cpus(),
     };
     o.rows = a.num("rows", 1usize, 1 << 30)?;
     if let Some(c) = a.num("cols", 32usize, 1 << 20)? {

@@ -148,8 +148,8 @@ pub fn chat(a: &Args) -> Outcome {
     for n in model.notes() {
         errln!("waste: {n}");
     }
-    waste::sys::catch_signals()?;
-    let interactive = waste::sys::stdin_is_tty();
+    waste::host::catch_signals()?;
+    let interactive = waste::host::stdin_is_tty();
     if interactive {
         errln!("waste chat: {} ({} template); /help for commands, Ctrl-C or Ctrl-D to quit", model.info().architecture,
             conv.template.name());
@@ -195,7 +195,7 @@ fn reply(model: &mut Model, conv: &mut Conversation, params: &mut GenerateParams
         return Ok(());
     }
     params.max_tokens = params.max_tokens.min(model.context() - ids.len()).max(1);
-    let interrupts = waste::sys::interrupts();
+    let interrupts = waste::host::interrupts();
     let (mut said, mut write_error) = (String::new(), None);
     let summary = model.generate(&ids, params, |ev| {
         said.push_str(ev.text);
@@ -203,9 +203,9 @@ fn reply(model: &mut Model, conv: &mut Conversation, params: &mut GenerateParams
             write_error = Some(f);
             return false;
         }
-        waste::sys::interrupts() == interrupts
+        waste::host::interrupts() == interrupts
     });
-    let stopped = waste::sys::interrupts() != interrupts;
+    let stopped = waste::host::interrupts() != interrupts;
     conv.messages.push(("assistant".into(), said.clone()));
     conv.last = None;
     if let Some(f) = write_error {
@@ -357,7 +357,7 @@ impl TurnReader {
                 return utf8(std::mem::take(&mut self.buf)).map(Some);
             }
             let mut chunk = [0u8; 4096];
-            match waste::sys::read_stdin_once(&mut chunk) {
+            match waste::host::read_stdin_once(&mut chunk) {
                 Ok(0) => self.eof = true,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
                 // Only a caught signal (Ctrl-C, SIGTERM) interrupts the read: it ends the chat.

@@ -119,7 +119,7 @@ fn read_prompt(a: &Args) -> Result<Option<String>, Failure> {
             std::fs::File::open(f).and_then(|mut h| h.read_to_string(&mut s)).map_err(|e| io_err(f, "read", e))?;
             Ok(Some(s))
         }
-        (None, None) if !waste::sys::stdin_is_tty() => read_stdin().map(Some),
+        (None, None) if !waste::host::stdin_is_tty() => read_stdin().map(Some),
         (None, None) => Ok(None),
     }
 }
@@ -489,7 +489,7 @@ fn bench(a: &Args) -> Outcome {
     super::trace::replay(a, &mut model)?;
     let mut trace = super::trace::TraceOut::start(a, &mut model);
     super::trace::learn(a, &mut model)?;
-    let report = waste::model::bench::run(&mut model, prompt_tokens, n)?;
+    let report = waste::tools::bench::run(&mut model, prompt_tokens, n)?;
     if let Some(t) = &mut trace {
         t.flush(&mut model)?;
     }
@@ -550,7 +550,7 @@ fn bench_state(a: &Args) -> Outcome {
     };
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
-    let r = waste::model::bench::state(&mut model, tokens, &path);
+    let r = waste::tools::bench::state(&mut model, tokens, &path);
     if a.path("state").is_none() {
         let _ = std::fs::remove_file(&path);
     }
@@ -575,7 +575,7 @@ fn bench_state(a: &Args) -> Outcome {
 }
 
 fn random_model(a: &Args) -> Outcome {
-    use waste::format::random;
+    use waste::tools::random;
     let out = a.path("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
     let config = match (a.value("preset"), a.path("config")) {
         (Some(p), None) => random::preset(p).ok_or_else(|| Failure::Usage(format!(

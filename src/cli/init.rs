@@ -35,7 +35,7 @@ pub fn is_init() -> bool {
 
 /// Runs the commands in `args` (separated by [`SEPARATOR`]), then powers off.
 pub fn main(args: Vec<OsString>) -> ! {
-    errln!("waste init: pid 1, {} CPUs, {} bytes of RAM (sysinfo)", waste::sys::available_cpus(), waste::sys::physical_ram_bytes());
+    errln!("waste init: pid 1, {} CPUs, {} bytes of RAM (sysinfo)", waste::host::available_cpus(), waste::host::physical_ram_bytes());
     let commands = split(args);
     let mut first_failure = 0;
     for (i, cmd) in commands.iter().enumerate() {
@@ -50,7 +50,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         }
     }
     errln!("waste init: powering off");
-    let refused = waste::sys::power_off();
+    let refused = waste::host::power_off();
     errln!("waste init: cannot power off ({refused}); exiting with status {first_failure}");
     std::process::exit(first_failure)
 }

@@ -5,7 +5,7 @@ use super::commands::Failure;
 use super::out::{err, errln, outln};
 use waste::cache::policy::Policy;
 use waste::cache::replay::{belady, replay, replay_counts, Trace};
-use waste::format::convert::{self, ConvertOptions, Encoding, Progress};
+use waste::tools::convert::{self, ConvertOptions, Encoding, Progress};
 use waste::format::json::Json;
 
 /// ` | experts H hit / M miss = P%, R read, W s I/O wait` for the run summary line.
@@ -34,7 +34,7 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
     if let Some(e) = encoding(a, "experts")? {
         opts.experts = e;
     }
-    let tty = waste::sys::stderr_is_tty();
+    let tty = waste::host::stderr_is_tty();
     let mut last_pct = u64::MAX;
     let mut last_file = String::new();
     let start = std::time::Instant::now();

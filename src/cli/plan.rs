@@ -6,7 +6,7 @@ use super::commands::{model_options, model_path, Failure};
 use super::out::{errln, outln};
 use super::HELP_OPT;
 use waste::format::json::Json;
-use waste::cache::plan::ModelKind;
+use waste::model::plan::ModelKind;
 use waste::{BudgetSource, MemoryPlan, RamReading};
 
 pub const PLAN: Command = Command {
@@ -37,10 +37,10 @@ Takes every option run, eval and bench take, so the same options show the plan o
 pub fn run(a: &Args) -> Result<(), Failure> {
     let opts = model_options(a)?;
     let path = model_path(a)?;
-    let plan = waste::plan_memory_opts(path, &opts)?;
-    let ram = waste::cache::ram::read_ram()?;
+    let plan = waste::plan_memory(path, &opts)?;
+    let ram = waste::host::read_ram()?;
     // An explicit budget under the floor fails here, before anything else is printed.
-    let chosen = waste::cache::plan::resolve_budget_opts(&plan, ram.usable_bytes, &opts)?;
+    let chosen = waste::model::plan::resolve_budget_opts(&plan, ram.usable_bytes, &opts)?;
     if a.flag("json") {
         let mut m = vec![
             ("trunk_bytes", plan.trunk_bytes),

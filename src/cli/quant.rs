@@ -1,5 +1,5 @@
 //! `waste quantize` and `waste compare`: the quantized-checkpoint tools of seed 000. Both are
-//! thin clients of the library ([`waste::format::quantize`], [`waste::model::compare`]); this
+//! thin clients of the library ([`waste::tools::quantize`], [`waste::tools::compare`]); this
 //! file parses their arguments and prints the seed's `QUANT` and `COMPARE` lines.
 
 use super::args::{path, val, Args, Command, Opt};
@@ -52,7 +52,7 @@ pub fn quantize(a: &Args) -> Result<(), Failure> {
     let input = a.path("in").ok_or_else(|| Failure::Usage("missing --in DIR".into()))?;
     let output = a.path("out").ok_or_else(|| Failure::Usage("missing --out DIR".into()))?;
     let t = Instant::now();
-    let report = waste::format::quantize::quantize_checkpoint(input, output, width)?;
+    let report = waste::tools::quantize::quantize_checkpoint(input, output, width)?;
     for line in report.lines() {
         outln!("{line}");
     }
@@ -87,7 +87,7 @@ pub fn compare(a: &Args) -> Result<(), Failure> {
         }
     };
     let mut quant = Model::open(quant_dir, &opts)?;
-    let report = waste::model::compare::compare(&mut float, &mut quant, &prompt, n)?;
+    let report = waste::tools::compare::compare(&mut float, &mut quant, &prompt, n)?;
     for line in report.lines() {
         outln!("{line}");
     }

@@ -58,7 +58,7 @@ pub fn tokenize(a: &Args) -> Outcome {
             a.positional_path(first + 1).map_or(String::new(), |p| p.display().to_string()))));
     }
     let text = match a.positional_text(first, "TEXT")? {
-        None if waste::sys::stdin_is_tty() => return Err(Failure::Usage("missing TEXT (or pipe it on stdin)".into())),
+        None if waste::host::stdin_is_tty() => return Err(Failure::Usage("missing TEXT (or pipe it on stdin)".into())),
         None | Some("-") => read_stdin()?,
         Some(t) => t.to_string(),
     };

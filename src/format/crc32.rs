@@ -41,6 +41,7 @@ impl Default for Crc32 {
 }
 
 impl Crc32 {
+    /// A running CRC-32 of no bytes yet.
     pub fn new() -> Crc32 {
         Crc32(!0)
     }
@@ -79,6 +80,36 @@ pub fn crc32(data: &[u8]) -> u32 {
     let mut c = Crc32::new();
     c.update(data);
     c.finish()
+}
+
+/// The size and CRC-32 of a whole file (a trunk file: header and data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSum {
+    /// Size of the file in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the whole file.
+    pub crc32: u32,
+}
+
+impl FileSum {
+    /// Reads `path` once, front to back, in pieces of 8 MiB.
+    pub fn of_file(path: &std::path::Path) -> crate::Result<FileSum> {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| crate::Error::io(path, "open", e))?;
+        let mut buf = vec![0u8; 8 << 20];
+        let (mut crc, mut bytes) = (Crc32::new(), 0u64);
+        loop {
+            let n = match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(crate::Error::io(path, &format!("read at byte {bytes}"), e)),
+            };
+            crc.update(&buf[..n]);
+            bytes += n as u64;
+        }
+        Ok(FileSum { bytes, crc32: crc.finish() })
+    }
 }
 
 #[cfg(test)]

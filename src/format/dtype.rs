@@ -1,6 +1,10 @@
 //! Element types of tensors on disk: the safetensors dtypes, and the two block-quantized widths
 //! of the Q4B32/Q8B32 format (seed 000), whose size is per block of 32 weights, not per element.
 
+// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
+// for the crate; this file is on the list still to document).
+#![allow(missing_docs)]
+
 /// A tensor element type as named in a safetensors header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -135,5 +139,117 @@ impl DType {
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// One of the two widths of the format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Width {
+    /// 4-bit weights in −8..=7, 18-byte blocks: the size format (the tool's default).
+    Q4,
+    /// 8-bit weights in −128..=127, 34-byte blocks: the fidelity format.
+    Q8,
+}
+
+/// The `block` value of `__metadata__`.
+pub const META_BLOCK: &str = "32";
+/// The `scale` value of `__metadata__`.
+pub const META_SCALE: &str = "f16";
+
+impl Width {
+    /// 4 → Q4, 8 → Q8.
+    pub fn from_bits(bits: u32) -> Option<Width> {
+        match bits {
+            4 => Some(Width::Q4),
+            8 => Some(Width::Q8),
+            _ => None,
+        }
+    }
+
+    /// The width of a tensor dtype, `None` for the element-wise dtypes.
+    pub fn from_dtype(dtype: DType) -> Option<Width> {
+        match dtype {
+            DType::Q4B32 => Some(Width::Q4),
+            DType::Q8B32 => Some(Width::Q8),
+            _ => None,
+        }
+    }
+
+    /// The width a `__metadata__.format` value declares.
+    pub fn from_format(format: &str) -> Option<Width> {
+        match format {
+            "rabbit-q4b32" => Some(Width::Q4),
+            "rabbit-q8b32" => Some(Width::Q8),
+            _ => None,
+        }
+    }
+
+    pub fn bits(self) -> u32 {
+        match self {
+            Width::Q4 => 4,
+            Width::Q8 => 8,
+        }
+    }
+
+    pub fn dtype(self) -> DType {
+        match self {
+            Width::Q4 => DType::Q4B32,
+            Width::Q8 => DType::Q8B32,
+        }
+    }
+
+    /// The `__metadata__.format` value.
+    pub fn format_name(self) -> &'static str {
+        match self {
+            Width::Q4 => "rabbit-q4b32",
+            Width::Q8 => "rabbit-q8b32",
+        }
+    }
+
+    /// Bytes per block of 32 weights: 18 or 34.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Width::Q4 => 18,
+            Width::Q8 => 34,
+        }
+    }
+
+    /// The largest positive level: the scale is max|w| / levels (seed 000, "The scale").
+    pub fn levels(self) -> f32 {
+        match self {
+            Width::Q4 => 7.0,
+            Width::Q8 => 127.0,
+        }
+    }
+
+    /// The most negative level (the range is −levels−1 ..= levels).
+    pub fn lowest(self) -> f32 {
+        -self.levels() - 1.0
+    }
+
+    /// The `__metadata__` a file of this width carries.
+    pub fn metadata(self) -> Vec<(String, String)> {
+        vec![
+            ("format".to_string(), self.format_name().to_string()),
+            ("block".to_string(), META_BLOCK.to_string()),
+            ("scale".to_string(), META_SCALE.to_string()),
+        ]
+    }
+}
+
+/// Why the shape of a tensor of a quantized dtype cannot hold blocks, for the reader's error
+/// (`None` when it can).
+pub fn shape_problem(dtype: DType, shape: &[u64]) -> Option<String> {
+    dtype.block_bytes()?;
+    match shape {
+        [_, cols] if cols % BLOCK as u64 != 0 => Some(format!(
+            "field `shape` {shape:?}: {cols} columns are not a multiple of the {BLOCK}-weight block \
+             ({dtype} has no partial block)")),
+        [rows, cols] if dtype.tensor_bytes(&[*rows, *cols]).is_none() => {
+            Some(format!("field `shape` {shape:?}: the size of {dtype} data overflows"))
+        }
+        [_, _] => None,
+        _ => Some(format!("field `shape` {shape:?} has {} dimensions; a {dtype} tensor is 2-D (rows, columns)",
+            shape.len())),
     }
 }

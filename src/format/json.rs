@@ -75,11 +75,17 @@ impl Limits {
 /// means what transformers reads from it.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Json {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A number, kept as written where it is an integer (see [`Number`]).
     Number(Number),
+    /// A string, unescaped.
     String(String),
+    /// An array.
     Array(Vec<Json>),
+    /// An object, its members in file order (duplicate keys are refused by the parser).
     Object(Vec<(String, Json)>),
 }
 

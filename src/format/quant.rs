@@ -17,113 +17,32 @@
 //! Half-to-even (numpy's `round`) would differ on exact ties, which occur whenever a weight is
 //! an odd multiple of half the scale — common in integer-valued test matrices.
 
-use super::dtype::{DType, BLOCK};
+use super::dtype::BLOCK;
 use super::safetensors::{SafeTensors, TensorInfo};
+
+// The width, its metadata and the header rules sit below the safetensors reader (which
+// enforces them on every file it opens); they are re-exported here, where a reader of the
+// format looks for them.
+pub use super::dtype::{shape_problem, Width, META_BLOCK, META_SCALE};
+pub use super::safetensors::check_header;
 use crate::error::{Error, Result};
 use std::path::Path;
-
-/// One of the two widths of the format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Width {
-    /// 4-bit weights in −8..=7, 18-byte blocks: the size format (the tool's default).
-    Q4,
-    /// 8-bit weights in −128..=127, 34-byte blocks: the fidelity format.
-    Q8,
-}
-
-/// The `block` value of `__metadata__`.
-pub const META_BLOCK: &str = "32";
-/// The `scale` value of `__metadata__`.
-pub const META_SCALE: &str = "f16";
-
-impl Width {
-    /// 4 → Q4, 8 → Q8.
-    pub fn from_bits(bits: u32) -> Option<Width> {
-        match bits {
-            4 => Some(Width::Q4),
-            8 => Some(Width::Q8),
-            _ => None,
-        }
-    }
-
-    /// The width of a tensor dtype, `None` for the element-wise dtypes.
-    pub fn from_dtype(dtype: DType) -> Option<Width> {
-        match dtype {
-            DType::Q4B32 => Some(Width::Q4),
-            DType::Q8B32 => Some(Width::Q8),
-            _ => None,
-        }
-    }
-
-    /// The width a `__metadata__.format` value declares.
-    pub fn from_format(format: &str) -> Option<Width> {
-        match format {
-            "rabbit-q4b32" => Some(Width::Q4),
-            "rabbit-q8b32" => Some(Width::Q8),
-            _ => None,
-        }
-    }
-
-    pub fn bits(self) -> u32 {
-        match self {
-            Width::Q4 => 4,
-            Width::Q8 => 8,
-        }
-    }
-
-    pub fn dtype(self) -> DType {
-        match self {
-            Width::Q4 => DType::Q4B32,
-            Width::Q8 => DType::Q8B32,
-        }
-    }
-
-    /// The `__metadata__.format` value.
-    pub fn format_name(self) -> &'static str {
-        match self {
-            Width::Q4 => "rabbit-q4b32",
-            Width::Q8 => "rabbit-q8b32",
-        }
-    }
-
-    /// Bytes per block of 32 weights: 18 or 34.
-    pub fn block_bytes(self) -> usize {
-        match self {
-            Width::Q4 => 18,
-            Width::Q8 => 34,
-        }
-    }
-
-    /// The largest positive level: the scale is max|w| / levels (seed 000, "The scale").
-    pub fn levels(self) -> f32 {
-        match self {
-            Width::Q4 => 7.0,
-            Width::Q8 => 127.0,
-        }
-    }
-
-    /// The most negative level (the range is −levels−1 ..= levels).
-    pub fn lowest(self) -> f32 {
-        -self.levels() - 1.0
-    }
-
-    /// The `__metadata__` a file of this width carries.
-    pub fn metadata(self) -> Vec<(String, String)> {
-        vec![
-            ("format".to_string(), self.format_name().to_string()),
-            ("block".to_string(), META_BLOCK.to_string()),
-            ("scale".to_string(), META_SCALE.to_string()),
-        ]
-    }
-}
 
 /// Why a block of weights cannot be encoded.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum BlockError {
     /// The weight at this position of the block is NaN or infinite.
-    NonFinite { index: usize, value: f32 },
+    NonFinite {
+        /// Its position in the block, 0..32.
+        index: usize,
+        /// The value.
+        value: f32,
+    },
     /// max|w| / levels is beyond binary16's largest finite value (65504).
-    ScaleOverflow { max_abs: f32 },
+    ScaleOverflow {
+        /// The block's largest |w|.
+        max_abs: f32,
+    },
 }
 
 impl std::fmt::Display for BlockError {
@@ -242,95 +161,6 @@ pub fn decode_row(width: Width, row: &[u8], out: &mut [f32]) {
     }
 }
 
-/// Why the shape of a tensor of a quantized dtype cannot hold blocks, for the reader's error
-/// (`None` when it can).
-pub fn shape_problem(dtype: DType, shape: &[u64]) -> Option<String> {
-    dtype.block_bytes()?;
-    match shape {
-        [_, cols] if cols % BLOCK as u64 != 0 => Some(format!(
-            "field `shape` {shape:?}: {cols} columns are not a multiple of the {BLOCK}-weight block \
-             ({dtype} has no partial block)")),
-        [rows, cols] if dtype.tensor_bytes(&[*rows, *cols]).is_none() => {
-            Some(format!("field `shape` {shape:?}: the size of {dtype} data overflows"))
-        }
-        [_, _] => None,
-        _ => Some(format!("field `shape` {shape:?} has {} dimensions; a {dtype} tensor is 2-D (rows, columns)",
-            shape.len())),
-    }
-}
-
-/// The header rules of a quantized file (seed 000, "The file"), checked on every safetensors
-/// file the engine opens. Returns the file's width, or `None` for an ordinary file (no
-/// quantized tensor and no `rabbit-` format). Shapes and byte lengths of quantized tensors are
-/// already checked entry by entry ([`shape_problem`] and the length check of the reader).
-pub fn check_header(path: &Path, tensors: &[TensorInfo], metadata: &[(String, String)]) -> Result<Option<Width>> {
-    let bad = |msg: String| Error::format(path, msg);
-    // One file, one width.
-    let mut first: Option<(Width, &str)> = None;
-    for t in tensors {
-        let Some(w) = Width::from_dtype(t.dtype) else { continue };
-        match first {
-            None => first = Some((w, &t.name)),
-            Some((w0, name0)) if w0 != w => {
-                return Err(bad(format!(
-                    "tensor `{}`: field `dtype` is {} but tensor `{name0}` is {}: a file carries one width",
-                    t.name, t.dtype, w0.dtype())));
-            }
-            Some(_) => {}
-        }
-    }
-    let meta = |key: &str| metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
-    let format = meta("format");
-    let rabbit = format.is_some_and(|f| f.starts_with("rabbit-"));
-    if first.is_none() && !rabbit {
-        return Ok(None);
-    }
-    let what = match first {
-        Some((w, name)) => format!("tensor `{name}` is {}", w.dtype()),
-        None => "the file declares a rabbit format".to_string(),
-    };
-    if metadata.is_empty() {
-        return Err(bad(format!("{what} but `__metadata__` is missing (a quantized file declares format, block and scale)")));
-    }
-    let format = format.ok_or_else(|| bad(format!("{what} but `__metadata__` has no field `format`")))?;
-    let width = Width::from_format(format).ok_or_else(|| bad(format!(
-        "`__metadata__` field `format` is `{format}`, not `rabbit-q4b32` or `rabbit-q8b32`")))?;
-    if let Some((w, name)) = first {
-        if w != width {
-            return Err(bad(format!("tensor `{name}`: field `dtype` is {} but `__metadata__` field `format` is `{format}`",
-                w.dtype())));
-        }
-    }
-    match meta("block") {
-        Some(META_BLOCK) => {}
-        Some(v) => return Err(bad(format!("`__metadata__` field `block` is `{v}`, not `{META_BLOCK}`"))),
-        None => return Err(bad(format!("`__metadata__` has no field `block` (it must be `{META_BLOCK}`)"))),
-    }
-    match meta("scale") {
-        Some(META_SCALE) => {}
-        Some(v) => return Err(bad(format!("`__metadata__` field `scale` is `{v}`, not `{META_SCALE}`"))),
-        None => return Err(bad(format!("`__metadata__` has no field `scale` (it must be `{META_SCALE}`)"))),
-    }
-    for t in tensors {
-        if t.shape.len() == 2 && t.dtype != width.dtype() {
-            return Err(bad(format!(
-                "tensor `{}`: field `dtype` is {} but a {format} file stores every 2-D tensor as {}",
-                t.name, t.dtype, width.dtype())));
-        }
-        // Belt and braces: the entry parser already refused these.
-        if t.dtype.is_quantized() {
-            if let Some(p) = shape_problem(t.dtype, &t.shape) {
-                return Err(bad(format!("tensor `{}`: {p}", t.name)));
-            }
-            if t.dtype.tensor_bytes(&t.shape) != Some(t.len) {
-                return Err(bad(format!("tensor `{}`: field `data_offsets` covers {} bytes, which disagrees with shape {:?}",
-                    t.name, t.len, t.shape)));
-            }
-        }
-    }
-    Ok(Some(width))
-}
-
 /// Checks that every block scale in `data` is a finite binary16. `data` holds whole rows of
 /// the quantized tensor `t`, starting at row `first_row`; the error names the file, the tensor,
 /// the field, the row, the block and the byte offset in the file.
@@ -384,6 +214,7 @@ pub fn validate(st: &SafeTensors) -> Result<Option<Width>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::dtype::DType;
     use crate::test_util::Must;
 
     fn roundtrip(width: Width, w: &[f32]) -> (Vec<u8>, Vec<f32>) {

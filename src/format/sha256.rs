@@ -42,6 +42,7 @@ impl Default for Sha256 {
 }
 
 impl Sha256 {
+    /// A running SHA-256 of no bytes yet.
     pub fn new() -> Sha256 {
         Sha256 { state: H0, pending: [0; 64], pending_len: 0, total: 0 }
     }

@@ -2,7 +2,7 @@
 //! (token, head) pairs. Each pair's scores, softmax and weighted sum are computed by one
 //! participant in a fixed order, so the result does not depend on the thread count.
 
-use super::{pool, Kernels, Pool};
+use super::{holds, pool, Kernels, Pool};
 
 /// The geometry of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -28,9 +28,10 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
               scores: &mut [f32], ctx: usize, out: &mut [f32]) {
     let (hd, q_dim, kv_dim) = (s.head_dim, s.heads * s.head_dim, s.kv_heads * s.head_dim);
     let group = s.heads / s.kv_heads;
-    assert!(q.len() >= n * q_dim && out.len() >= n * q_dim, "attend: q/out too short");
-    assert!(keys.len() >= (pos0 + n) * kv_dim && values.len() >= (pos0 + n) * kv_dim, "attend: cache too short");
-    assert!(pos0 + n <= ctx && scores.len() >= pool.threads() * ctx, "attend: score rows too short");
+    let end = pos0.saturating_add(n);
+    assert!(holds(q.len(), &[n, q_dim]) && holds(out.len(), &[n, q_dim]), "attend: q/out too short");
+    assert!(holds(keys.len(), &[end, kv_dim]) && holds(values.len(), &[end, kv_dim]), "attend: cache too short");
+    assert!(end <= ctx && holds(scores.len(), &[pool.threads(), ctx]), "attend: score rows too short");
     let out_ptr = Ptr(out.as_mut_ptr());
     let score_ptr = Ptr(scores.as_mut_ptr());
     let items = n * s.heads;

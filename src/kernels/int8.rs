@@ -33,8 +33,11 @@ use crate::format::dtype::{DType, BLOCK};
 /// `q` (n × cols signed bytes) and one scale per block (`d`, n × cols/32).
 #[derive(Clone, Copy, Debug)]
 pub struct Acts<'a> {
+    /// The quantized values, 32 per block.
     pub q: &'a [i8],
+    /// One scale per block: a value is `q × d`.
     pub d: &'a [f32],
+    /// Values per vector (a multiple of 32).
     pub cols: usize,
 }
 
@@ -190,6 +193,7 @@ pub enum Int8Isa {
 }
 
 impl Int8Isa {
+    /// The instruction set's name, as `info` reports it.
     pub fn name(self) -> &'static str {
         match self {
             Int8Isa::Scalar => "scalar",

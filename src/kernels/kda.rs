@@ -3,11 +3,12 @@
 //! updated state. Heads are split across the pool; each head's tokens run in order on one
 //! participant, so results do not depend on the thread count or on the chunking of the tokens.
 
-use super::{pool, Pool};
+use super::{holds, pool, Pool};
 
 /// The geometry of a KDA layer's recurrence.
 #[derive(Clone, Copy, Debug)]
 pub struct KdaShape {
+    /// Attention heads.
     pub heads: usize,
     /// D = D_k = D_v.
     pub head_dim: usize,
@@ -26,10 +27,10 @@ pub fn recurrence(pool: &Pool, s: KdaShape, q: &[f32], k: &[f32], v: &[f32], g: 
                   state: &mut [f32], out: &mut [f32], pred: &mut [f32]) {
     let (d, width) = (s.head_dim, s.heads * s.head_dim);
     for x in [q, k, v, g] {
-        assert!(x.len() >= n * width, "kda recurrence: input too short");
+        assert!(holds(x.len(), &[n, s.heads, d]), "kda recurrence: input too short");
     }
-    assert!(beta.len() >= n * s.heads && out.len() >= n * width, "kda recurrence: beta/out too short");
-    assert!(state.len() >= s.heads * d * d && pred.len() >= pool.threads() * d, "kda recurrence: state/scratch too short");
+    assert!(holds(beta.len(), &[n, s.heads]) && holds(out.len(), &[n, s.heads, d]), "kda recurrence: beta/out too short");
+    assert!(holds(state.len(), &[s.heads, d, d]) && holds(pred.len(), &[pool.threads(), d]), "kda recurrence: state/scratch too short");
     let threads = if s.heads * d * d * n < super::PARALLEL_MIN_MACS { 1 } else { pool.threads().min(s.heads) };
     let (state_ptr, out_ptr, pred_ptr) = (Ptr(state.as_mut_ptr()), Ptr(out.as_mut_ptr()), Ptr(pred.as_mut_ptr()));
     let work = |part: usize| {

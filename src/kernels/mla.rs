@@ -5,7 +5,7 @@
 //! is computed by one participant in a fixed order, so results do not depend on the thread
 //! count or on how many tokens a call carries.
 
-use super::{pool, scalar, Kernels, MatRef, Pool};
+use super::{holds, pool, scalar, Kernels, MatRef, Pool};
 
 /// The geometry of one MLA layer.
 #[derive(Clone, Copy, Debug)]
@@ -40,9 +40,9 @@ use super::OutPtr as Ptr;
 #[allow(clippy::too_many_arguments)]
 pub fn absorb_queries(pool: &Pool, s: LatentShape, kv_b: MatRef, q: &[f32], n: usize, rows: &mut [f32], out: &mut [f32]) {
     let (qw, ow, r) = (s.heads * (s.nope + s.rope), s.heads * s.width(), s.rank);
-    assert!(q.len() >= n * qw && out.len() >= n * ow, "absorb_queries: q/out too short");
+    assert!(holds(q.len(), &[n, qw]) && holds(out.len(), &[n, ow]), "absorb_queries: q/out too short");
     assert!(kv_b.rows == s.heads * (s.nope + s.v) && kv_b.cols == r, "absorb_queries: kv_b shape");
-    assert!(kv_b.data.len() >= kv_b.rows * kv_b.row_bytes() && rows.len() >= pool.threads() * r, "absorb_queries: buffers");
+    assert!(holds(kv_b.data.len(), &[kv_b.rows, kv_b.row_bytes()]) && holds(rows.len(), &[pool.threads(), r]), "absorb_queries: buffers");
     let threads = if s.heads * s.nope * r * n < super::PARALLEL_MIN_MACS { 1 } else { pool.threads().min(s.heads) };
     let (out_ptr, row_ptr) = (Ptr(out.as_mut_ptr()), Ptr(rows.as_mut_ptr()));
     let work = |part: usize| {
@@ -86,9 +86,10 @@ pub fn absorb_queries(pool: &Pool, s: LatentShape, kv_b: MatRef, q: &[f32], n: u
 pub fn attend_latent(k: &Kernels, pool: &Pool, s: LatentShape, scale: f32, q: &[f32], cache: &[f32], pos0: usize, n: usize,
                      scores: &mut [f32], ctx: usize, out: &mut [f32]) {
     let (w, r) = (s.width(), s.rank);
-    assert!(q.len() >= n * s.heads * w && out.len() >= s.heads * n * r, "attend_latent: q/out too short");
-    assert!(cache.len() >= (pos0 + n) * w, "attend_latent: cache too short");
-    assert!(pos0 + n <= ctx && scores.len() >= pool.threads() * ctx, "attend_latent: score rows too short");
+    let end = pos0.saturating_add(n);
+    assert!(holds(q.len(), &[n, s.heads, w]) && holds(out.len(), &[s.heads, n, r]), "attend_latent: q/out too short");
+    assert!(holds(cache.len(), &[end, w]), "attend_latent: cache too short");
+    assert!(end <= ctx && holds(scores.len(), &[pool.threads(), ctx]), "attend_latent: score rows too short");
     let (out_ptr, score_ptr) = (Ptr(out.as_mut_ptr()), Ptr(scores.as_mut_ptr()));
     let items = n * s.heads;
     let threads = if items * (pos0 + n) * w < super::PARALLEL_MIN_MACS { 1 } else { pool.threads() };

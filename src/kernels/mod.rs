@@ -7,24 +7,23 @@
 //! inside the dot product, a quantized block at a time; activations are f32 — unless the
 //! opt-in int8 path is on ([`Kernels::with_int8_activations`], [`int8`]), which quantizes the
 //! inputs of Q8B32 and Q4B32 products to int8 blocks. Every SIMD kernel has a scalar twin in
-//! [`scalar`] or [`int8`], and `tests/kernels.rs` and `tests/kernels_int8.rs` compare them.
+//! `scalar` or [`int8`], and `tests/kernels.rs` and `tests/kernels_int8.rs` compare them.
 //!
 //! The result for a (row, vector) pair depends only on the instruction set and the column
 //! count — never on how many vectors a call carries, which rows it covers, or how many threads
 //! share the rows — so chunked prefill, token-at-a-time decode and any thread count give the
 //! same bits. Several vectors go to a GEMM that decodes the weights once into a panel and
 //! reuses them across the chunk, with the decode tiles' exact sequence of operations per
-//! (row, vector) pair: [`avx2_gemm`] on AVX2, [`avx512_prefill`] on AVX-512.
+//! (row, vector) pair: `avx2_gemm` on AVX2, `avx512_prefill` on AVX-512.
 
-pub mod attention;
+pub(crate) mod attention;
 pub mod bench;
-pub mod cpus;
 pub mod int8;
 pub mod kda;
-pub mod mla;
-pub mod peak;
+pub(crate) mod mla;
+pub(crate) mod peak;
 pub mod pool;
-pub mod scalar;
+pub(crate) mod scalar;
 
 /// Generates a [`RowsFn`] driver `$name` for one instruction set from a register tile
 /// `$tile::<R, T>(w, r, x, t0, out)`, which computes the dot products of rows `r..r+R` with
@@ -103,22 +102,22 @@ macro_rules! row_driver {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
-pub mod avx2_gemm;
+pub(crate) mod avx2_gemm;
 #[cfg(target_arch = "x86_64")]
-pub mod avx512;
+pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
-pub mod avx512_prefill;
+pub(crate) mod avx512_prefill;
 #[cfg(target_arch = "x86_64")]
 mod int8_x86;
 #[cfg(target_arch = "x86_64")]
 mod int8_prefill_x86;
 #[cfg(target_arch = "aarch64")]
-pub mod neon;
+pub(crate) mod neon;
 
 use crate::format::dtype::DType;
-pub use cpus::CpuList;
+pub use crate::sys::CpuList;
 pub use int8::Int8Isa;
 use int8::{Acts, Int8Path, Int8RowsFn};
 pub use pool::Pool;
@@ -127,9 +126,13 @@ pub use scalar::RowsFn;
 /// A borrowed row-major weight matrix in its stored dtype.
 #[derive(Clone, Copy, Debug)]
 pub struct MatRef<'a> {
+    /// The element type of `data`.
     pub dtype: DType,
+    /// Rows (outputs of a product).
     pub rows: usize,
+    /// Columns (inputs of a product).
     pub cols: usize,
+    /// The row-major bytes; the kernels refuse (panic) data shorter than `rows × row_bytes()`.
     pub data: &'a [u8],
 }
 
@@ -141,13 +144,22 @@ impl MatRef<'_> {
     }
 }
 
+/// True when `len` covers the product of `dims`, the product computed with `checked_mul`: the
+/// kernels' bounds checks guard `unsafe` loads, and a product that wrapped around in a release
+/// build (no overflow checks) could make a short buffer pass. An overflowing product is never
+/// covered.
+#[inline]
+pub(crate) fn holds(len: usize, dims: &[usize]) -> bool {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).is_some_and(|need| len >= need)
+}
+
 /// Most products [`Kernels::matmul_group`] takes at once.
 pub const GROUP_MAX: usize = 4;
 
 /// Which instruction set the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
-    /// The reference loops of [`scalar`].
+    /// The reference loops (`kernels::scalar`).
     Scalar,
     /// AVX2 + FMA + F16C, 8 lanes.
     Avx2,
@@ -161,6 +173,7 @@ impl Isa {
     /// Every instruction set, best last.
     pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::Avx512];
 
+    /// The instruction set's name, as `info` reports it.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
@@ -391,14 +404,14 @@ impl Kernels {
         self.int8.as_ref().map(|p| p.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// y[t][r] = Σ_c w[r][c] · x[t][c] for the `n` vectors of `x` (n × w.cols) into `y`
+    /// `y[t][r] = Σ_c w[r][c] · x[t][c]` for the `n` vectors of `x` (n × w.cols) into `y`
     /// (n × w.rows), rows split across the pool. Results do not depend on the thread count.
     ///
     /// Panics if the slices are too short or the dtype is not a compute dtype: both are
     /// programming errors, checked when weights are loaded.
     pub fn matmul(&self, pool: &Pool, w: MatRef, x: &[f32], n: usize, y: &mut [f32]) {
-        assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul: buffers too short");
-        assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul: weight data too short");
+        assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul: buffers too short");
+        assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul: weight data too short");
         // Activations are quantized here, on the calling thread, before the parallel region:
         // every participant reads the same int8 inputs.
         let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
@@ -437,8 +450,8 @@ impl Kernels {
     /// instead of once per matrix. Each output equals its own [`Kernels::matmul`] bit for bit.
     pub fn matmul_group(&self, pool: &Pool, x: &[f32], n: usize, items: &mut [(MatRef, &mut [f32])]) {
         for (w, y) in items.iter() {
-            assert!(x.len() >= n * w.cols && y.len() >= n * w.rows, "matmul_group: buffers too short");
-            assert!(w.data.len() >= w.rows * w.row_bytes(), "matmul_group: weight data too short");
+            assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul_group: buffers too short");
+            assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul_group: weight data too short");
         }
         // The shared input is quantized once for every int8-path product of the group.
         let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
@@ -475,9 +488,10 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn rows(&self, w: MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: &mut [f32], y_stride: usize) {
         assert!(r0 <= r1 && r1 <= w.rows && y_stride >= r1, "rows: bad row range");
-        assert!(x.len() >= n * w.cols, "rows: x too short");
-        assert!(n == 0 || y.len() >= (n - 1) * y_stride + r1, "rows: y too short");
-        assert!(w.data.len() >= w.rows * w.row_bytes(), "rows: weight data too short");
+        assert!(holds(x.len(), &[n, w.cols]), "rows: x too short");
+        assert!(n == 0 || (n - 1).checked_mul(y_stride).and_then(|v| v.checked_add(r1)).is_some_and(|need| y.len() >= need),
+            "rows: y too short");
+        assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows: weight data too short");
         let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "rows");
@@ -485,14 +499,14 @@ impl Kernels {
         unsafe { job.run(&w, r0, r1, n, y.as_mut_ptr(), y_stride) };
     }
 
-    /// Σ a[i]·b[i] over the common length, in an order fixed by the length and the ISA.
+    /// `Σ a[i]·b[i]` over the common length, in an order fixed by the length and the ISA.
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
         // SAFETY: both slices hold n elements; the ISA was detected.
         unsafe { (self.dot)(&a[..n], &b[..n]) }
     }
 
-    /// Σ a[i], in an order fixed by the length and the ISA (the read-bandwidth probe).
+    /// `Σ a[i]`, in an order fixed by the length and the ISA (the read-bandwidth probe).
     pub fn sum(&self, a: &[f32]) -> f32 {
         // SAFETY: the ISA was detected.
         unsafe { (self.sum)(a) }

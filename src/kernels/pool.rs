@@ -11,7 +11,7 @@
 //! Work is split by output rows or heads, never by partial sums, so a result does not depend
 //! on the number of threads.
 
-use super::cpus::CpuList;
+use crate::sys::CpuList;
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -61,6 +61,8 @@ struct Shared {
     caller_sleeping: AtomicBool,
     /// The thread running the current region, for the last worker to unpark.
     caller: Mutex<Option<Thread>>,
+    /// A region is running: the workers and `job` are taken until it ends.
+    busy: AtomicBool,
 }
 
 // SAFETY: `job` is written only by the caller while no worker reads it (before the epoch bump
@@ -105,6 +107,7 @@ impl Pool {
             sleeping: (1..threads).map(|_| Flag(AtomicBool::new(false))).collect(),
             caller_sleeping: AtomicBool::new(false),
             caller: Mutex::new(None),
+            busy: AtomicBool::new(false),
         });
         let mut pool = Pool { shared, workers: Vec::with_capacity(threads - 1), threads, cpus: cpus.cloned(),
             bound_callers: Mutex::new(Vec::new()) };
@@ -172,12 +175,19 @@ impl Pool {
     /// Runs `job(i)` for every participant index `i` in `0..threads()`, the caller taking 0,
     /// and returns when all have finished. A panic in any participant is re-raised here after
     /// all have finished.
+    ///
+    /// A region started while another runs on the same pool — from a second thread sharing
+    /// the pool, or from inside a job — cannot have the workers (they belong to the running
+    /// region, and `job` is in use), so it runs every participant's part on its own calling
+    /// thread, in index order: the same results, serialised, never two regions in the workers.
     pub fn run(&self, job: &(dyn Fn(usize) + Sync)) {
-        if self.threads == 1 {
-            job(0);
+        let sh = &*self.shared;
+        if self.threads == 1 || sh.busy.compare_exchange(false, true, Acquire, Relaxed).is_err() {
+            for i in 0..self.threads {
+                job(i);
+            }
             return;
         }
-        let sh = &*self.shared;
         {
             let me = std::thread::current();
             let mut c = sh.caller.lock().unwrap_or_else(|e| e.into_inner());
@@ -205,6 +215,7 @@ impl Pool {
         wait_until(|| sh.pending.load(Acquire) == 0, &sh.caller_sleeping);
         // SAFETY: every worker has finished the region (pending is 0).
         unsafe { *sh.job.get() = None };
+        sh.busy.store(false, Release);
         if let Err(p) = mine {
             resume_unwind(p);
         }

@@ -25,8 +25,7 @@ pub enum Experts {
     Streamed(Box<ExpertCache>),
 }
 
-/// A callback receiving (expert id, the bank's layout, the record bytes).
-pub type RecordFn<'a> = dyn FnMut(u32, &RecordLayout, &[u8]) + 'a;
+pub use crate::cache::RecordFn;
 
 impl Experts {
     /// Calls `f` once for each expert of `wanted` (ids of `layer`), in the order their records

@@ -24,8 +24,9 @@ pub struct KdaWeights {
     pub conv: [Vec<f32>; 3],
     /// f_a_proj [D, hidden], f_b_proj [H·D, D]: the forget gate's low-rank input.
     pub f_a: Matrix,
+    /// f_b_proj [H·D, D]: the forget gate's second low-rank factor.
     pub f_b: Matrix,
-    /// A_log, one per head (flattened from [1, 1, H, 1] or [H]).
+    /// A_log, one per head (flattened from `[1, 1, H, 1]` or `[H]`).
     pub a_log: Vec<f32>,
     /// dt_bias [H·D].
     pub dt_bias: Vec<f32>,
@@ -33,8 +34,9 @@ pub struct KdaWeights {
     pub b: Matrix,
     /// g_a_proj [D, hidden], g_b_proj [H·D, D]: the output gate.
     pub g_a: Matrix,
+    /// g_b_proj [H·D, D]: the output gate's second low-rank factor.
     pub g_b: Matrix,
-    /// o_norm [D], shared by the heads.
+    /// o_norm `[D]`, shared by the heads.
     pub o_norm: Vec<f32>,
     /// o_proj [hidden, H·D].
     pub o: Matrix,
@@ -138,7 +140,7 @@ pub fn l2norm_heads(x: &mut [f32], d: usize, scale: Option<f32>) {
     }
 }
 
-/// g = −exp(A_log[h])·softplus(z + dt_bias) in place over rows of H·D (spec §4.3 step 4), with
+/// `g = −exp(A_log[h])·softplus(z + dt_bias)` in place over rows of H·D (spec §4.3 step 4), with
 /// softplus(x) = x above 20 and ln(1 + eˣ) below, as fla and transformers compute it.
 pub fn forget_gate(z: &mut [f32], dt_bias: &[f32], a_log: &[f32], d: usize) {
     let width = dt_bias.len();

@@ -7,23 +7,22 @@
 //! same way whatever the chunk size or thread count, so chunked prefill and token-at-a-time
 //! decoding give bit-identical logits.
 
-pub mod bench;
-pub mod compare;
-pub mod experts;
+pub(crate) mod experts;
 pub mod kda;
-pub mod latent;
-pub mod mla;
-pub mod moe;
-pub mod rope;
-pub mod route;
-pub mod routing;
-pub mod session;
+pub(crate) mod latent;
+pub(crate) mod mla;
+pub(crate) mod moe;
+pub mod plan;
+pub(crate) mod rope;
+pub(crate) mod route;
+pub(crate) mod routing;
+pub(crate) mod session;
 pub mod state;
-pub mod weights;
+pub(crate) mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
-use crate::cache::plan::{Budget, MemoryPlan, MemoryUse};
+use crate::model::plan::{Budget, MemoryPlan, MemoryUse};
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
 use crate::cache::replay::Trace;
 use crate::cache::usage::Usage;
@@ -89,12 +88,19 @@ pub struct ModelInfo {
     pub path: PathBuf,
     /// The config.json architecture string.
     pub architecture: String,
+    /// Transformer layers.
     pub layers: usize,
+    /// Width of the residual stream.
     pub hidden: usize,
+    /// Attention heads.
     pub heads: usize,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
     pub kv_heads: usize,
+    /// Width of one head.
     pub head_dim: usize,
+    /// Width of the feed-forward layer.
     pub intermediate: usize,
+    /// Tokens in the vocabulary.
     pub vocab: usize,
     /// Experts per MoE layer and experts per token, when the model has them.
     pub experts: Option<(usize, usize)>,
@@ -123,7 +129,9 @@ pub struct ModelInfo {
     /// resident or absent), the banks streamed, and how they are read — `O_DIRECT`,
     /// `buffered+fadvise` (the fallback) or `mixed` — (`None` without streamed experts).
     pub expert_cache_bytes: u64,
+    /// Layers whose experts stream from a bank.
     pub expert_banks: usize,
+    /// How expert records are read (`O_DIRECT` or buffered), when any stream.
     pub io_mode: Option<&'static str>,
 }
 
@@ -139,6 +147,7 @@ pub struct ModelStats {
     pub generated_tokens: u64,
     /// Decode steps (one forward pass and one sampling each) and their time.
     pub decode_steps: u64,
+    /// Time in decode steps.
     pub decode_time: Duration,
     /// Generations run.
     pub generations: u64,
@@ -182,7 +191,7 @@ impl Model {
         }
         // The memory plan comes first, from headers alone: a budget under the floor fails here,
         // before any weight or expert is read.
-        let plan = crate::cache::plan::plan_memory_opts(path, opts)?;
+        let plan = crate::model::plan::plan_memory(path, opts)?;
         let budget = resolve_budget_for(&plan, opts)?;
         // Every JSON file and header is parsed within the budget (docs/RELIABILITY.md): these
         // parses come before anything large is held, so they cannot push the peak past it.
@@ -361,7 +370,7 @@ impl Model {
             trunk,
             state: sessions,
             scratch: state_scratch + crate::sys::vec_bytes(&self.inv_freq) + self.kernels.heap_bytes()
-                + self.sample_buffers.heap_bytes() + threads + crate::cache::plan::metadata_bytes(self.cfg.layers),
+                + self.sample_buffers.heap_bytes() + threads + crate::model::plan::metadata_bytes(self.cfg.layers),
             tokenizer: self.tokenizer.as_ref().map_or(0, Tokenizer::heap_bytes),
             expert_cache,
         }
@@ -839,15 +848,15 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
 
 /// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
 /// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
-/// leaves but may not exceed it ([`crate::cache::plan::resolve_budget_opts`]).
+/// leaves but may not exceed it ([`crate::model::plan::resolve_budget_opts`]).
 fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
     // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
     // stop a run whose ceiling the user already chose.
     let usable = match opts.budget {
-        Some(_) => crate::cache::ram::usable_ram_bytes().unwrap_or(u64::MAX),
-        None => crate::cache::ram::usable_ram_bytes()?,
+        Some(_) => crate::sys::ram::usable_ram_bytes().unwrap_or(u64::MAX),
+        None => crate::sys::ram::usable_ram_bytes()?,
     };
-    crate::cache::plan::resolve_budget_opts(plan, usable, opts)
+    crate::model::plan::resolve_budget_opts(plan, usable, opts)
 }
 
 /// The identity of the model at `path` ([`session::identity`]): its config.json (a container's

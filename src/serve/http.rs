@@ -110,9 +110,9 @@ impl<'a> Connection<'a> {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// True when the peer has closed or reset the connection (see [`waste::sys::peer_closed`]).
+    /// True when the peer has closed or reset the connection (see [`waste::host::peer_closed`]).
     pub fn peer_gone(&self) -> bool {
-        waste::sys::peer_closed(self.stream.as_raw_fd())
+        waste::host::peer_closed(self.stream.as_raw_fd())
     }
 
     /// Reads into `out` once, before `deadline`, in slices that notice a stopping server.

@@ -155,9 +155,9 @@ pub fn run(cfg: Config) -> waste::Result<()> {
     let listener = TcpListener::bind(addr).map_err(|e| Error::new(ErrorKind::Io, format!("cannot listen on {addr}: {e}")))?;
     listener.set_nonblocking(true).map_err(|e| Error::new(ErrorKind::Io, format!("{addr}: {e}")))?;
     let local = listener.local_addr().map_err(|e| Error::new(ErrorKind::Io, format!("{addr}: {e}")))?;
-    waste::sys::catch_signals()?;
+    waste::host::catch_signals()?;
     // Few allocator arenas, so that what a burst of requests allocated can be given back.
-    waste::sys::limit_allocator_arenas(2);
+    waste::host::limit_allocator_arenas(2);
     let (jobs, queue) = mpsc::sync_channel(cfg.queue);
     let shared = Arc::new(Shared {
         alias: cfg.alias.clone(),
@@ -200,7 +200,7 @@ pub fn run(cfg: Config) -> waste::Result<()> {
 }
 
 fn signal_count() -> usize {
-    waste::sys::interrupts() + waste::sys::terminations()
+    waste::host::interrupts() + waste::host::terminations()
 }
 
 /// Prints the ready line on stdout (the one line there, which scripts wait for) or, failing
@@ -275,11 +275,11 @@ fn accept_until_signal(listener: &TcpListener, shared: &Arc<Shared>, max_connect
         if let Some(e) = shared.failure.lock().ok().and_then(|mut f| f.take()) {
             return Err(e);
         }
-        match waste::sys::wait_readable(listener.as_raw_fd(), Duration::from_millis(250)) {
+        match waste::host::wait_readable(listener.as_raw_fd(), Duration::from_millis(250)) {
             Ok(true) => {}
             Ok(false) => {
                 if since_trim > 0 && shared.connections.load(Ordering::Acquire) == 0 {
-                    waste::sys::release_free_memory();
+                    waste::host::release_free_memory();
                     since_trim = 0;
                 }
                 continue;

@@ -67,12 +67,14 @@ pub enum Piece {
 }
 
 impl Piece {
+    /// The piece's text (a special token's text for markup).
     pub fn text(&self) -> &str {
         match self {
             Piece::Markup(s) | Piece::Content(s) => s,
         }
     }
 
+    /// True for a special token the template wrote (markup), false for text.
     pub fn is_markup(&self) -> bool {
         matches!(self, Piece::Markup(_))
     }
@@ -96,6 +98,7 @@ pub fn pieces_after(pieces: &[Piece], mut skip: usize) -> Vec<Piece> {
     out
 }
 
+/// The pieces' text, concatenated.
 pub fn pieces_text(pieces: &[Piece]) -> String {
     pieces.iter().map(Piece::text).collect()
 }
@@ -119,6 +122,7 @@ pub struct RenderOptions {
     /// content; they override special tokens of the same name, and `tools`/`documents`
     /// (otherwise `None`). `messages` and `add_generation_prompt` are refused here.
     pub vars: Vec<(String, Json)>,
+    /// The time `strftime_now` sees.
     pub clock: Clock,
 }
 

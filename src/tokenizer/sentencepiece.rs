@@ -91,6 +91,7 @@ impl SentencePiece {
         Ok(SentencePiece { bytes, table, rank: score_ranks(&scores), control, byte_ids })
     }
 
+    /// Tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.bytes.len()
     }
@@ -102,18 +103,22 @@ impl SentencePiece {
             + vec_bytes(&self.rank) + vec_bytes(&self.control)
     }
 
+    /// The beginning-of-sequence id.
     pub fn bos(&self) -> u32 {
         BOS
     }
 
+    /// The end-of-sequence id.
     pub fn eos(&self) -> u32 {
         EOS
     }
 
+    /// True for a control token (never text).
     pub fn is_control(&self, id: u32) -> bool {
         self.control.get(id as usize).copied().unwrap_or(false)
     }
 
+    /// A token's bytes; `None` for an id outside the vocabulary.
     pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
         self.bytes.get(id as usize).map(Vec::as_slice)
     }

@@ -324,7 +324,7 @@ pub fn write_checkpoint(dir: &Path, config: &str, tensors: &[(String, DType, Vec
 pub fn float_container(name: &str, tag: &str) -> PathBuf {
     let o = oracle(name);
     let out = temp_dir(&format!("{name}-{tag}")).join("model.waste");
-    let opts = waste::format::convert::ConvertOptions { trunk: waste::format::convert::Encoding::F32, experts: waste::format::convert::Encoding::F32, ..waste::format::convert::ConvertOptions::new(o.dir.join("model"), &out) };
-    waste::format::convert::convert(&opts, &mut |_| {}).unwrap();
+    let opts = waste::tools::convert::ConvertOptions { trunk: waste::tools::convert::Encoding::F32, experts: waste::tools::convert::Encoding::F32, ..waste::tools::convert::ConvertOptions::new(o.dir.join("model"), &out) };
+    waste::tools::convert::convert(&opts, &mut |_| {}).unwrap();
     out
 }

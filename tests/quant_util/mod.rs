@@ -55,7 +55,7 @@ pub fn write_raw(path: &Path, header: &str, data: &[u8]) {
 pub fn shapes(config: &str) -> Vec<(String, Vec<u64>)> {
     let j = json::parse(config.as_bytes()).unwrap();
     let cfg = ModelConfig::from_json(Path::new("config.json"), &j).unwrap();
-    waste::format::random::tensor_shapes(&cfg)
+    waste::tools::random::tensor_shapes(&cfg)
 }
 
 /// The gate checkpoint (seed 000, "The gate weights are exact in the block format"): every

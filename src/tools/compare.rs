@@ -15,6 +15,10 @@
 //! - A NaN or infinite logit anywhere, in either model, fails the comparison whatever the
 //!   tokens: argmax skips NaN, so two broken models could otherwise "agree".
 
+// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
+// for the crate; this file is on the list still to document).
+#![allow(missing_docs)]
+
 use crate::error::{Error, Result};
 use crate::Model;
 

@@ -2,9 +2,31 @@
 //! machine queries, CPU affinity, powering off (for a host running as PID 1). Every `unsafe` block outside `kernels/` lives here, each with
 //! the reason it is sound.
 
+pub mod cpus;
+pub mod ram;
+
+pub use cpus::CpuList;
+
 use crate::error::{Error, Result};
 use std::fs::File;
 use std::path::Path;
+
+/// Reads a whole small file (configs, JSON indexes, tokenizer files), refusing one larger than
+/// `limit` bytes before allocating for it.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| Error::io(path, "open", e))?;
+    let size = f.metadata().map_err(|e| Error::io(path, "stat", e))?.len();
+    if size > limit {
+        return Err(Error::format(path, format!("file is {size} bytes, over the {limit}-byte limit for this kind of file")));
+    }
+    let mut buf = Vec::with_capacity(size as usize);
+    f.take(limit + 1).read_to_end(&mut buf).map_err(|e| Error::io(path, "read", e))?;
+    if buf.len() as u64 > limit {
+        return Err(Error::format(path, format!("file grew past the {limit}-byte limit while being read")));
+    }
+    Ok(buf)
+}
 
 /// A zero-initialised byte buffer with a chosen power-of-two alignment (64 for SIMD loads,
 /// 4096 for `O_DIRECT` reads). Its length is exactly what was asked for, so the bytes the
@@ -68,18 +90,27 @@ impl AlignedBuf {
     }
 
     /// The bytes viewed as f32 values. The alignment (≥ 4) makes the view valid; a length
-    /// that is not a multiple of 4 drops the tail.
+    /// that is not a multiple of 4 drops the tail. Panics on a buffer made with a smaller
+    /// alignment (a programming error), in release builds too: the view would be unsound.
     pub fn as_f32(&self) -> &[f32] {
-        debug_assert!(self.align >= 4);
+        self.check_f32_alignment();
         // SAFETY: ptr is aligned to ≥ 4 and valid for len bytes; every bit pattern is an f32.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr() as *const f32, self.len / 4) }
     }
 
     /// The bytes viewed as mutable f32 values.
     pub fn as_f32_mut(&mut self) -> &mut [f32] {
-        debug_assert!(self.align >= 4);
+        self.check_f32_alignment();
         // SAFETY: as above, with exclusive access through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr() as *mut f32, self.len / 4) }
+    }
+
+    /// The f32 views' precondition, checked always (not `debug_assert`): both the promised
+    /// alignment and the address itself.
+    fn check_f32_alignment(&self) {
+        let f32_align = std::mem::align_of::<f32>();
+        assert!(self.align >= f32_align && (self.ptr.as_ptr() as usize).is_multiple_of(f32_align),
+            "AlignedBuf of {} bytes aligned to {}: an f32 view needs alignment {f32_align}", self.len, self.align);
     }
 }
 
@@ -343,7 +374,7 @@ pub const MAX_CPUS: usize = 1024;
 /// never a silently narrower binding.
 #[cfg(target_os = "linux")]
 pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
-    let list = crate::kernels::cpus::format_list(cpus);
+    let list = cpus::format_list(cpus);
     // SAFETY: cpu_set_t is a plain bit array; all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus {
@@ -366,7 +397,7 @@ pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
         let missing: Vec<usize> = cpus.iter().copied().filter(|c| !got.contains(c)).collect();
         return Err(Error::arg(format!(
             "cpu list `{list}`: CPUs {} are not available to this process (the thread was bound to {})",
-            crate::kernels::cpus::format_list(&missing), crate::kernels::cpus::format_list(&got))));
+            cpus::format_list(&missing), cpus::format_list(&got))));
     }
     Ok(())
 }
@@ -375,7 +406,7 @@ pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
 #[cfg(not(target_os = "linux"))]
 pub fn bind_current_thread(cpus: &[usize]) -> Result<()> {
     Err(Error::unsupported(format!(
-        "cpu list `{}`: this platform cannot bind threads to CPUs", crate::kernels::cpus::format_list(cpus))))
+        "cpu list `{}`: this platform cannot bind threads to CPUs", cpus::format_list(cpus))))
 }
 
 /// The CPUs the calling thread may run on, ascending (`sched_getaffinity`).
@@ -403,7 +434,7 @@ pub fn current_thread_cpus() -> Result<Vec<usize>> {
 #[cfg(target_os = "linux")]
 fn describe_allowed() -> String {
     match current_thread_cpus() {
-        Ok(c) => crate::kernels::cpus::format_list(&c),
+        Ok(c) => cpus::format_list(&c),
         Err(_) => "unknown".to_string(),
     }
 }
@@ -524,16 +555,6 @@ impl Slot {
         // SAFETY: as above, with exclusive access through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
-
-    /// Bytes in the slot.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for an empty slot.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 #[cfg(test)]
@@ -542,6 +563,22 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    /// The f32 views check alignment in release builds too (issue 14): a buffer made with a
+    /// smaller alignment is refused with a panic instead of an unsound view.
+    #[test]
+    fn f32_views_refuse_a_buffer_aligned_below_four() {
+        let mut good = AlignedBuf::zeroed(16, 64).unwrap();
+        assert_eq!(good.as_f32_mut().len(), 4);
+        assert_eq!(good.as_f32().len(), 4);
+        assert_eq!(AlignedBuf::empty(64).as_f32().len(), 0);
+        for buf in [AlignedBuf::zeroed(16, 1).unwrap(), AlignedBuf::zeroed(16, 2).unwrap(), AlignedBuf::empty(1)] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.as_f32().len()));
+            let msg = r.expect_err("an f32 view of a buffer aligned below 4 was allowed");
+            let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+            assert!(msg.contains("an f32 view needs alignment 4"), "{msg}");
+        }
+    }
 
     #[test]
     fn waiting_and_peer_state_on_sockets() {

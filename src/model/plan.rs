@@ -28,17 +28,16 @@
 //! Each kind of model on disk is a [`ModelKind`] and a branch of [`Footprint::read`] that
 //! fills a [`Footprint`]; everything after that is shared.
 
-use crate::cache::io::BankFile;
+use crate::cache::ExpertShape;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
-use crate::format::container::{self, Manifest, RecordLayout};
+use crate::format::container::{self, Manifest};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
 use crate::model::session::Session;
 use crate::model::state::State;
 use crate::model::weights::{load_trunk, Loader};
 use crate::sample::SampleBuffers;
-use crate::sys::Slot;
 use crate::Options;
 use std::mem::size_of;
 use std::path::{Path, PathBuf};
@@ -55,81 +54,14 @@ pub enum ModelKind {
     Container,
 }
 
-/// The routed experts of a container, as far as memory is concerned: everything the expert
-/// cache's size follows from. [`crate::cache::ExpertCache`] sizes itself with the same
-/// functions, so the plan and the cache cannot disagree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ExpertShape {
-    /// Experts each token uses per MoE layer.
-    pub top_k: usize,
-    /// Experts per MoE layer.
-    pub experts: usize,
-    /// Layers with routed experts (one bank each).
-    pub moe_layers: usize,
-    /// All layers of the model (the cache keeps a few words per layer).
-    pub layers: usize,
-    /// Bytes of the largest expert record (what one cache slot must hold).
-    pub largest_record_bytes: u64,
-    /// Expert records in all banks (a cache never needs more slots than this).
-    pub records: u64,
-}
-
-impl ExpertShape {
-    /// The streamed experts of a container; `None` when it has none.
-    pub fn of(m: &Manifest) -> Option<ExpertShape> {
-        let moe = m.config.moe.as_ref().filter(|_| !m.banks.is_empty())?;
-        Some(ExpertShape {
-            top_k: moe.top_k,
-            experts: moe.experts,
-            moe_layers: m.banks.len(),
-            layers: m.config.layers,
-            largest_record_bytes: m.max_record_bytes() as u64,
-            records: m.banks.iter().map(|b| b.experts as u64).sum(),
-        })
-    }
-
-    /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
-    /// handle, and one entry of the hotlist to preload (at most one per slot).
-    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()
-        + size_of::<(usize, u32, f64)>()) as u64;
-
-    /// What one slot costs: the largest record and its bookkeeping.
-    pub fn slot_bytes(&self) -> u64 {
-        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
-    }
-
-    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
-    /// policy priority; per layer, its bank, record layout and first key; per expert of a
-    /// layer, one hit and one miss entry.
-    pub fn fixed_bytes(&self) -> u64 {
-        let per_key = size_of::<u32>() + size_of::<f64>();
-        let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
-        let per_expert = 2 * size_of::<(u32, usize)>();
-        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
-    }
-
-    /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
-    /// while the next layer's are read), or every record when there are fewer.
-    pub fn min_slots(&self) -> u64 {
-        (2 * self.top_k as u64).min(self.records)
-    }
-
-    /// Bytes of a cache of `slots` slots, bookkeeping included.
-    pub fn cache_bytes(&self, slots: u64) -> u64 {
-        self.fixed_bytes().saturating_add(slots.saturating_mul(self.slot_bytes()))
-    }
-
-    /// The most slots `bytes` pays for (bookkeeping included), never more than every record.
-    pub fn slots_within(&self, bytes: u64) -> u64 {
-        (bytes.saturating_sub(self.fixed_bytes()) / self.slot_bytes().max(1)).min(self.records)
-    }
-}
-
 /// What the plan needs from a model on disk: its shape, its resident bytes, its experts.
 #[derive(Clone, Debug)]
 pub struct Footprint {
+    /// The model read.
     pub path: PathBuf,
+    /// A checkpoint directory or a container.
     pub kind: ModelKind,
+    /// Its configuration.
     pub cfg: ModelConfig,
     /// Bytes of resident weights as the engine holds them.
     pub trunk_bytes: u64,
@@ -143,17 +75,21 @@ pub struct Footprint {
 /// A model's memory plan for one context length, thread count and prefill chunk.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemoryPlan {
+    /// A checkpoint directory or a container.
     pub kind: ModelKind,
     /// The model it is the plan of.
     pub path: PathBuf,
     /// Context length in tokens (after resolving 0 against the model).
     pub ctx: usize,
+    /// Compute threads.
     pub threads: usize,
+    /// Tokens per prefill pass.
     pub prefill_chunk: usize,
     /// I/O threads reading expert records (0 when no expert streams).
     pub io_threads: usize,
     /// The int8 path's activation buffer is counted.
     pub int8_activations: bool,
+    /// Resident weights as the engine holds them.
     pub trunk_bytes: u64,
     /// Every session's state: `sessions × session_bytes`.
     pub state_bytes: u64,
@@ -161,6 +97,7 @@ pub struct MemoryPlan {
     pub sessions: usize,
     /// What one session holds: its caches for the whole context and room for its tokens.
     pub session_bytes: u64,
+    /// Forward-pass and sampler scratch, and the threads' stacks.
     pub scratch_bytes: u64,
     /// The tokenizer's allowance: an upper bound of what it holds (docs/MEMORY.md).
     pub tokenizer_bytes: u64,
@@ -181,10 +118,13 @@ pub struct MemoryPlan {
 /// it will ([`MemoryPlan::expected_use`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryUse {
+    /// Resident weights.
     pub trunk: u64,
     /// The KV cache.
     pub state: u64,
+    /// Scratch buffers of the forward pass and the sampler.
     pub scratch: u64,
+    /// The tokenizer.
     pub tokenizer: u64,
     /// Slots and bookkeeping of the expert cache (0 when no expert streams).
     pub expert_cache: u64,
@@ -214,8 +154,11 @@ pub enum BudgetSource {
 /// A resolved RAM budget and the expert cache it leaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Budget {
+    /// The ceiling, in bytes.
     pub bytes: u64,
+    /// Of which the expert cache gets this much (0 when no expert streams).
     pub expert_cache_bytes: u64,
+    /// Where the ceiling came from.
     pub source: BudgetSource,
     /// Something the host should tell the user (the library never prints): the floor (or a
     /// budget enlarged by an expert-cache size) is above 7/8 of usable RAM, or an explicit
@@ -223,14 +166,11 @@ pub struct Budget {
     pub warning: Option<String>,
 }
 
-/// The plan for `path` with context `ctx_tokens` (0 = the model's, at most 4096) and the
-/// default threads and prefill chunk.
-pub fn plan_memory(path: impl AsRef<Path>, ctx_tokens: usize) -> Result<MemoryPlan> {
-    plan_memory_opts(path, &Options { ctx: ctx_tokens, ..Options::default() })
-}
-
-/// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds.
-pub fn plan_memory_opts(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
+/// The plan for `path` opened with `opts` — the same bytes `Model::open(path, opts)` holds —
+/// read from the model's headers and file sizes alone (no weights). Refuses options out of
+/// range ([`Options::validate`]) and a model directory or container it cannot read (the error
+/// names the file and field).
+pub fn plan_memory(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
     opts.validate()?;
     let m = Footprint::read_within(path.as_ref(), &crate::format::json::Limits::for_budget(opts.budget))?;
     Ok(MemoryPlan::new(&m, opts))

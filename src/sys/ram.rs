@@ -43,7 +43,9 @@ const SMALL_FILE_LIMIT: u64 = 1 << 20;
 /// Which cgroup hierarchy a limit came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CgroupVersion {
+    /// The v1 hierarchy (`memory.limit_in_bytes`).
     V1,
+    /// The unified v2 hierarchy (`memory.max`).
     V2,
 }
 
@@ -81,6 +83,7 @@ impl RamSource {
 /// Physical and usable RAM, with where each figure came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RamReading {
+    /// Physical RAM of the machine.
     pub physical_bytes: u64,
     /// Where `physical_bytes` came from.
     pub physical_source: RamSource,
@@ -295,7 +298,7 @@ fn read_optional(path: &Path, limit: u64) -> Result<Option<String>> {
         Ok(m) if m.is_dir() => return Err(Error::format(path, "expected a file, found a directory")),
         Ok(_) => {}
     }
-    let bytes = crate::format::read_bounded(path, limit)?;
+    let bytes = crate::sys::read_bounded(path, limit)?;
     String::from_utf8(bytes).map(Some).map_err(|e| Error::format(path, format!(
         "not UTF-8 text (invalid byte at offset {})", e.utf8_error().valid_up_to())))
 }

@@ -2,10 +2,10 @@
 //! downloaded here, and speed depends on the shape, not the values. The output is an ordinary
 //! Hugging Face directory (config.json + model.safetensors), streamed to disk tensor by tensor.
 
-use super::config::{ModelConfig, QkNorm};
-use super::dtype::DType;
-use super::json::{self, Json};
-use super::safetensors::{write_atomic, TensorSpec, Writer};
+use crate::format::config::{ModelConfig, QkNorm};
+use crate::format::dtype::DType;
+use crate::format::json::{self, Json};
+use crate::format::safetensors::{write_atomic, TensorSpec, Writer};
 use crate::error::{Error, Result};
 use std::path::Path;
 
@@ -200,7 +200,7 @@ fn weight_std(name: &str, layers: usize) -> f32 {
 /// embedding, every token's hidden state converges to the same direction, and every token
 /// routes to the same experts — which would make any expert cache look perfect.
 pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> Result<u64> {
-    use super::container::{Bank, Manifest, RecordLayout};
+    use crate::format::container::{Bank, Manifest, RecordLayout};
     if !experts.is_quantized() {
         return Err(Error::arg("random containers hold Q4B32 or Q8B32 experts"));
     }
@@ -266,11 +266,11 @@ and `waste convert` it", cfg.class)));
     for l in (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)) {
         let file = format!("experts-{l:03}.bank");
         let path = dir.join(&file);
-        let tmp = super::safetensors::temp_sibling(&path);
+        let tmp = crate::format::safetensors::temp_sibling(&path);
         let mut f = std::io::BufWriter::with_capacity(8 << 20, std::fs::File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?);
         for e in 0..moe.experts {
             rec.fill(0);
-            for (m, name) in layout.matrices.iter().zip(super::container::MATRIX_NAMES) {
+            for (m, name) in layout.matrices.iter().zip(crate::format::container::MATRIX_NAMES) {
                 noise.blocks(experts, weight_std(name, cfg.layers), &mut rec[m.offset..m.offset + m.bytes]);
             }
             layout.write_header(&mut rec, l, e);
@@ -278,7 +278,7 @@ and `waste convert` it", cfg.class)));
             total += rec.len() as u64;
         }
         let f = f.into_inner().map_err(|err| Error::io(&tmp, "write", err.into_error()))?;
-        super::safetensors::commit_file(f, &tmp, &path)?;
+        crate::format::safetensors::commit_file(f, &tmp, &path)?;
         banks.push(Bank { layer: l, file, experts: moe.experts, layout });
     }
     let mut manifest = Manifest::new(dir, config.clone(), trunk_files, banks)?;
