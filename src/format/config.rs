@@ -250,9 +250,15 @@ impl ModelConfig {
 
     /// [`ModelConfig::load`] with the file parsed within `limits`.
     pub(crate) fn load_within(dir: &Path, limits: &super::json::Limits) -> Result<ModelConfig> {
+        ModelConfig::load_with_json(dir, limits).map(|(c, _)| c)
+    }
+
+    /// [`ModelConfig::load_within`], keeping the parsed JSON too (the model's identity hashes
+    /// it), so the file is read once.
+    pub(crate) fn load_with_json(dir: &Path, limits: &super::json::Limits) -> Result<(ModelConfig, Json)> {
         let path: PathBuf = dir.join("config.json");
         let root = super::read_json_within(&path, 4 << 20, limits)?;
-        ModelConfig::from_json(&path, &root)
+        Ok((ModelConfig::from_json(&path, &root)?, root))
     }
 
     /// Builds a config from parsed JSON; `path` is used in error messages.

@@ -20,7 +20,7 @@ use super::crc32::crc32;
 pub use super::crc32::FileSum;
 use super::dtype::DType;
 use super::json::Json;
-use super::safetensors::{SafeTensors, TensorInfo};
+use super::safetensors::{Checkpoint, SafeTensors, TensorInfo};
 use crate::error::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 
@@ -326,6 +326,13 @@ impl Manifest {
 
     /// [`Manifest::open`] with the manifest and the trunk files' headers parsed within `limits`.
     pub(crate) fn open_within(dir: &Path, limits: &super::json::Limits) -> Result<Manifest> {
+        Manifest::open_with_trunk(dir, limits).map(|(m, _)| m)
+    }
+
+    /// [`Manifest::open_within`], keeping the trunk files' headers it checked as the trunk's
+    /// [`Checkpoint`]: opening a model reads each header once (issue 14), not once to check the
+    /// manifest and again to load.
+    pub(crate) fn open_with_trunk(dir: &Path, limits: &super::json::Limits) -> Result<(Manifest, Checkpoint)> {
         let path = dir.join(MANIFEST);
         let root = super::read_json_within(&path, 64 << 20, limits)?;
         let field = |k: &str| root.get(k).ok_or_else(|| Error::config(&path, k, "missing"));
@@ -384,14 +391,15 @@ impl Manifest {
             banks,
             source: root.get("source").cloned().unwrap_or(Json::Null),
         };
-        m.check_trunk_headers(limits)?;
-        Ok(m)
+        let trunk = m.check_trunk_headers(limits)?;
+        Ok((m, trunk))
     }
 
     /// Each trunk file's size and header against the manifest: the same tensors, each with the
-    /// dtype, shape and byte range the index gives. Reads only the headers.
-    fn check_trunk_headers(&self, limits: &super::json::Limits) -> Result<()> {
+    /// dtype, shape and byte range the index gives. Reads only the headers, and returns them.
+    fn check_trunk_headers(&self, limits: &super::json::Limits) -> Result<Checkpoint> {
         let path = self.dir.join(MANIFEST);
+        let mut files = Vec::with_capacity(self.trunk_files.len());
         for (name, sum) in self.trunk_files.iter().zip(&self.trunk_sums) {
             let st = SafeTensors::open_within(&self.dir.join(name), limits)?;
             if st.file_size != sum.bytes {
@@ -415,8 +423,9 @@ impl Manifest {
                 return Err(Error::new(ErrorKind::Corrupt, format!(
                     "{}: trunk tensor `{}` is indexed in {name}, whose header does not have it", path.display(), missing.name)));
             }
+            files.push(st);
         }
-        Ok(())
+        Checkpoint::from_files(&self.dir, files)
     }
 
     /// Reads every trunk file once and checks its CRC-32 against the manifest (what `verify`

@@ -271,17 +271,21 @@ impl Checkpoint {
     }
 
     fn from_paths(dir: &Path, names: &[PathBuf], limits: &json::Limits) -> Result<Checkpoint> {
-        let mut files = Vec::with_capacity(names.len());
+        let files = names.iter().map(|p| SafeTensors::open_within(p, limits)).collect::<Result<Vec<_>>>()?;
+        Checkpoint::from_files(dir, files)
+    }
+
+    /// One checkpoint of files whose headers are already read; a tensor name may appear in
+    /// only one of them.
+    pub(crate) fn from_files(dir: &Path, files: Vec<SafeTensors>) -> Result<Checkpoint> {
         let mut by_name = HashMap::new();
-        for (fi, p) in names.iter().enumerate() {
-            let st = SafeTensors::open_within(p, limits)?;
+        for (fi, st) in files.iter().enumerate() {
             for (ti, t) in st.tensors.iter().enumerate() {
                 if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
-                    return Err(Error::format(p, format!(
-                        "tensor `{}` also appears in {}", t.name, names[other].display())));
+                    return Err(Error::format(&st.path, format!(
+                        "tensor `{}` also appears in {}", t.name, files[other].path.display())));
                 }
             }
-            files.push(st);
         }
         Ok(Checkpoint { dir: dir.to_path_buf(), files, by_name })
     }

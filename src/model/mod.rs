@@ -22,12 +22,13 @@ pub(crate) mod weights;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{ModelConfig, QkNorm};
-use crate::model::plan::{Budget, MemoryPlan, MemoryUse};
+use crate::model::plan::{Budget, Footprint, Headers, MemoryPlan, MemoryUse};
+use crate::format::json::Json;
 use crate::cache::{CacheOptions, CacheStats, ExpertCache};
 use crate::cache::replay::Trace;
 use crate::cache::usage::Usage;
 pub use routing::TokenRoute;
-use crate::format::container::{self, Manifest};
+use crate::format::container::Manifest;
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::attention::{attend, AttnShape};
 use crate::kernels::{self, Kernels, Pool};
@@ -186,41 +187,34 @@ impl Model {
     pub fn open(path: impl AsRef<Path>, opts: &Options) -> Result<Model> {
         let path = path.as_ref();
         opts.validate()?;
-        if !path.is_dir() {
-            return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
-        }
+        // Every JSON file and header is parsed within the budget (docs/RELIABILITY.md): these
+        // parses come before anything large is held, so they cannot push the peak past it. Each
+        // is read once: the plan is computed from the same headers the load uses.
+        let limits = crate::format::json::Limits::for_budget(opts.budget);
+        let headers = Headers::read(path, &limits)?;
         // The memory plan comes first, from headers alone: a budget under the floor fails here,
         // before any weight or expert is read.
-        let plan = crate::model::plan::plan_memory(path, opts)?;
+        let plan = MemoryPlan::new(&Footprint::of(path, &headers)?, opts);
         let budget = resolve_budget_for(&plan, opts)?;
-        // Every JSON file and header is parsed within the budget (docs/RELIABILITY.md): these
-        // parses come before anything large is held, so they cannot push the peak past it.
-        let limits = crate::format::json::Limits::for_budget(opts.budget);
-        let manifest = if container::is_container(path) { Some(Manifest::open_within(path, &limits)?) } else { None };
-        let cfg = match &manifest {
-            Some(m) => m.config.clone(),
-            None => ModelConfig::load_within(path, &limits)?,
-        };
+        let Headers { manifest, cfg, config_json, ckpt } = headers;
+        let manifest = manifest.as_ref();
         // The tokenizer before the weights: its load briefly holds the file (and a
         // tokenizer.json's parsed document) besides its tables, and nothing large is held yet.
-        let (tokenizer, tokenizer_error) = open_tokenizer(path, manifest.as_ref(), cfg.vocab, &limits)?;
+        let (tokenizer, tokenizer_error) = open_tokenizer(path, manifest, cfg.vocab, &limits)?;
         // With `verify`, the trunk files' CRC-32s too (one pass over the trunk).
-        if let Some(m) = manifest.as_ref().filter(|_| opts.verify) {
+        if let Some(m) = manifest.filter(|_| opts.verify) {
             m.verify_trunk()?;
         }
-        let ckpt = match &manifest {
-            Some(m) => Checkpoint::open_files_within(path, &m.trunk_files, &limits)?,
-            None => Checkpoint::open_within(path, &limits)?,
-        };
         // The identity from the headers, before the weights are read: its transient buffers
         // come and go while little else is held.
-        let identity = model_identity(path, manifest.as_ref(), &ckpt, &limits)?;
+        let identity = model_identity(manifest, &ckpt, manifest.map_or(&config_json, |m| &m.config_json));
+        drop(config_json);
         // generation_config.json too, before the weights: read after them, its parse would add
         // to the budget.
         let generation_eos = generation_eos(path, &limits)?;
         let mut loader = weights::Loader::new(&ckpt);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
-        let experts = match &manifest {
+        let experts = match manifest {
             Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &CacheOptions {
                 bytes: budget.expert_cache_bytes,
                 io_threads: opts.io_threads,
@@ -233,10 +227,11 @@ impl Model {
         };
         let mut notes = Vec::new();
         let mut experts = experts;
-        if let (Experts::Streamed(cache), Some(m), true) = (&mut experts, &manifest, opts.hotlist) {
+        if let (Experts::Streamed(cache), Some(m), true) = (&mut experts, manifest, opts.hotlist) {
             notes.extend(preload_hotlist(path, m, &identity, cache));
         }
-        weights.params = loader.params + manifest.as_ref().map_or(0, expert_params);
+        weights.params = loader.params + manifest.map_or(0, expert_params);
+        drop(loader);
         drop(ckpt);
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
@@ -859,14 +854,10 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
     crate::model::plan::resolve_budget_opts(plan, usable, opts)
 }
 
-/// The identity of the model at `path` ([`session::identity`]): its config.json (a container's
+/// The identity of a model ([`session::identity`]): its config.json (a container's
 /// as converted) and the index of the tensors it loads — the trunk's, and a container's expert
 /// records by layer, encoding and shape.
-fn model_identity(path: &Path, manifest: Option<&Manifest>, ckpt: &Checkpoint, limits: &crate::format::json::Limits) -> Result<[u8; 32]> {
-    let config = match manifest {
-        Some(m) => std::borrow::Cow::Borrowed(&m.config_json),
-        None => std::borrow::Cow::Owned(crate::format::read_json_within(&path.join("config.json"), 16 << 20, limits)?),
-    };
+fn model_identity(manifest: Option<&Manifest>, ckpt: &Checkpoint, config: &Json) -> [u8; 32] {
     let tensors: Vec<_> = ckpt.tensors().map(|(_, t)| t).collect();
     let banks = manifest.map_or(&[][..], |m| &m.banks[..]);
     let experts = banks.iter().flat_map(|b| b.layout.matrices.iter().enumerate().map(move |(i, x)| session::TensorLine {
@@ -875,7 +866,7 @@ fn model_identity(path: &Path, manifest: Option<&Manifest>, ckpt: &Checkpoint, l
         shape: [b.experts as u64, x.rows as u64, x.cols as u64],
         bytes: (b.layout.record_bytes * b.experts) as u64,
     }));
-    Ok(session::identity(&config, &tensors, experts))
+    session::identity(config, &tensors, experts)
 }
 
 /// Parameters of a container's routed experts (their matrices' elements).

@@ -25,13 +25,14 @@
 //! in whole **working sets** (top-k slots × MoE layers: one token's experts), hence
 //! recommended = floor + 3 working sets.
 //!
-//! Each kind of model on disk is a [`ModelKind`] and a branch of [`Footprint::read`] that
+//! Each kind of model on disk is a [`ModelKind`] and a branch of the header reading that
 //! fills a [`Footprint`]; everything after that is shared.
 
 use crate::cache::ExpertShape;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
 use crate::format::container::{self, Manifest};
+use crate::format::json::{Json, Limits};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
 use crate::model::session::Session;
@@ -172,45 +173,64 @@ pub struct Budget {
 /// names the file and field).
 pub fn plan_memory(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan> {
     opts.validate()?;
-    let m = Footprint::read_within(path.as_ref(), &crate::format::json::Limits::for_budget(opts.budget))?;
+    let path = path.as_ref();
+    let m = Footprint::of(path, &Headers::read(path, &Limits::for_budget(opts.budget))?)?;
     Ok(MemoryPlan::new(&m, opts))
+}
+
+/// Everything opening a model reads from its headers, each file read once (issue 14: the plan
+/// is computed from what `open` parsed, not by parsing the headers again): a container's
+/// manifest, the config and its JSON, and the checkpoint's tensor headers (a container's trunk
+/// files, whose headers the manifest check already read).
+pub(crate) struct Headers {
+    /// The container's manifest; `None` for a Hugging Face directory.
+    pub manifest: Option<Manifest>,
+    /// The model's configuration.
+    pub cfg: ModelConfig,
+    /// A Hugging Face directory's config.json as parsed (a container's is in its manifest).
+    pub config_json: Json,
+    /// The tensor headers of the resident weights.
+    pub ckpt: Checkpoint,
+}
+
+impl Headers {
+    /// Reads the headers of the model directory `path`, every JSON file and header parsed
+    /// within `limits`.
+    pub(crate) fn read(path: &Path, limits: &Limits) -> Result<Headers> {
+        if !path.is_dir() {
+            return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
+        }
+        if container::is_container(path) {
+            let (m, ckpt) = Manifest::open_with_trunk(path, limits)?;
+            return Ok(Headers { cfg: m.config.clone(), manifest: Some(m), config_json: Json::Null, ckpt });
+        }
+        let (cfg, config_json) = ModelConfig::load_with_json(path, limits)?;
+        let ckpt = Checkpoint::open_within(path, limits)?;
+        Ok(Headers { manifest: None, cfg, config_json, ckpt })
+    }
 }
 
 impl Footprint {
     /// Reads the footprint of the model at `path` (headers and file sizes only, no weights).
     pub fn read(path: &Path) -> Result<Footprint> {
-        Footprint::read_within(path, &crate::format::json::Limits::default())
+        Footprint::of(path, &Headers::read(path, &Limits::default())?)
     }
 
-    /// [`Footprint::read`] with every JSON file and header parsed within `limits`.
-    pub(crate) fn read_within(path: &Path, limits: &crate::format::json::Limits) -> Result<Footprint> {
-        if !path.is_dir() {
-            return Err(Error::new(ErrorKind::Io, format!("{}: not a model directory", path.display())));
-        }
+    /// The footprint of the model at `path` whose headers are `h`. The loader runs in counting
+    /// mode: the same tensors, checks and byte counts as `Model::open`, with nothing read. A
+    /// Hugging Face MoE checkpoint's experts are resident; a container's stream from its banks.
+    pub(crate) fn of(path: &Path, h: &Headers) -> Result<Footprint> {
         let tokenizer_bytes = crate::tokenizer::plan_bytes_in_dir(path)?;
-        if container::is_container(path) {
-            return Footprint::container(path, tokenizer_bytes, limits);
-        }
-        let cfg = ModelConfig::load_within(path, limits)?;
-        let ckpt = Checkpoint::open_within(path, limits)?;
-        // The loader in counting mode: the same tensors, checks and byte counts as
-        // `Model::open`, with nothing read. A Hugging Face MoE checkpoint's experts are resident.
-        let mut ld = Loader::counting(&ckpt);
-        load_trunk(&mut ld, &cfg)?;
-        crate::model::experts::load_resident(&mut ld, &cfg)?;
-        Ok(Footprint { path: path.to_path_buf(), kind: ModelKind::HfCheckpoint, cfg, trunk_bytes: ld.bytes,
-            tokenizer_bytes, experts: None })
-    }
-
-    /// A container: the trunk from its trunk files' headers, the experts from its banks.
-    fn container(dir: &Path, tokenizer_bytes: u64, limits: &crate::format::json::Limits) -> Result<Footprint> {
-        let m = Manifest::open_within(dir, limits)?;
-        let ckpt = Checkpoint::open_files_within(dir, &m.trunk_files, limits)?;
-        let mut ld = Loader::counting(&ckpt);
-        load_trunk(&mut ld, &m.config)?;
-        let trunk_bytes = ld.bytes;
-        let experts = ExpertShape::of(&m);
-        Ok(Footprint { path: dir.to_path_buf(), kind: ModelKind::Container, cfg: m.config, trunk_bytes, tokenizer_bytes, experts })
+        let mut ld = Loader::counting(&h.ckpt);
+        load_trunk(&mut ld, &h.cfg)?;
+        let (kind, experts) = match &h.manifest {
+            Some(m) => (ModelKind::Container, ExpertShape::of(m)),
+            None => {
+                crate::model::experts::load_resident(&mut ld, &h.cfg)?;
+                (ModelKind::HfCheckpoint, None)
+            }
+        };
+        Ok(Footprint { path: path.to_path_buf(), kind, cfg: h.cfg.clone(), trunk_bytes: ld.bytes, tokenizer_bytes, experts })
     }
 }
 
