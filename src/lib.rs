@@ -84,7 +84,7 @@ pub(crate) mod test_util {
 }
 
 pub use error::{Error, ErrorKind, Result};
-pub use model::plan::{plan_memory, resolve_budget, Budget, BudgetSource, MemoryPlan, MemoryUse, ModelKind};
+pub use model::plan::{plan_memory, Budget, BudgetSource, MemoryPlan, MemoryUse, ModelKind};
 pub use sys::ram::{physical_ram_bytes as physical_ram, usable_ram_bytes as usable_ram, RamProbe, RamReading, RamSource};
 pub use generate::{ExpertActivity, GenerateParams, GenerateSummary, StopReason, TokenEvent};
 pub use sys::CpuList;

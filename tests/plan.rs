@@ -395,12 +395,12 @@ fn container_plan_streams_experts_through_the_cache() {
         assert_eq!(c.kind, waste::model::plan::ModelKind::Container);
         // A budget's expert cache is the whole slots above trunk, state and scratch, at most
         // every record.
-        let b = waste::resolve_budget(&c, 1 << 40, Some(c.floor_bytes() + 3 * slot + 100)).unwrap();
+        let b = c.budget_for(1 << 40, &budget(c.floor_bytes() + 3 * slot + 100)).unwrap();
         assert_eq!(b.expert_cache_bytes, c.min_expert_cache_bytes + 3 * slot);
         let all = c.expert_cache_fixed_bytes + records * slot;
-        assert_eq!(waste::resolve_budget(&c, 1 << 40, Some(1 << 40)).unwrap().expert_cache_bytes, all);
+        assert_eq!(c.budget_for(1 << 40, &budget(1 << 40)).unwrap().expert_cache_bytes, all);
         // Without a budget, on a large machine: floor + 3 working sets.
-        let b = waste::resolve_budget(&c, 1 << 40, None).unwrap();
+        let b = c.budget_for(1 << 40, &waste::Options::default()).unwrap();
         assert_eq!((b.bytes, b.source), (c.recommended_bytes(), waste::BudgetSource::WorkingSets(3)));
     }
 }
@@ -524,4 +524,9 @@ fn tokenizer_allowance_bounds_every_fixture_vocabulary() {
         assert!(held <= allowance, "{}: {held} > {allowance}", f.display());
         assert!(allowance - held <= tokenizer_file_margin(f), "{}: allowance {allowance} - held {held} over the margin", f.display());
     }
+}
+
+/// Options with an explicit budget of `bytes`.
+fn budget(bytes: u64) -> waste::Options {
+    waste::Options { budget: Some(bytes), ..waste::Options::default() }
 }

@@ -40,7 +40,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let plan = waste::plan_memory(path, &opts)?;
     let ram = waste::host::read_ram()?;
     // An explicit budget under the floor fails here, before anything else is printed.
-    let chosen = waste::model::plan::resolve_budget_opts(&plan, ram.usable_bytes, &opts)?;
+    let chosen = plan.budget_for(ram.usable_bytes, &opts)?;
     if a.flag("json") {
         let mut m = vec![
             ("trunk_bytes", plan.trunk_bytes),

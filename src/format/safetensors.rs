@@ -6,10 +6,6 @@
 //! Each header entry is `name: {dtype, shape, data_offsets: [begin, end]}` with offsets relative
 //! to the start of the data; `__metadata__` is a map of strings.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::dtype::DType;
 use super::json::{self, Json};
 use super::dtype::{shape_problem, Width, META_BLOCK, META_SCALE};
@@ -25,8 +21,11 @@ pub const MAX_HEADER_BYTES: u64 = 100 << 20;
 /// One tensor's entry, with its byte range made absolute in the file.
 #[derive(Clone, Debug)]
 pub struct TensorInfo {
+    /// The tensor's name in the header.
     pub name: String,
+    /// Its element type (`dtype` field).
     pub dtype: DType,
+    /// Its dimensions, outermost first (checked: their product in bytes overflows nothing).
     pub shape: Vec<u64>,
     /// Absolute file offset of the first byte.
     pub offset: u64,
@@ -43,10 +42,15 @@ impl TensorInfo {
 
 /// An open safetensors file whose header has been validated.
 pub struct SafeTensors {
+    /// The file, for error messages.
     pub path: PathBuf,
+    /// The open file, read with positioned reads.
     pub file: File,
+    /// The file's size when opened (every tensor's range lies inside it).
     pub file_size: u64,
+    /// Every tensor of the header, in header order.
     pub tensors: Vec<TensorInfo>,
+    /// The `__metadata__` string pairs.
     pub metadata: Vec<(String, String)>,
     /// The block width of a quantized file (seed 000), `None` for an ordinary one.
     pub width: Option<Width>,
@@ -238,7 +242,9 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
 /// The tensors of a checkpoint directory: `model.safetensors`, or the shards named by
 /// `model.safetensors.index.json`, with each tensor found by name across the files.
 pub struct Checkpoint {
+    /// The checkpoint's directory.
     pub dir: PathBuf,
+    /// Its safetensors files (one, or the shards in index order).
     pub files: Vec<SafeTensors>,
     by_name: HashMap<String, (usize, usize)>,
 }
@@ -367,8 +373,11 @@ fn shard_paths(dir: &Path, limits: &json::Limits) -> Result<Vec<PathBuf>> {
 /// One tensor to write: its name, dtype, shape, and exact byte length.
 #[derive(Clone, Debug)]
 pub struct TensorSpec {
+    /// The tensor's name.
     pub name: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its dimensions, outermost first.
     pub shape: Vec<u64>,
 }
 

@@ -7,10 +7,6 @@
 //! from DRAM, so the bound on tokens per second is read bandwidth ÷ model bytes; a kernel that
 //! streams at the read bandwidth leaves nothing on the table.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::{pool, Isa, Kernels, MatRef, Pool};
 use crate::sys::CpuList;
 use crate::error::{Error, Result};
@@ -74,6 +70,7 @@ impl Default for MatmulBench {
 /// One measurement per thread count.
 #[derive(Clone, Debug)]
 pub struct Rate {
+    /// Threads of the measurement.
     pub threads: usize,
     /// Median seconds per pass.
     pub secs: f64,
@@ -86,23 +83,30 @@ pub struct Rate {
 /// The measurements of one dtype.
 #[derive(Clone, Debug)]
 pub struct DtypeRates {
+    /// The weights' element type.
     pub dtype: DType,
+    /// Rows of the weight matrix.
     pub rows: usize,
+    /// Columns of the weight matrix.
     pub cols: usize,
     /// Weight bytes streamed per pass.
     pub bytes: usize,
+    /// One measurement per thread count.
     pub rates: Vec<Rate>,
 }
 
 /// Everything `bench matmul` prints.
 #[derive(Clone, Debug)]
 pub struct MatmulReport {
+    /// The instruction set the kernels ran on.
     pub isa: Isa,
     /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
     pub int8: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
     pub threads: Vec<usize>,
+    /// The CPUs the threads were bound to, when bound.
     pub cpus: Option<CpuList>,
+    /// Passes per measurement (the median is reported).
     pub passes: usize,
     /// Vectors per product.
     pub tokens: usize,
@@ -118,6 +122,7 @@ pub struct MatmulReport {
     /// The integer multiply-add peak of the int8 path's instructions, per thread count
     /// (byte products; `peak::int8`).
     pub int8_peak: Vec<Rate>,
+    /// The products measured, one per dtype.
     pub dtypes: Vec<DtypeRates>,
 }
 

@@ -843,7 +843,7 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
 
 /// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
 /// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
-/// leaves but may not exceed it ([`crate::model::plan::resolve_budget_opts`]).
+/// leaves but may not exceed it ([`MemoryPlan::budget_for`]).
 fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
     // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
     // stop a run whose ceiling the user already chose.
@@ -851,7 +851,7 @@ fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
         Some(_) => crate::sys::ram::usable_ram_bytes().unwrap_or(u64::MAX),
         None => crate::sys::ram::usable_ram_bytes()?,
     };
-    crate::model::plan::resolve_budget_opts(plan, usable, opts)
+    plan.budget_for(usable, opts)
 }
 
 /// The identity of a model ([`session::identity`]): its config.json (a container's

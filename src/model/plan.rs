@@ -295,6 +295,18 @@ impl MemoryPlan {
         }
     }
 
+    /// The budget a model opens with under `opts` on a machine with `usable_ram` bytes
+    /// ([`crate::usable_ram`]), as [`crate::Model::open`] chooses it. The rule (seed 001 §3):
+    /// an explicit `opts.budget` is a hard ceiling and must cover the floor; without one, the
+    /// largest of floor + 3, 2, 1 working sets under 7/8 of `usable_ram`, else the floor (with a
+    /// warning). Then an explicit expert-cache size (`opts.cache_bytes`) overrides what the
+    /// budget leaves but may not exceed it; without a budget it makes its own
+    /// ([`BudgetSource::Cache`]). Refuses (`ErrorKind::RamBudget`, naming the smallest budget
+    /// that works) a budget under the floor and a cache under the minimum or over the budget.
+    pub fn budget_for(&self, usable_ram: u64, opts: &Options) -> Result<Budget> {
+        resolve_budget_opts(self, usable_ram, opts)
+    }
+
     /// Trunk + state + scratch + tokenizer + minimum expert cache: nothing runs in less.
     pub fn floor_bytes(&self) -> u64 {
         self.resident_bytes().saturating_add(self.min_expert_cache_bytes)
@@ -385,7 +397,7 @@ see `{}`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.tokenize
 /// `usable_ram`, else the floor — with a warning when even the floor is above 7/8, since
 /// refusing a model that does fit would be worse. Expert cache only pays in whole working
 /// sets, and filling up to the cap walks the machine into paging.
-pub fn resolve_budget(plan: &MemoryPlan, usable_ram: u64, explicit: Option<u64>) -> Result<Budget> {
+pub(crate) fn resolve_budget(plan: &MemoryPlan, usable_ram: u64, explicit: Option<u64>) -> Result<Budget> {
     if let Some(bytes) = explicit {
         let expert_cache_bytes = plan.expert_cache_bytes(bytes)?;
         let warning = (bytes > usable_ram).then(|| format!(
@@ -413,11 +425,8 @@ fn seven_eighths(bytes: u64) -> u64 {
     (bytes as u128 * 7 / 8) as u64
 }
 
-/// The budget a model opens with under `opts`: [`resolve_budget`], then an explicit
-/// expert-cache size (`opts.cache_bytes`), which overrides what the budget leaves but may not
-/// exceed it. Without a budget, a cache size makes its own budget (what the model then holds,
-/// [`BudgetSource::Cache`]), with a warning when that is above 7/8 of usable RAM.
-pub fn resolve_budget_opts(plan: &MemoryPlan, usable_ram: u64, opts: &Options) -> Result<Budget> {
+/// See [`MemoryPlan::budget_for`].
+fn resolve_budget_opts(plan: &MemoryPlan, usable_ram: u64, opts: &Options) -> Result<Budget> {
     let mut budget = resolve_budget(plan, usable_ram, opts.budget)?;
     if opts.cache_bytes == 0 || !plan.has_experts() {
         return Ok(budget);

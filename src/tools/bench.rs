@@ -1,10 +1,6 @@
 //! Speed measurement of an open model: prefill a prompt, then decode greedily. Figures are for
 //! printing and recording, never for asserting (machines are noisy).
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use crate::error::Result;
 use crate::Model;
 use std::time::Instant;
@@ -12,9 +8,13 @@ use std::time::Instant;
 /// Measured speeds.
 #[derive(Clone, Debug)]
 pub struct BenchReport {
+    /// Prompt tokens per second.
     pub prefill_tok_s: f64,
+    /// Generated tokens per second.
     pub decode_tok_s: f64,
+    /// Seconds of the prefill.
     pub prefill_secs: f64,
+    /// Seconds of the decode.
     pub decode_secs: f64,
     /// Expert-cache activity during decode only (streamed models).
     pub decode_cache: Option<crate::CacheStats>,
@@ -35,11 +35,15 @@ fn token_stream(vocab: usize) -> impl FnMut() -> u32 {
 /// What saving and loading a session's state costs beside computing it again.
 #[derive(Clone, Debug)]
 pub struct StateBenchReport {
+    /// Tokens in the session.
     pub tokens: usize,
     /// Computing the tokens' state from nothing (the prefill that a load replaces).
     pub prefill_secs: f64,
+    /// Seconds to save the state file.
     pub save_secs: f64,
+    /// Seconds to load it back into a fresh session.
     pub load_secs: f64,
+    /// Bytes of the state file.
     pub file_bytes: u64,
 }
 

@@ -15,31 +15,33 @@
 //! - A NaN or infinite logit anywhere, in either model, fails the comparison whatever the
 //!   tokens: argmax skips NaN, so two broken models could otherwise "agree".
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use crate::error::{Error, Result};
 use crate::Model;
 
 /// The outcome of a comparison.
 #[derive(Clone, Debug)]
 pub struct CompareReport {
+    /// The prompt's token ids.
     pub prompt: Vec<u32>,
+    /// The float model's greedy tokens.
     pub tokens_float: Vec<u32>,
+    /// The quantized model's greedy tokens.
     pub tokens_quant: Vec<u32>,
-    /// Decode steps compared and logits per step × steps.
+    /// Decode steps compared.
     pub steps: usize,
+    /// Logits compared in all (logits per step × steps).
     pub values: usize,
-    /// Largest and mean |float − quant| over every compared logit.
+    /// Largest |float − quant| over every compared logit.
     pub max_diff: f64,
+    /// Mean |float − quant| over them.
     pub mean_diff: f64,
-    /// The same over the distribution after the prompt alone.
+    /// Largest |float − quant| over the distribution after the prompt alone.
     pub prefill_max: f64,
+    /// Mean |float − quant| after the prompt.
     pub prefill_mean: f64,
-    /// Non-finite logits seen from the float and the quantized model (every distribution
-    /// either decode computed).
+    /// Non-finite logits seen from the float model (every distribution its decode computed).
     pub non_finite_float: usize,
+    /// Non-finite logits from the quantized model.
     pub non_finite_quant: usize,
 }
 

@@ -10,10 +10,6 @@
 //! conversion finishes with byte-identical output; run again on its finished output, it
 //! verifies it.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use crate::format::config::ModelConfig;
 use crate::format::container::{Bank, FileSum, Manifest, RecordLayout, MANIFEST};
 use crate::format::dtype::DType;
@@ -28,8 +24,11 @@ use std::path::{Path, PathBuf};
 /// How a group of tensors is stored in the container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
+    /// 32-bit floats, exact.
     F32,
+    /// bfloat16 (what most checkpoints ship; exact for them).
     BF16,
+    /// IEEE half precision.
     F16,
     /// Q8B32 (seed 000).
     Q8,
@@ -50,6 +49,7 @@ impl Encoding {
         })
     }
 
+    /// The name [`Encoding::parse`] reads (and the manifest records).
     pub fn name(self) -> &'static str {
         match self {
             Encoding::F32 => "f32",
@@ -75,7 +75,9 @@ impl Encoding {
 /// What to convert and how.
 #[derive(Clone, Debug)]
 pub struct ConvertOptions {
+    /// The Hugging Face checkpoint directory read.
     pub input: PathBuf,
+    /// The container directory written (created; resumed when it holds an earlier run's state).
     pub output: PathBuf,
     /// Attention and dense-FFN matrices. Default q4.
     pub trunk: Encoding,
@@ -111,6 +113,7 @@ impl ConvertOptions {
 pub struct Progress {
     /// Output bytes done (including those found complete from an earlier run).
     pub done: u64,
+    /// Output bytes in all.
     pub total: u64,
     /// The file being written.
     pub file: String,

@@ -13,10 +13,6 @@
 //! The output directory receives `model.safetensors` and copies of `config.json`,
 //! `generation_config.json` and the tokenizer files, so the runtime opens it as it is.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use crate::format::dtype::{DType, BLOCK};
 use crate::format::quant::{self, Width};
 use crate::format::safetensors::{Checkpoint, SafeTensors, TempFile, TensorInfo, TensorSpec, Writer};
@@ -51,10 +47,13 @@ pub struct QuantizeReport {
     pub bytes: u64,
     /// Total size of the source weight files.
     pub source_bytes: u64,
-    /// Tensors written, quantized (2-D) and kept in a float type.
+    /// Tensors written.
     pub tensors: usize,
+    /// Of those, quantized (the 2-D matrices).
     pub quantized: usize,
+    /// Of those, kept in a float type (vectors, embeddings).
     pub kept: usize,
+    /// The block width written.
     pub width: Width,
     /// SHA-256 of the written file.
     pub digest: [u8; 32],
