@@ -281,6 +281,92 @@ fn glm_fixtures_have_the_intended_structure() {
         assert_eq!(open(&dir, 1, 32).info().mtp_layers, 1, "{name}");
         let (code, out, err) = waste(&["info", dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{err}");
-        assert!(out.contains("mtp layers    1 skipped (model.layers.3.."), "{out}");
+        assert!(out.contains("mtp layers    1 skipped") && out.contains("model.layers.3.* are never read"), "{out}");
     }
+}
+
+/// GLM-4.5-Air's config.json as released (46 layers, GQA 96:8 of head_dim 128 with half of it
+/// rotated, q/k/v biases, no q/k norm, one dense layer, one shared expert, one MTP layer),
+/// with a small vocabulary and 8 experts so that the header-only checkpoint's holes stay small.
+const AIR: &str = r#"{"architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
+    "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1408,
+    "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 8,
+    "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+    "num_hidden_layers": 46, "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 1000000, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.54.0", "use_cache": true, "use_qk_norm": false, "vocab_size": 1024}"#;
+
+/// The tensors of layer `l` of a GLM-4.5 checkpoint of `cfg`'s shape (BF16 matrices, F32
+/// vectors), and with `mtp` the MTP head's own (eh_proj, enorm, hnorm, shared_head.norm).
+fn glm_layer(cfg: &waste::format::config::ModelConfig, l: usize, mtp: bool) -> Vec<(String, waste::format::dtype::DType, Vec<u64>)> {
+    use waste::format::dtype::DType::{BF16, F32};
+    let (h, q, kv) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64);
+    let p = format!("model.layers.{l}");
+    let mut t = vec![(format!("{p}.input_layernorm.weight"), F32, vec![h]), (format!("{p}.post_attention_layernorm.weight"), F32, vec![h])];
+    for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+        t.push((format!("{p}.self_attn.{name}.weight"), BF16, vec![rows, h]));
+        t.push((format!("{p}.self_attn.{name}.bias"), BF16, vec![rows]));
+    }
+    t.push((format!("{p}.self_attn.o_proj.weight"), BF16, vec![h, q]));
+    let mlp = |t: &mut Vec<_>, prefix: String, i: u64| {
+        for (name, shape) in [("gate_proj", vec![i, h]), ("up_proj", vec![i, h]), ("down_proj", vec![h, i])] {
+            t.push((format!("{prefix}.{name}.weight"), BF16, shape));
+        }
+    };
+    match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l) || mtp) {
+        None => mlp(&mut t, format!("{p}.mlp"), cfg.intermediate as u64),
+        Some(moe) => {
+            t.push((format!("{p}.mlp.gate.weight"), BF16, vec![moe.experts as u64, h]));
+            t.push((format!("{p}.mlp.gate.e_score_correction_bias"), F32, vec![moe.experts as u64]));
+            for j in 0..moe.experts {
+                mlp(&mut t, format!("{p}.mlp.experts.{j}"), moe.expert_intermediate as u64);
+            }
+            mlp(&mut t, format!("{p}.mlp.shared_experts"), moe.shared_intermediate as u64);
+        }
+    }
+    if mtp {
+        t.push((format!("{p}.eh_proj.weight"), BF16, vec![h, 2 * h]));
+        for n in ["enorm", "hnorm", "shared_head.norm"] {
+            t.push((format!("{p}.{n}.weight"), BF16, vec![h]));
+        }
+    }
+    t
+}
+
+/// GLM-4.5-Air's shape as a header-only checkpoint, with and without its MTP layer 46: the
+/// released config reads as intended, the plans are the same (the MTP layer is never held), and
+/// the state at 4096 tokens is the f32 K/V cache of the 46 decoder layers: 2 × 46 × 4096 × 8 ×
+/// 128 floats (1.44 GiB) plus the session's tokens.
+#[test]
+fn glm_4_5_air_shape_in_the_plan() {
+    use waste::format::dtype::DType::{BF16, F32};
+    let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"),
+        &waste::format::json::parse(AIR.as_bytes()).unwrap()).unwrap();
+    assert_eq!((cfg.head_dim, cfg.rope.dim, cfg.rope.theta, cfg.qk_norm, cfg.qkv_bias, cfg.o_bias, cfg.mtp_layers),
+        (128, 64, 1e6, QkNorm::None, true, false, 1));
+    assert_eq!(cfg.eos_tokens, [151329, 151336, 151338]);
+    let moe = cfg.moe.as_ref().unwrap();
+    assert_eq!(moe.routing, Routing::Sigmoid { groups: 1, topk_group: 1, renormalize: true, scale: 1.0 });
+    assert_eq!((moe.expert_intermediate, moe.shared_intermediate), (1408, 1408));
+    assert_eq!((0..46).filter(|&l| !cfg.is_moe_layer(l)).collect::<Vec<_>>(), [0]);
+    let (h, v) = (cfg.hidden as u64, cfg.vocab as u64);
+    let mut tensors = vec![("model.embed_tokens.weight".to_string(), BF16, vec![v, h])];
+    for l in 0..cfg.layers {
+        tensors.extend(glm_layer(&cfg, l, false));
+    }
+    tensors.push(("model.norm.weight".into(), F32, vec![h]));
+    tensors.push(("lm_head.weight".into(), BF16, vec![v, h]));
+    let base = temp_dir("glm-air");
+    write_checkpoint(&base.join("plain"), AIR, &tensors);
+    let mut with_mtp = tensors.clone();
+    with_mtp.extend(glm_layer(&cfg, 46, true));
+    write_checkpoint(&base.join("mtp"), AIR, &with_mtp);
+    let opts = Options { ctx: 4096, ..Options::default() };
+    let plain = waste::plan_memory(base.join("plain"), &opts).unwrap();
+    let mtp = waste::plan_memory(base.join("mtp"), &opts).unwrap();
+    assert_eq!(waste::MemoryPlan { path: plain.path.clone(), ..mtp }, plain, "the MTP layer changes the plan");
+    assert_eq!(plain.state_bytes, 2 * 46 * 4096 * 8 * 128 * 4 + 4097 * 4);
+    let _ = std::fs::remove_dir_all(&base);
 }

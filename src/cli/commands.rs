@@ -461,7 +461,7 @@ fn info(a: &Args) -> Outcome {
         outln!("expert banks  {} ({mode})", i.expert_banks);
     }
     if i.mtp_layers > 0 {
-        outln!("mtp layers    {} skipped (model.layers.{}.. in the checkpoint: not part of the next-token forward pass, never read)",
+        outln!("mtp layers    {} skipped (not part of the next-token forward pass: model.layers.{}.* are never read)",
             i.mtp_layers, i.layers);
     }
     outln!("vocab         {}", i.vocab);
