@@ -285,9 +285,10 @@ fn glm_fixtures_have_the_intended_structure() {
     }
 }
 
-/// GLM-4.5-Air's config.json as released (46 layers, GQA 96:8 of head_dim 128 with half of it
-/// rotated, q/k/v biases, no q/k norm, one dense layer, one shared expert, one MTP layer),
-/// with a small vocabulary and 8 experts so that the header-only checkpoint's holes stay small.
+/// GLM-4.5-Air's config.json (46 layers, GQA 96:8 of head_dim 128 with half of it rotated,
+/// q/k/v biases, no q/k norm, one dense layer, one shared expert, one MTP layer), written here
+/// from the published file's fields (nothing can be downloaded on this machine), with a small
+/// vocabulary and 8 experts so that the header-only checkpoint's holes stay small.
 const AIR: &str = r#"{"architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
     "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
     "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
