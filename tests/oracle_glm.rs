@@ -371,3 +371,30 @@ fn glm_4_5_air_shape_in_the_plan() {
     assert_eq!(plain.state_bytes, 2 * 46 * 4096 * 8 * 128 * 4 + 4097 * 4);
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// `waste random-model --container` writes GLM's layers as the config asks (q/k/v biases, q/k
+/// norm, a dense first layer, the router's correction bias, shared experts): the container
+/// opens, streams its experts through the smallest cache, gives finite logits, and its plan is
+/// what it holds.
+#[test]
+fn glm_random_container_opens_and_plans() {
+    let dir = temp_dir("glm-random");
+    let cfg = dir.join("config.json");
+    std::fs::write(&cfg, r#"{"architectures": ["Glm4MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+        "moe_intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "head_dim": 32, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+        "n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "attention_bias": true,
+        "use_qk_norm": true, "vocab_size": 96, "max_position_embeddings": 64}"#).unwrap();
+    let out = dir.join("glm.waste");
+    let (code, _, err) = waste(&["random-model", "--config", cfg.to_str().unwrap(), "--out", out.to_str().unwrap(), "--container", "--experts", "q4"]);
+    assert_eq!(code, 0, "{err}");
+    let manifest = waste::format::container::Manifest::open(&out).unwrap();
+    assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), [1, 2]);
+    let opts = Options { threads: 1, cache_bytes: waste::cache::min_cache_bytes(&manifest), ..Options::default() };
+    let mut m = open_with(&out, opts.clone());
+    let logits = prompt_logits(&mut m, &[1, 5, 9, 13, 17, 21, 25, 29], false);
+    assert_finite("random GLM container logits", &logits);
+    assert!(m.cache_stats().unwrap().misses > 0);
+    assert_plan_matches(&waste::plan_memory(&out, &opts).unwrap(), &m, "random GLM container");
+    let _ = std::fs::remove_dir_all(&dir);
+}
