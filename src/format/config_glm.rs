@@ -29,6 +29,18 @@ pub(super) fn finish(f: &Fields, mut cfg: ModelConfig) -> Result<ModelConfig> {
     if f.get("clip_qkv").is_some() {
         return Err(refuse("clip_qkv", "is not part of GLM's attention (transformers ignores it; the engine would clamp)"));
     }
+    // Glm4MoeConfig's defaults where the common reader's differ: 8 KV heads (not one per query
+    // head) and a context of 131072.
+    if f.get("num_key_value_heads").is_none() {
+        if cfg.heads % 8 != 0 {
+            return Err(Error::config(f.path, "num_key_value_heads", format!(
+                "missing, and its default 8 does not divide num_attention_heads {}", cfg.heads)));
+        }
+        cfg.kv_heads = 8;
+    }
+    if f.get("max_position_embeddings").is_none() {
+        cfg.max_position = 131072;
+    }
     cfg.qk_norm = if f.bool_or("use_qk_norm", false)? { QkNorm::PerHead } else { QkNorm::None };
     cfg.o_bias = false;
     // Glm4MoeConfig maps num_mtp_layers onto num_nextn_predict_layers; its default is 1.
@@ -70,7 +82,12 @@ mod tests {
         let moe = c.moe.as_ref().must();
         assert_eq!(moe.routing, Routing::Sigmoid { groups: 1, topk_group: 1, renormalize: true, scale: 1.0 });
         assert_eq!((moe.shared_intermediate, moe.moe_layers.clone()), (32, vec![false, true, true]));
-        assert_eq!((c.rms_eps, c.mtp_layers), (1e-5, 1));
+        assert_eq!((c.rms_eps, c.mtp_layers, c.max_position, c.kv_heads), (1e-5, 1, 131072, 2));
+        // Without num_key_value_heads: the class's 8, not one per query head.
+        let bare = GLM.replace(r#""num_attention_heads": 4, "num_key_value_heads": 2"#, r#""num_attention_heads": 16"#);
+        assert_eq!(cfg(&format!("{{{bare}}}")).must().kv_heads, 8);
+        let e = cfg(&format!("{{{}}}", bare.replace(r#""num_attention_heads": 16"#, r#""num_attention_heads": 12"#))).unwrap_err();
+        assert!(e.to_string().contains("`num_key_value_heads`"), "{e}");
         let c = cfg(&format!(r#"{{{GLM}, "attention_bias": true, "use_qk_norm": true, "n_group": 4, "topk_group": 2,
             "routed_scaling_factor": 2.5, "norm_topk_prob": false, "n_shared_experts": 2, "first_k_dense_replace": 2,
             "num_nextn_predict_layers": 0, "rope_parameters": {{"rope_type": "default", "rope_theta": 1e6,
