@@ -398,3 +398,27 @@ fn glm_random_container_opens_and_plans() {
     assert_plan_matches(&waste::plan_memory(&out, &opts).unwrap(), &m, "random GLM container");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The quantized paths run on GLM's layers: `waste convert` with its defaults (q4 trunk and
+/// experts, q8 embeddings and routers), `waste quantize` q8, and the int8-activation kernels
+/// give finite logits.
+#[test]
+fn glm_quantized_paths_run() {
+    use waste::format::quant::Width;
+    use waste::tools::convert::{convert, ConvertOptions};
+    use waste::tools::quantize::quantize_checkpoint;
+    for name in ["glm4_moe_f32", "glm4_moe_noqk_f32"] {
+        let o = oracle(name);
+        let src = o.dir.join("model");
+        let base = temp_dir(&format!("{name}-quant"));
+        let q4 = base.join("default.waste");
+        convert(&ConvertOptions::new(&src, &q4), &mut |_| {}).unwrap();
+        assert_finite(&format!("{name}: q4 container logits"), &prompt_logits(&mut open(&q4, 1, 32), &o.prompt, false));
+        let q8 = base.join("q8-checkpoint");
+        quantize_checkpoint(&src, &q8, Width::Q8).unwrap();
+        assert_finite(&format!("{name}: q8 checkpoint logits"), &prompt_logits(&mut open(&q8, 1, 32), &o.prompt, false));
+        let mut int8 = open_with(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
+        assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
