@@ -55,11 +55,12 @@ TINY = dict(model_type="glm4_moe", vocab_size=VOCAB, hidden_size=64, intermediat
             bos_token_id=1, eos_token_id=2, pad_token_id=0, hidden_act="silu")
 
 VARIANTS = {
-    # GLM-4.5's switches as released (attention_bias, use_qk_norm, partial rotary 0.5 of a head_dim
-    # of 32 = 8 rotated pairs of 16 channels, the other 16 pass), layer 0 dense, 8 experts in 4
-    # groups of which the best 2 are kept, top-3 renormalised x2.5, one shared expert, an MTP
-    # layer's tensors in the checkpoint. 32-token prompt; cached decode from 12 tokens on.
-    "glm4_moe_f32": dict(dtype="float32", prompt_len=32, decode_from=12, mtp_tensors=True,
+    # GLM-4.5's switches (attention_bias, use_qk_norm, partial rotary 0.5 of a head_dim of 32 = 8
+    # rotated pairs of 16 channels, the other 16 pass), layer 0 dense, 8 experts in 4 groups of
+    # which the best 2 are kept, top-3 renormalised x2.5, one shared expert. The config declares
+    # one MTP layer whose tensors this checkpoint lacks (as save_pretrained writes it; the bf16
+    # twin carries them). 32-token prompt; cached decode from 12 tokens on.
+    "glm4_moe_f32": dict(dtype="float32", prompt_len=32, decode_from=12,
         contrasts=dict(groups=dict(n_group=1, topk_group=1),
                        full_rotary=dict(rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=1.0))),
         config=dict(TINY, num_hidden_layers=3, head_dim=32, attention_bias=True, use_qk_norm=True,
@@ -67,7 +68,8 @@ VARIANTS = {
                     n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
                     first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
                     num_nextn_predict_layers=1)),
-    # The same model stored as BF16 (router correction bias kept in F32, as released).
+    # The same model stored as BF16 (router correction bias kept in F32, as released), with an
+    # MTP layer's tensors added to the checkpoint.
     "glm4_moe_bf16": dict(dtype="bfloat16", prompt_len=32, decode_from=12, mtp_tensors=True,
         config=dict(TINY, num_hidden_layers=3, head_dim=32, attention_bias=True, use_qk_norm=True,
                     rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
@@ -75,12 +77,13 @@ VARIANTS = {
                     first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
                     num_nextn_predict_layers=1)),
     # No q/k norm, head_dim = hidden / heads = 16 (4 rotated pairs), two dense layers, one group,
-    # raw top-2 weights (norm_topk_prob false) x1.5, two shared experts (64 wide), no MTP layer.
+    # raw top-2 weights (norm_topk_prob false) x1.5, two shared experts (64 wide), dense width 64,
+    # no MTP layer.
     # config.json is rewritten in the release's spelling (top-level rope_theta and
     # partial_rotary_factor, no rope_parameters), which transformers still reads.
     "glm4_moe_noqk_f32": dict(dtype="float32", prompt_len=24, decode_from=8, release_spelling=True,
         contrasts=dict(qk_norm=dict(use_qk_norm=True)),
-        config=dict(TINY, num_hidden_layers=4, head_dim=16, attention_bias=True, use_qk_norm=False,
+        config=dict(TINY, num_hidden_layers=4, head_dim=16, intermediate_size=64, attention_bias=True, use_qk_norm=False,
                     rope_parameters=dict(rope_type="default", rope_theta=1e4, partial_rotary_factor=0.5),
                     n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=2,
                     first_k_dense_replace=2, norm_topk_prob=False, routed_scaling_factor=1.5,
