@@ -436,6 +436,9 @@ fn info(a: &Args) -> Outcome {
             m.push(("experts", Json::uint(e as u64)));
             m.push(("experts_per_token", Json::uint(k as u64)));
         }
+        if i.mtp_layers > 0 {
+            m.push(("mtp_layers_skipped", Json::uint(i.mtp_layers as u64)));
+        }
         if let Some(mode) = i.io_mode {
             m.push(("expert_cache_bytes", Json::uint(i.expert_cache_bytes)));
             m.push(("expert_banks", Json::uint(i.expert_banks as u64)));
@@ -456,6 +459,10 @@ fn info(a: &Args) -> Outcome {
     if let Some(mode) = i.io_mode {
         outln!("expert cache  {} bytes ({:.1} MiB)", i.expert_cache_bytes, i.expert_cache_bytes as f64 / (1 << 20) as f64);
         outln!("expert banks  {} ({mode})", i.expert_banks);
+    }
+    if i.mtp_layers > 0 {
+        outln!("mtp layers    {} skipped (not part of the next-token forward pass: model.layers.{}.* are never read)",
+            i.mtp_layers, i.layers);
     }
     outln!("vocab         {}", i.vocab);
     outln!("parameters    {} ({:.2} M)", i.parameters, i.parameters as f64 / 1e6);

@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 pub mod mla;
 pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
 
+// GLM-4.5/4.6: attention of the Llama kind with its own switches, DeepSeek-V3's routing.
+#[path = "config_glm.rs"]
+mod glm;
+
 /// The model families the engine knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -32,6 +36,7 @@ pub enum Arch {
     DeepseekV2,
     DeepseekV3,
     KimiLinear,
+    Glm4Moe,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
@@ -112,6 +117,10 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::KimiLinear, class: "KimiLinearForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
         moe: Some(MoeLayout { block: "block_sparse_moe", names: ["w1", "w3", "w2"], shared_expert: false }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+    // q_norm/k_norm per head only with `use_qk_norm` (config_glm.rs sets it).
+    Family { arch: Arch::Glm4Moe, class: "Glm4MoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
@@ -186,6 +195,10 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Latent attention (MLA) and KDA geometry with the per-layer mixer (DeepSeek, Kimi).
     pub mla: Option<MlaConfig>,
+    /// Multi-token-prediction layers the config declares (GLM's `num_nextn_predict_layers`):
+    /// their tensors sit past `num_hidden_layers` in the checkpoint and are never read, as they
+    /// are not part of the next-token forward pass.
+    pub mtp_layers: usize,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -330,6 +343,8 @@ impl ModelConfig {
         let sliding_window = parse_sliding_window(&f, family.arch, layers)?;
         let max_position = f.usize_opt("max_position_embeddings")?.unwrap_or(4096);
         let moe = match family.moe {
+            // GLM routes as DeepSeek-V3 does (sigmoid, correction bias, groups): read alike.
+            Some(_) if family.arch == Arch::Glm4Moe => Some(mla::sigmoid_moe(&f, family, layers)?),
             Some(layout) => Some(parse_moe(&f, family.arch, layout, layers)?),
             None => None,
         };
@@ -337,7 +352,7 @@ impl ModelConfig {
         if dense_layers > 0 && intermediate == 0 {
             return Err(Error::config(path, "intermediate_size", "missing or zero"));
         }
-        Ok(ModelConfig {
+        let cfg = ModelConfig {
             arch: family.arch,
             class,
             hidden,
@@ -361,7 +376,12 @@ impl ModelConfig {
             eos_tokens: f.token_ids("eos_token_id")?,
             moe,
             mla: None,
-        })
+            mtp_layers: 0,
+        };
+        match family.arch {
+            Arch::Glm4Moe => glm::finish(&f, cfg),
+            _ => Ok(cfg),
+        }
     }
 
     /// The family row of this config.
@@ -423,9 +443,16 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
         return Err(Error::config(f.path, &theta_key, format!("{theta} must be greater than 1")));
     }
     let partial_key = lookup("partial_rotary_factor").map_or("partial_rotary_factor".to_string(), |(_, s)| format!("{s}.partial_rotary_factor"));
-    let partial = nested("partial_rotary_factor", "partial_rotary_factor")?.unwrap_or(1.0);
+    // Glm4MoeConfig defaults the factor to 0.5 (half of each head rotates).
+    let partial = nested("partial_rotary_factor", "partial_rotary_factor")?
+        .unwrap_or(if family.arch == Arch::Glm4Moe { 0.5 } else { 1.0 });
     if !(partial > 0.0 && partial <= 1.0) {
         return Err(Error::config(f.path, &partial_key, format!("{partial} is out of range (0, 1]")));
+    }
+    // GLM's reference takes int(head_dim × factor) channels with a frequency for every second
+    // one: an odd count would rotate one channel more than it names, so it is refused.
+    if family.arch == Arch::Glm4Moe && ((head_dim as f64 * partial) as usize) % 2 == 1 {
+        return Err(Error::config(f.path, &partial_key, format!("{partial} × head_dim {head_dim} is not an even number of channels")));
     }
     let dim = ((head_dim as f64 * partial) as usize) & !1;
     let kind_entry = lookup("rope_type").or_else(|| lookup("type"));

@@ -120,6 +120,9 @@ fn defaults(arch: Arch) -> Defaults {
             first_dense: 0, scaling: 1.0, max_position: 2048, groups: (1, 1) },
         Arch::KimiLinear => Defaults { q_lora_rank: None, experts: 256, top_k: Some(8), moe_intermediate: 1024, shared: 1,
             first_dense: 1, scaling: 2.446, max_position: 1 << 20, groups: (1, 1) },
+        // Glm4MoeConfig (only its MoE fields are read through this table).
+        Arch::Glm4Moe => Defaults { q_lora_rank: None, experts: 128, top_k: Some(8), moe_intermediate: 1408, shared: 1,
+            first_dense: 1, scaling: 1.0, max_position: 131072, groups: (1, 1) },
         _ => Defaults { q_lora_rank: Some(1536), experts: 256, top_k: Some(8), moe_intermediate: 2048, shared: 1,
             first_dense: 3, scaling: 2.5, max_position: 4096, groups: (8, 4) },
     }
@@ -194,6 +197,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         eos_tokens: f.token_ids("eos_token_id")?,
         moe: Some(moe),
         mla: Some(mla),
+        mtp_layers: 0,
     })
 }
 
@@ -410,6 +414,12 @@ fn one_based_schedule(f: &Fields, kda: &Json, full: &Json, layers: usize) -> Res
     }
     out.iter().enumerate().map(|(l, m)| m.ok_or_else(|| Error::config(f.path, "linear_attn_config",
         format!("layer {} (1-based) is in neither kda_layers nor full_attn_layers", l + 1)))).collect()
+}
+
+/// The MoE block of a family that routes as DeepSeek-V3 does, with its own class defaults
+/// (GLM-4.5: sigmoid scores, correction bias, groups, gate-less shared experts).
+pub(super) fn sigmoid_moe(f: &Fields, family: &Family, layers: usize) -> Result<MoeConfig> {
+    parse_moe(f, family, layers, &defaults(family.arch))
 }
 
 /// The MoE block (spec §3.1, §3.6–3.8, §4.5): experts, widths, which layers, and the routing.

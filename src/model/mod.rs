@@ -134,6 +134,9 @@ pub struct ModelInfo {
     pub expert_banks: usize,
     /// How expert records are read (`O_DIRECT` or buffered), when any stream.
     pub io_mode: Option<&'static str>,
+    /// Multi-token-prediction layers the config declares (GLM-4.5's `num_nextn_predict_layers`):
+    /// skipped, their tensors never read, as they are not part of the next-token forward pass.
+    pub mtp_layers: usize,
 }
 
 /// Running totals of what a model has computed since it was opened ([`Model::stats`]).
@@ -313,6 +316,7 @@ impl Model {
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
             expert_banks: self.cache_stats().map_or(0, |s| s.banks),
             io_mode: self.cache_stats().map(CacheStats::io_mode),
+            mtp_layers: c.mtp_layers,
         }
     }
 

@@ -6,7 +6,7 @@
 //! counts them, and nothing is paged in behind its back.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::config::{Mixer, ModelConfig, QkNorm};
+use crate::format::config::{Arch, Mixer, ModelConfig, QkNorm};
 use crate::format::dtype::DType;
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::{scalar, MatRef};
@@ -328,6 +328,9 @@ fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -
             k_norm: kn,
         };
         let ffn = match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+            // GLM-4.5's MoE layer has DeepSeek-V3's tensors (router with its correction bias,
+            // gate-less `shared_experts`): read by the same code.
+            Some(_) if cfg.arch == Arch::Glm4Moe => super::latent::load_ffn(ld, cfg, l)?,
             Some(moe) => {
                 let b = format!("{p}.{}", moe.layout.block);
                 let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;

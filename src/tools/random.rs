@@ -182,7 +182,7 @@ impl Noise {
 fn weight_std(name: &str, layers: usize) -> f32 {
     if name == "model.embed_tokens.weight" {
         1.0
-    } else if name.ends_with("o_proj.weight") || name.ends_with("down") {
+    } else if name.ends_with("o_proj.weight") || name.ends_with("down") || name.ends_with("down_proj.weight") {
         0.02 / ((2 * layers) as f32).sqrt()
     } else {
         0.02
@@ -218,15 +218,48 @@ and `waste convert` it", cfg.class)));
     for l in 0..cfg.layers {
         let p = format!("model.layers.{l}");
         let (h, qd, kvd, hd) = (cfg.hidden as u64, cfg.q_dim() as u64, cfg.kv_dim() as u64, cfg.head_dim as u64);
+        let mut push = |g: usize, name: String, dtype: DType, shape: Vec<u64>| groups[g].1.push(TensorSpec { name, dtype, shape });
         for (name, shape) in [("self_attn.q_proj", [qd, h]), ("self_attn.k_proj", [kvd, h]), ("self_attn.v_proj", [kvd, h]), ("self_attn.o_proj", [h, qd])] {
-            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::Q4B32, shape: shape.to_vec() });
+            push(0, format!("{p}.{name}.weight"), DType::Q4B32, shape.to_vec());
         }
-        groups[1].1.push(TensorSpec { name: format!("{p}.mlp.gate.weight"), dtype: DType::Q8B32, shape: vec![moe.experts as u64, h] });
+        // What the config asks for beyond a Qwen3-MoE layer (GLM-4.5: q/k/v biases, a dense
+        // first layer, the router's correction bias, shared experts).
+        let biases = [("q_proj", qd, cfg.qkv_bias), ("k_proj", kvd, cfg.qkv_bias), ("v_proj", kvd, cfg.qkv_bias), ("o_proj", h, cfg.o_bias)];
+        for (name, rows, _) in biases.iter().filter(|b| b.2) {
+            push(0, format!("{p}.self_attn.{name}.bias"), DType::F32, vec![*rows]);
+        }
+        let block = format!("{p}.{}", moe.layout.block);
+        let mlp = |push: &mut dyn FnMut(usize, String, DType, Vec<u64>), prefix: &str, i: u64| {
+            for (name, shape) in [("gate_proj", vec![i, h]), ("up_proj", vec![i, h]), ("down_proj", vec![h, i])] {
+                push(0, format!("{prefix}.{name}.weight"), DType::Q4B32, shape);
+            }
+        };
+        if cfg.is_moe_layer(l) {
+            push(1, format!("{block}.gate.weight"), DType::Q8B32, vec![moe.experts as u64, h]);
+            if matches!(moe.routing, crate::format::config::Routing::Sigmoid { .. }) {
+                push(0, format!("{block}.gate.e_score_correction_bias"), DType::F32, vec![moe.experts as u64]);
+            }
+            let shared = moe.shared_intermediate as u64;
+            if shared > 0 && moe.layout.shared_expert {
+                mlp(&mut push, &format!("{block}.shared_expert"), shared);
+                push(1, format!("{block}.shared_expert_gate.weight"), DType::Q8B32, vec![1, h]);
+            } else if shared > 0 {
+                mlp(&mut push, &format!("{block}.shared_experts"), shared);
+            }
+        } else {
+            mlp(&mut push, &format!("{p}.mlp"), cfg.intermediate as u64);
+        }
         for name in ["input_layernorm", "post_attention_layernorm"] {
-            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::F32, shape: vec![h] });
+            push(0, format!("{p}.{name}.weight"), DType::F32, vec![h]);
         }
-        for name in ["self_attn.q_norm", "self_attn.k_norm"] {
-            groups[0].1.push(TensorSpec { name: format!("{p}.{name}.weight"), dtype: DType::F32, shape: vec![hd] });
+        let norm = match cfg.qk_norm {
+            QkNorm::PerHead => Some((hd, hd)),
+            QkNorm::Whole => Some((qd, kvd)),
+            QkNorm::None => None,
+        };
+        if let Some((qn, kn)) = norm {
+            push(0, format!("{p}.self_attn.q_norm.weight"), DType::F32, vec![qn]);
+            push(0, format!("{p}.self_attn.k_norm.weight"), DType::F32, vec![kn]);
         }
     }
     groups[0].1.push(TensorSpec { name: "model.norm.weight".into(), dtype: DType::F32, shape: vec![cfg.hidden as u64] });
@@ -251,7 +284,9 @@ and `waste convert` it", cfg.class)));
                 if s.dtype.is_quantized() {
                     noise.blocks(s.dtype, weight_std(&s.name, cfg.layers), chunk);
                 } else {
-                    chunk.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(1.0f32 + ((noise.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2).to_le_bytes()));
+                    // Norm gains near 1; biases (and the router's correction bias) near 0.
+                    let centre = if s.name.ends_with("bias") { 0.0f32 } else { 1.0 };
+                    chunk.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&(centre + ((noise.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2).to_le_bytes()));
                 }
                 w.write(chunk)?;
                 total += chunk.len() as u64;
