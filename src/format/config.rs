@@ -23,6 +23,11 @@ pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
 #[path = "config_glm.rs"]
 mod glm;
 
+// Qwen3-Next: hybrid Gated DeltaNet / gated attention layers, Qwen2-MoE's experts.
+#[path = "config_qwen3_next.rs"]
+mod qwen3_next;
+pub use qwen3_next::GdnConfig;
+
 /// The model families the engine knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
@@ -37,6 +42,7 @@ pub enum Arch {
     DeepseekV3,
     KimiLinear,
     Glm4Moe,
+    Qwen3Next,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
@@ -121,6 +127,10 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::Glm4Moe, class: "Glm4MoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
         moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+    // Hybrid Gated DeltaNet / gated attention; q/k norm and the GDN schedule set by config_qwen3_next.rs.
+    Family { arch: Arch::Qwen3Next, class: "Qwen3NextForCausalLM", qkv_bias: false, qk_norm: QkNorm::PerHead,
+        moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: true }),
+        default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
@@ -199,6 +209,8 @@ pub struct ModelConfig {
     /// their tensors sit past `num_hidden_layers` in the checkpoint and are never read, as they
     /// are not part of the next-token forward pass.
     pub mtp_layers: usize,
+    /// Qwen3-Next: the Gated DeltaNet geometry and which layers are linear attention.
+    pub gdn: Option<GdnConfig>,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -312,6 +324,7 @@ impl ModelConfig {
             // transformers' Qwen3Config declares `head_dim: int = 128`, not hidden / heads
             // (spec §1.1); Qwen3-MoE's class has no default, so it falls through (§2.3).
             None if family.arch == Arch::Qwen3 => 128,
+            None if family.arch == Arch::Qwen3Next => 256,
             None if hidden % heads == 0 => hidden / heads,
             None => return Err(Error::config(path, "head_dim", format!("missing, and hidden_size {hidden} is not a multiple of num_attention_heads {heads}"))),
         };
@@ -377,9 +390,11 @@ impl ModelConfig {
             moe,
             mla: None,
             mtp_layers: 0,
+            gdn: None,
         };
         match family.arch {
             Arch::Glm4Moe => glm::finish(&f, cfg),
+            Arch::Qwen3Next => qwen3_next::finish(&f, cfg),
             _ => Ok(cfg),
         }
     }
@@ -445,7 +460,12 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize) -> Result<RopeConfig
     let partial_key = lookup("partial_rotary_factor").map_or("partial_rotary_factor".to_string(), |(_, s)| format!("{s}.partial_rotary_factor"));
     // Glm4MoeConfig defaults the factor to 0.5 (half of each head rotates).
     let partial = nested("partial_rotary_factor", "partial_rotary_factor")?
-        .unwrap_or(if family.arch == Arch::Glm4Moe { 0.5 } else { 1.0 });
+        .unwrap_or(match family.arch {
+            Arch::Glm4Moe => 0.5,
+            // Qwen3NextConfig sets partial_rotary_factor 0.25 unless given.
+            Arch::Qwen3Next => 0.25,
+            _ => 1.0,
+        });
     if !(partial > 0.0 && partial <= 1.0) {
         return Err(Error::config(f.path, &partial_key, format!("{partial} is out of range (0, 1]")));
     }
@@ -575,7 +595,7 @@ fn parse_moe(f: &Fields, arch: Arch, layout: MoeLayout, layers: usize) -> Result
         0
     };
     let mut moe_layers = vec![true; layers];
-    if matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe) {
+    if matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Qwen3Next) {
         let step = f.usize_opt("decoder_sparse_step")?.unwrap_or(1);
         if step == 0 {
             return Err(Error::config(f.path, "decoder_sparse_step", "must be positive"));

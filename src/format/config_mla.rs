@@ -96,7 +96,12 @@ impl ModelConfig {
 
     /// Layers with a standard K/V cache (the latent families have none).
     pub fn kv_cache_layers(&self) -> usize {
-        if self.mla.is_some() { 0 } else { self.layers }
+        match (self.mla.as_ref(), self.gdn.as_ref()) {
+            (Some(_), _) => 0,
+            // Qwen3-Next: only the full-attention layers (`kv_slot` numbers them).
+            (None, Some(g)) => self.layers - g.count(),
+            (None, None) => self.layers,
+        }
     }
 }
 
@@ -198,6 +203,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         moe: Some(moe),
         mla: Some(mla),
         mtp_layers: 0,
+        gdn: None,
     })
 }
 

@@ -98,7 +98,7 @@ pub fn load(ld: &mut Loader, cfg: &ModelConfig, kda: &KdaConfig, p: &str) -> Res
 /// `u` the pre-convolution rows (n × c), `hist` the K − 1 rows before them (oldest first),
 /// `w` the kernels (c × K). Each output sums its K taps oldest first, whether a tap comes from
 /// the history or the chunk. `hist` is then advanced to the last K − 1 rows.
-fn conv_silu(u: &[f32], hist: &mut [f32], w: &[f32], n: usize, c: usize, kk: usize, y: &mut [f32]) {
+pub(crate) fn conv_silu(u: &[f32], hist: &mut [f32], w: &[f32], n: usize, c: usize, kk: usize, y: &mut [f32]) {
     let back = kk - 1;
     for t in 0..n {
         for ch in 0..c {

@@ -45,6 +45,9 @@ pub struct Sizes {
 impl Sizes {
     pub fn of(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Sizes {
         let route_scratch = cfg.moe.as_ref().map_or(0, route::scratch_len);
+        if let Some(g) = cfg.gdn.as_ref() {
+            return Sizes { route_scratch, ..gdn_sizes(g, chunk, threads) };
+        }
         let Some(m) = cfg.mla.as_ref() else { return Sizes { route_scratch, ..Sizes::default() } };
         let (mla, kda) = (m.count(Mixer::Mla), m.count(Mixer::Kda));
         let mut s = Sizes { route_scratch, slots: cfg.layers, ..Sizes::default() };
@@ -88,6 +91,29 @@ impl Sizes {
             kda_g, kda_gate, kda_beta, kda_o, kda_pred, route_scratch, .. } = *self;
         mla_q + mla_qa + mla_kv + mla_qabs + mla_olat + mla_ov + mla_att + mla_rows + rope_cs + kda_u + kda_qkv + kda_low
             + kda_g + kda_gate + kda_beta + kda_o + kda_pred + route_scratch
+    }
+}
+
+/// Qwen3-Next's Gated DeltaNet layers ([`super::gdn`]) in KDA's buffers: the state (per linear
+/// layer, v_heads matrices of D_k × D_v and K − 1 rows of the q|k|v convolution input) and the
+/// scratch as `gdn_block` uses it.
+fn gdn_sizes(g: &crate::format::config::GdnConfig, chunk: usize, threads: usize) -> Sizes {
+    let (layers, c, vw) = (g.count(), g.conv_width(), g.value_width());
+    if layers == 0 {
+        return Sizes::default();
+    }
+    Sizes {
+        kda_state: layers * g.v_heads * g.k_dim * g.v_dim,
+        kda_conv: layers * (g.conv_kernel - 1) * c,
+        kda_u: chunk * (2 * g.key_width() + 2 * vw),
+        kda_low: chunk * 2 * g.v_heads,
+        kda_qkv: 2 * chunk * c,
+        kda_gate: chunk * vw,
+        kda_g: chunk * g.v_heads,
+        kda_beta: chunk * g.v_heads,
+        kda_o: chunk * vw,
+        kda_pred: threads * g.v_dim,
+        ..Sizes::default()
     }
 }
 
@@ -156,6 +182,9 @@ impl LatentState {
     /// The widest input of a product in these layers, for the int8 path's activation buffer:
     /// q_lora_rank, kv_lora_rank, heads × v_head_dim (MLA), D and H·D (KDA).
     pub fn widest_input(cfg: &ModelConfig) -> usize {
+        if let Some(g) = cfg.gdn.as_ref() {
+            return g.value_width();
+        }
         let Some(m) = cfg.mla.as_ref() else { return 0 };
         let kda = m.kda.map_or(0, |k| k.width().max(k.head_dim));
         m.q_lora_rank.unwrap_or(0).max(m.kv_lora_rank).max(cfg.heads * m.v_dim).max(kda)

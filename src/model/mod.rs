@@ -8,6 +8,7 @@
 //! decoding give bit-identical logits.
 
 pub(crate) mod experts;
+pub(crate) mod gdn;
 pub mod kda;
 pub(crate) mod latent;
 pub(crate) mod mla;
@@ -678,6 +679,10 @@ impl Model {
             }
             match (&layer.attn, cfg.mla.as_ref()) {
                 (MixerWeights::Attention(a), _) => attention_block(cfg, k, pool, st, a, l, n),
+                (MixerWeights::Gdn(g), _) => match cfg.gdn.as_ref() {
+                    Some(gc) => gdn::gdn_block(cfg, gc, k, pool, st, g, l, n),
+                    None => return Err(Error::new(ErrorKind::Config, format!("layer {l} is linear attention without a GDN config"))),
+                },
                 (MixerWeights::Mla(m), Some(mc)) => mla::mla_block(cfg, mc, k, pool, st, m, l, n),
                 (MixerWeights::Kda(d), Some(mc)) => match mc.kda.as_ref() {
                     Some(kc) => kda::kda_block(cfg, kc, k, pool, st, d, l, n),
@@ -807,7 +812,8 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
         }
     }
     let layer_len = st.ctx * kvd;
-    let (pos0, base) = (st.cache.pos, l * layer_len);
+    // Qwen3-Next's linear layers keep no keys and values: `kv_slot` numbers the others.
+    let (pos0, base) = (st.cache.pos, cfg.kv_slot(l) * layer_len);
     let kc = &mut st.cache.k.as_f32_mut()[base..base + layer_len];
     kc[pos0 * kvd..(pos0 + n) * kvd].copy_from_slice(&st.k[..n * kvd]);
     let vc = &mut st.cache.v.as_f32_mut()[base..base + layer_len];
@@ -822,6 +828,14 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
     let keys = &st.cache.k.as_f32()[base..base + layer_len];
     let values = &st.cache.v.as_f32()[base..base + layer_len];
     attend(k, pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
+    if let Some(gate) = &a.gate {
+        // Qwen3-Next: output × σ(gate), the gate's rows of q_proj applied to the same input
+        // (st.q is spent once attention has read it).
+        k.matmul(pool, gate.view(), &st.h, n, &mut st.q);
+        for (o, g) in st.att[..n * qd].iter_mut().zip(&st.q[..n * qd]) {
+            *o *= 1.0 / (1.0 + (-g).exp());
+        }
+    }
     linear(k, pool, &a.o, &st.att, n, &mut st.out);
 }
 

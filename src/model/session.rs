@@ -53,6 +53,12 @@ impl Shape {
                 }
             }
         }
+        if let Some(g) = cfg.gdn.as_ref().filter(|g| g.count() > 0) {
+            // Qwen3-Next's Gated DeltaNet state sits in the KDA buffers (model::gdn).
+            kda_layers = g.count();
+            kda_state = g.v_heads * g.k_dim * g.v_dim;
+            kda_conv = (g.conv_kernel - 1) * g.conv_width();
+        }
         Shape { identity, ctx, kv_layers: cfg.kv_cache_layers(), kv_dim: cfg.kv_dim(), mla_layers, mla_width, kda_layers,
             kda_state, kda_conv }
     }

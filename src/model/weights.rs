@@ -52,6 +52,9 @@ pub struct Attention {
     pub o: Linear,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// Qwen3-Next: the output gate's rows of q_proj [q_dim, hidden] (the attention output is
+    /// multiplied by σ(h·Wᵀ) before o_proj).
+    pub gate: Option<Matrix>,
 }
 
 /// A SwiGLU MLP (spec §0.4).
@@ -75,6 +78,7 @@ pub enum MixerWeights {
     Attention(Attention),
     Mla(Box<super::mla::MlaWeights>),
     Kda(Box<super::kda::KdaWeights>),
+    Gdn(Box<super::gdn::GdnWeights>),
 }
 
 /// One decoder layer.
@@ -286,16 +290,20 @@ pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
                 let kda = m.kda.as_ref().ok_or_else(|| Error::new(ErrorKind::Config, format!("layer {l} is KDA without a KDA config")))?;
                 (MixerWeights::Kda(Box::new(super::kda::load(ld, cfg, kda, &p)?)), super::latent::load_ffn(ld, cfg, l)?)
             }
-            _ => load_attention_layer(ld, cfg, &p, l)?,
+            (_, _) if cfg.is_gdn_layer(l) => {
+                let g = cfg.gdn.as_ref().ok_or_else(|| Error::new(ErrorKind::Config, format!("layer {l} is linear without a GDN config")))?;
+                (MixerWeights::Gdn(Box::new(super::gdn::load(ld, cfg, g, &p)?)), load_ffn(ld, cfg, &p, l)?)
+            }
+            _ => (MixerWeights::Attention(load_attention(ld, cfg, &p)?), load_ffn(ld, cfg, &p, l)?),
         };
         layers.push(Layer {
-            attn_norm: ld.vector(&format!("{p}.input_layernorm.weight"), h)?,
+            attn_norm: norm_weight(ld, cfg, &format!("{p}.input_layernorm.weight"), h)?,
             attn,
-            ffn_norm: ld.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            ffn_norm: norm_weight(ld, cfg, &format!("{p}.post_attention_layernorm.weight"), h)?,
             ffn,
         });
     }
-    let norm = ld.vector("model.norm.weight", h)?;
+    let norm = norm_weight(ld, cfg, "model.norm.weight", h)?;
     // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
     let head = if ld.has("lm_head.weight") {
         Some(ld.matrix("lm_head.weight", cfg.vocab, h)?)
@@ -308,42 +316,85 @@ pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
     Ok(Weights { embed, layers, norm, head, bytes: ld.bytes, params: ld.params, dtypes: ld.dtypes.clone() })
 }
 
-/// The attention and FFN of a Llama-style layer `l` (spec §1.2, §2).
-fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -> Result<(MixerWeights, Ffn)> {
-    let (h, hd) = (cfg.hidden, cfg.head_dim);
-    {
-        let (qn, kn) = match cfg.qk_norm {
-            QkNorm::None => (None, None),
-            QkNorm::PerHead => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), hd)?),
-                Some(ld.vector(&format!("{p}.self_attn.k_norm.weight"), hd)?)),
-            QkNorm::Whole => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), cfg.q_dim())?),
-                Some(ld.vector(&format!("{p}.self_attn.k_norm.weight"), cfg.kv_dim())?)),
-        };
-        let attn = Attention {
-            q: ld.linear(&format!("{p}.self_attn.q_proj"), cfg.q_dim(), h, cfg.qkv_bias)?,
-            k: ld.linear(&format!("{p}.self_attn.k_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
-            v: ld.linear(&format!("{p}.self_attn.v_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
-            o: ld.linear(&format!("{p}.self_attn.o_proj"), h, cfg.q_dim(), cfg.o_bias)?,
-            q_norm: qn,
-            k_norm: kn,
-        };
-        let ffn = match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
-            // GLM-4.5's MoE layer has DeepSeek-V3's tensors (router with its correction bias,
-            // gate-less `shared_experts`): read by the same code.
-            Some(_) if cfg.arch == Arch::Glm4Moe => super::latent::load_ffn(ld, cfg, l)?,
-            Some(moe) => {
-                let b = format!("{p}.{}", moe.layout.block);
-                let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
-                let shared = if moe.shared_intermediate > 0 {
-                    let mlp = ld.mlp(&format!("{b}.shared_expert"), ["gate_proj", "up_proj", "down_proj"], h, moe.shared_intermediate, false)?;
-                    Some((mlp, ld.matrix(&format!("{b}.shared_expert_gate.weight"), 1, h)?))
-                } else {
-                    None
-                };
-                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
-            }
-            None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
-        };
-        Ok((MixerWeights::Attention(attn), ffn))
+/// A norm weight: as stored, or for Qwen3-Next's zero-centred `Qwen3NextRMSNorm` (which
+/// multiplies by `1 + w`, in f32) with the 1 added here, so the kernels' `x·inv·w` computes the
+/// reference's product exactly.
+fn norm_weight(ld: &mut Loader, cfg: &ModelConfig, name: &str, len: usize) -> Result<Vec<f32>> {
+    let mut w = ld.vector(name, len)?;
+    if cfg.arch == Arch::Qwen3Next {
+        w.iter_mut().for_each(|x| *x += 1.0);
     }
+    Ok(w)
+}
+
+/// Splits Qwen3-Next's q_proj [heads·2·hd, hidden], whose rows are per head [query (hd) | gate
+/// (hd)], into the query matrix and the gate matrix, each [heads·hd, hidden]. Whole rows are
+/// moved as stored (any dtype, block scales included: a row's blocks never cross rows).
+fn split_gated_q(m: Matrix, heads: usize, hd: usize) -> Result<(Matrix, Matrix)> {
+    let rows = heads * hd;
+    let row_bytes = if m.rows == 0 { 0 } else { m.buf.len() / m.rows };
+    let (mut q, mut g) = (AlignedBuf::zeroed(rows * row_bytes, 64)?, AlignedBuf::zeroed(rows * row_bytes, 64)?);
+    if row_bytes > 0 {
+        let (src, (qb, gb)) = (m.buf.as_slice(), (q.as_mut_slice(), g.as_mut_slice()));
+        let span = hd * row_bytes;
+        for head in 0..heads {
+            let at = head * 2 * span;
+            qb[head * span..(head + 1) * span].copy_from_slice(&src[at..at + span]);
+            gb[head * span..(head + 1) * span].copy_from_slice(&src[at + span..at + 2 * span]);
+        }
+    }
+    let half = |buf| Matrix { dtype: m.dtype, rows, cols: m.cols, buf };
+    Ok((half(q), half(g)))
+}
+
+/// The FFN of a Llama-style layer `l` (spec §1.2, §2): dense, or MoE with its router and
+/// shared expert.
+fn load_ffn(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -> Result<Ffn> {
+    let h = cfg.hidden;
+    Ok(match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+        // GLM-4.5's MoE layer has DeepSeek-V3's tensors (router with its correction bias,
+        // gate-less `shared_experts`): read by the same code.
+        Some(_) if cfg.arch == Arch::Glm4Moe => super::latent::load_ffn(ld, cfg, l)?,
+        Some(moe) => {
+            let b = format!("{p}.{}", moe.layout.block);
+            let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
+            let shared = if moe.shared_intermediate > 0 {
+                let mlp = ld.mlp(&format!("{b}.shared_expert"), ["gate_proj", "up_proj", "down_proj"], h, moe.shared_intermediate, false)?;
+                Some((mlp, ld.matrix(&format!("{b}.shared_expert_gate.weight"), 1, h)?))
+            } else {
+                None
+            };
+            Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
+        }
+        None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
+    })
+}
+
+/// The attention projections and q/k norms of layer prefix `p`.
+fn load_attention(ld: &mut Loader, cfg: &ModelConfig, p: &str) -> Result<Attention> {
+    let (h, hd) = (cfg.hidden, cfg.head_dim);
+    let (qn, kn) = match cfg.qk_norm {
+        QkNorm::None => (None, None),
+        QkNorm::PerHead => (Some(norm_weight(ld, cfg, &format!("{p}.self_attn.q_norm.weight"), hd)?),
+            Some(norm_weight(ld, cfg, &format!("{p}.self_attn.k_norm.weight"), hd)?)),
+        QkNorm::Whole => (Some(ld.vector(&format!("{p}.self_attn.q_norm.weight"), cfg.q_dim())?),
+            Some(ld.vector(&format!("{p}.self_attn.k_norm.weight"), cfg.kv_dim())?)),
+    };
+    let (q, gate) = if cfg.arch == Arch::Qwen3Next {
+        // Qwen3NextAttention: q_proj yields each head's query and its output gate.
+        let full = ld.linear(&format!("{p}.self_attn.q_proj"), 2 * cfg.q_dim(), h, false)?;
+        let (q, g) = split_gated_q(full.w, cfg.heads, hd)?;
+        (Linear { w: q, b: None }, Some(g))
+    } else {
+        (ld.linear(&format!("{p}.self_attn.q_proj"), cfg.q_dim(), h, cfg.qkv_bias)?, None)
+    };
+    Ok(Attention {
+        q,
+        k: ld.linear(&format!("{p}.self_attn.k_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
+        v: ld.linear(&format!("{p}.self_attn.v_proj"), cfg.kv_dim(), h, cfg.qkv_bias)?,
+        o: ld.linear(&format!("{p}.self_attn.o_proj"), h, cfg.q_dim(), cfg.o_bias)?,
+        q_norm: qn,
+        k_norm: kn,
+        gate,
+    })
 }

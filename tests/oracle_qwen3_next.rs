@@ -1,0 +1,118 @@
+//! Qwen3-Next (`Qwen3NextForCausalLM`) against transformers 5.24.0 (CPU, f32, eager, the torch
+//! fallbacks of the Gated DeltaNet kernels): the fixtures of
+//! `tools/oracles/make_qwen3_next_oracles.py` — Gated DeltaNet layers (2 key heads serving 4
+//! value heads, a 4-tap convolution, the scalar per-head decay) alternating with gated full
+//! attention (output × σ(gate), per-head q/k norm, a quarter of each head rotated), the
+//! zero-centred RMSNorms, 8 experts top-2 with a gated shared expert, f32 and bf16 storage.
+//! Each from its Hugging Face directory and from a float container whose routed experts stream
+//! through a small expert cache; token-at-a-time decode matches transformers' cached decode;
+//! chunking, threads and cache size never change a bit; the memory plan is what `Model::open`
+//! holds, the recurrent and convolution state included.
+
+mod common;
+use common::*;
+use std::path::Path;
+use waste::format::config::{Arch, QkNorm};
+use waste::{Model, Options};
+
+/// f32 on both sides (bf16 storage is widened exactly): only summation order differs (and the
+/// reference's chunked form of the delta rule for a prefill, ours the recurrent one).
+const TOL: f32 = 2e-5;
+const ALL: [&str; 2] = ["qwen3_next_f32", "qwen3_next_bf16"];
+
+fn open_with(dir: &Path, opts: Options) -> Model {
+    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+fn open(dir: &Path, threads: usize, prefill_chunk: usize) -> Model {
+    open_with(dir, Options { threads, prefill_chunk, ..Options::default() })
+}
+
+fn check(name: &str, what: &str, ours: &[f32], reference: &[f32]) {
+    let rel = rel_max_diff(ours, reference);
+    println!("{name}: {what}: max|diff|/max|ref| = {rel:.3e}");
+    assert!(rel <= TOL, "{name}: {what}: {rel:.3e} > {TOL:.0e}");
+}
+
+/// The fixtures are what they claim: both layer kinds, GQA-style value heads, a gated shared
+/// expert, zero-centred norms stored away from 0.
+#[test]
+fn qwen3_next_fixtures_have_the_intended_structure() {
+    for name in ALL {
+        let m = open(&oracle(name).dir.join("model"), 1, 32);
+        let c = m.config();
+        assert_eq!((c.arch, c.qk_norm, c.head_dim, c.rope.dim), (Arch::Qwen3Next, QkNorm::PerHead, 32, 8), "{name}");
+        let g = c.gdn.as_ref().unwrap();
+        assert_eq!(g.linear, [true, false, true, false], "{name}");
+        assert_eq!((g.k_heads, g.v_heads, g.k_dim, g.v_dim, g.conv_kernel), (2, 4, 16, 8, 4), "{name}");
+        let moe = c.moe.as_ref().unwrap();
+        assert_eq!((moe.experts, moe.top_k, moe.shared_intermediate), (8, 2, 32), "{name}");
+        assert_eq!(c.kv_cache_layers(), 2, "{name}: only the full-attention layers keep keys and values");
+    }
+}
+
+/// Logits at every position, every layer's hidden state and the greedy continuation (the
+/// reference's, decoded with its cache), from the Hugging Face directory.
+#[test]
+fn qwen3_next_matches_the_reference_from_the_hf_directory() {
+    for name in ALL {
+        let o = oracle(name);
+        let dir = o.dir.join("model");
+        let mut m = open(&dir, 1, 32);
+        check(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits);
+        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
+        let (slots, t, h) = (shape[0], shape[1], shape[2]);
+        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
+        m.reset();
+        let hidden = hidden_states(&mut m, &o.prompt).unwrap();
+        for s in 0..slots {
+            // Ours has an extra slot: the last layer before and after the final norm.
+            let mine = if s + 1 == slots { slots } else { s };
+            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
+            assert!(rel <= TOL, "{name}: hidden state slot {s} (after layer {}): {rel:.3e}", s as i64 - 1);
+        }
+        assert_eq!(greedy(&mut open(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
+    }
+}
+
+/// transformers' cached decode (a prefill with the cache, then one token at a time through
+/// `torch_recurrent_gated_delta_rule` and `causal_conv1d_update`) against ours fed token by
+/// token from the start: every decoded row.
+#[test]
+fn qwen3_next_decode_matches_transformers_cached_decode() {
+    for name in ALL {
+        let o = oracle(name);
+        let meta = read_json(&o.dir.join("meta.json"));
+        let from = meta.get("decode").unwrap().get("prefill_len").unwrap().as_u64().unwrap() as usize;
+        let reference = read_f32(&o.dir.join("decode_logits.f32"));
+        let mut m = open(&o.dir.join("model"), 1, 32);
+        let vocab = m.info().vocab;
+        assert_eq!(reference.len(), (o.prompt.len() - from + 1) * vocab, "{name}");
+        let mut ours = Vec::new();
+        for (i, &t) in o.prompt.iter().enumerate() {
+            let row = m.eval(&[t]).unwrap();
+            if i + 1 >= from {
+                ours.extend_from_slice(row);
+            }
+        }
+        check(name, &format!("cached decode rows {}..{}", from - 1, o.prompt.len() - 1), &ours, &reference);
+    }
+}
+
+/// Token-at-a-time decoding, two and three threads, prefill chunks of 5 and 7 give the default
+/// run's bits; so does a second run after `reset` (the recurrent state starts again from zero).
+#[test]
+fn qwen3_next_chunking_threads_and_reset_are_bit_identical() {
+    for name in ALL {
+        let o = oracle(name);
+        let dir = o.dir.join("model");
+        let mut m = open(&dir, 1, 32);
+        let base = prompt_logits(&mut m, &o.prompt, false);
+        m.reset();
+        assert!(bit_identical(&base, &prompt_logits(&mut m, &o.prompt, false)), "{name}: after reset");
+        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true), (3, 7, false)] {
+            let other = prompt_logits(&mut open(&dir, threads, chunk), &o.prompt, single);
+            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
+        }
+    }
+}
