@@ -116,3 +116,99 @@ fn qwen3_next_chunking_threads_and_reset_are_bit_identical() {
         }
     }
 }
+
+/// An f32 container of each model: routed experts stream through the smallest expert cache
+/// (the shared expert and its gate stay in the trunk); the logits match the reference and are
+/// the HF directory's bits.
+#[test]
+fn qwen3_next_float_containers_match_with_a_small_expert_cache() {
+    for name in ALL {
+        let o = oracle(name);
+        let out = float_container(name, "container");
+        let manifest = waste::format::container::Manifest::open(&out).unwrap();
+        let from_dir = open(&o.dir.join("model"), 1, 32);
+        let cfg = from_dir.config().clone();
+        let moe_layers: Vec<usize> = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).collect();
+        assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), moe_layers, "{name}: one bank per MoE layer");
+        let smallest = waste::cache::min_cache_bytes(&manifest);
+        assert!(smallest < manifest.expert_bytes() / 2, "{name}: the smallest cache holds most experts");
+        let mut container = open_with(&out, Options { threads: 1, cache_bytes: smallest, ..Options::default() });
+        assert_eq!(container.config(), &cfg, "{name}: the container's config");
+        let ours = prompt_logits(&mut container, &o.prompt, false);
+        check(name, "container prompt logits", &ours, &o.logits);
+        let stats = container.cache_stats().expect("experts should stream through the cache").clone();
+        let experts = manifest.banks.len() * cfg.moe.as_ref().unwrap().experts;
+        assert!(stats.misses > 0 && stats.slots < experts, "{name}: {stats:?}");
+        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
+        assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
+        container.reset();
+        assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
+        let _ = std::fs::remove_dir_all(out.parent().unwrap());
+    }
+}
+
+/// The expert cache changes only when bytes move: the smallest cache, every expert cached, I/O
+/// threads, two compute threads, decoding token by token with the look-ahead — all the HF
+/// directory's bits.
+#[test]
+fn qwen3_next_cache_size_and_io_are_bit_identical() {
+    let name = "qwen3_next_f32";
+    let o = oracle(name);
+    let dir = float_container(name, "bits");
+    let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
+    let manifest = waste::format::container::Manifest::open(&dir).unwrap();
+    let smallest = waste::cache::min_cache_bytes(&manifest);
+    let base = Options { threads: 1, io_threads: 0, ..Options::default() };
+    for (label, opts, single) in [
+        ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
+        ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
+        ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
+        ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
+        ("token at a time, smallest cache, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
+    ] {
+        let mut m = open_with(&dir, opts);
+        let got = prompt_logits(&mut m, &o.prompt, single);
+        assert!(bit_identical(&hf, &got), "{name}: {label}");
+        let s = m.cache_stats().unwrap();
+        assert!(s.hits + s.misses > 0, "{name}: {label}: {s:?}");
+    }
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+/// The plan (headers only) equals what `Model::open` holds, from the HF directory and from a
+/// container; the state is the K/V cache of the full-attention layers only, plus per linear
+/// layer the recurrent state (v_heads × D_k × D_v) and the convolution history ((K − 1) × the
+/// q|k|v width).
+#[test]
+fn qwen3_next_plan_counts_the_recurrent_state() {
+    let option_sets = [
+        Options::default(),
+        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
+        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
+    ];
+    for name in ALL {
+        let hf = oracle(name).dir.join("model");
+        let container = float_container(name, "plan");
+        for dir in [&hf, &container] {
+            for opts in &option_sets {
+                let plan = waste::plan_memory(dir, opts).unwrap();
+                let m = Model::open(dir, opts).unwrap();
+                let info = m.info();
+                let what = format!("{} with {opts:?}", dir.display());
+                assert_plan_matches(&plan, &m, &what);
+                let cache = if dir == &container { m.budget().expert_cache_bytes } else { 0 };
+                assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk: {what}");
+                assert_eq!((plan.state_bytes, plan.scratch_bytes), (info.kv_bytes, info.scratch_bytes), "state/scratch: {what}");
+                let cfg = m.config();
+                let g = cfg.gdn.as_ref().unwrap();
+                let ctx = plan.ctx as u64;
+                let kv = 2 * 2 * ctx * cfg.kv_dim() as u64 * 4;
+                let linear = 2 * (4 * 16 * 8 + 3 * (2 * 2 * 16 + 4 * 8)) as u64 * 4;
+                assert_eq!(linear, (g.count() * (g.v_heads * g.k_dim * g.v_dim + (g.conv_kernel - 1) * g.conv_width())) as u64 * 4);
+                assert_eq!(plan.state_bytes, kv + linear + (ctx + 1) * 4, "state = K/V of 2 layers + GDN state + tokens: {what}");
+                assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(container.parent().unwrap());
+    }
+}
