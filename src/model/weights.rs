@@ -398,3 +398,40 @@ fn load_attention(ld: &mut Loader, cfg: &ModelConfig, p: &str) -> Result<Attenti
         gate,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::quant::{decode_row, encode_row, Width};
+    use crate::test_util::Must;
+
+    /// Splitting a Q8B32 q_proj moves whole quantized rows: each half's row r decodes to the
+    /// full matrix's row (head·2·hd + r mod hd, + hd for the gate), scales included.
+    #[test]
+    fn gated_q_split_moves_whole_quantized_rows() {
+        let (heads, hd, cols) = (3, 2, 64);
+        let rows = heads * 2 * hd;
+        let row_bytes = cols / 32 * 34;
+        let value = |r: usize, c: usize| ((r * 131 + c * 7) % 23) as f32 * 0.1 - 1.0 + r as f32;
+        let mut buf = AlignedBuf::zeroed(rows * row_bytes, 64).must();
+        for r in 0..rows {
+            let src: Vec<f32> = (0..cols).map(|c| value(r, c)).collect();
+            encode_row(Width::Q8, &src, &mut buf.as_mut_slice()[r * row_bytes..(r + 1) * row_bytes]).must();
+        }
+        let full = Matrix { dtype: DType::Q8B32, rows, cols, buf };
+        let mut want = vec![0.0f32; rows * cols];
+        for r in 0..rows {
+            decode_row(Width::Q8, &full.buf.as_slice()[r * row_bytes..(r + 1) * row_bytes], &mut want[r * cols..(r + 1) * cols]);
+        }
+        let (q, g) = split_gated_q(full, heads, hd).must();
+        assert_eq!((q.rows, g.rows, q.cols, q.bytes()), (heads * hd, heads * hd, cols, heads * hd * row_bytes));
+        let mut got = vec![0.0f32; cols];
+        for (half, m) in [(0, &q), (1, &g)] {
+            for r in 0..heads * hd {
+                decode_row(Width::Q8, &m.buf.as_slice()[r * row_bytes..(r + 1) * row_bytes], &mut got);
+                let src = (r / hd) * 2 * hd + half * hd + r % hd;
+                assert_eq!(got, want[src * cols..(src + 1) * cols], "half {half} row {r}");
+            }
+        }
+    }
+}

@@ -94,6 +94,10 @@ pub fn write_checkpoint(dir: &Path, config: &Json, dtype: DType, seed: u64) -> R
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
     let cfg_path = dir.join("config.json");
     let cfg = ModelConfig::from_json(&cfg_path, config)?;
+    if cfg.gdn.is_some() {
+        // Qwen3-Next's linear layers and gated q_proj are not in `tensor_shapes`' table.
+        return Err(Error::unsupported(format!("random checkpoints of {} (Gated DeltaNet layers) are not supported", cfg.class)));
+    }
     let shapes = tensor_shapes(&cfg);
     let specs: Vec<TensorSpec> = shapes.iter()
         .map(|(name, shape)| TensorSpec { name: name.clone(), dtype: if shape.len() == 1 { DType::F32 } else { dtype }, shape: shape.clone() })
@@ -210,6 +214,9 @@ pub fn write_container(dir: &Path, config: &Json, experts: DType, seed: u64) -> 
     if cfg.mla.is_some() {
         return Err(Error::unsupported(format!("random containers have Llama-style layers; for {}, write a random checkpoint \
 and `waste convert` it", cfg.class)));
+    }
+    if cfg.gdn.is_some() {
+        return Err(Error::unsupported(format!("random containers have Llama-style layers, not {}'s Gated DeltaNet layers", cfg.class)));
     }
     let mut noise = Noise(seed ^ 0x2545_F491_4F6C_DD1D);
     let mut total = 0u64;
