@@ -251,3 +251,54 @@ fn qwen3_next_quantized_paths_run() {
     assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Released Qwen3-Next checkpoints carry their MTP module as `mtp.*` tensors, which transformers
+/// ignores on load: the engine never reads them (the same plan, the same logits bit for bit)
+/// and `waste convert` leaves them out of the container.
+#[test]
+fn qwen3_next_mtp_tensors_are_never_read() {
+    use waste::format::dtype::DType;
+    use waste::format::safetensors::{SafeTensors, TensorSpec, Writer};
+    let o = oracle("qwen3_next_f32");
+    let src = o.dir.join("model");
+    let base = temp_dir("qwen3-next-mtp");
+    let dst = base.join("model");
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::copy(src.join("config.json"), dst.join("config.json")).unwrap();
+    let st = SafeTensors::open(&src.join("model.safetensors")).unwrap();
+    let mut out: Vec<(String, Vec<u64>, Vec<u8>)> = Vec::new();
+    for t in &st.tensors {
+        let mut raw = vec![0u8; t.len as usize];
+        st.read_into(t, &mut raw).unwrap();
+        out.push((t.name.clone(), t.shape.clone(), raw));
+    }
+    // The release's MTP names (a projection, norms, one decoder layer's attention and router).
+    for (name, shape) in [("mtp.fc.weight", vec![64u64, 128]), ("mtp.norm.weight", vec![64]), ("mtp.pre_fc_norm_embedding.weight", vec![64]),
+        ("mtp.pre_fc_norm_hidden.weight", vec![64]), ("mtp.layers.0.self_attn.q_proj.weight", vec![256, 64]),
+        ("mtp.layers.0.mlp.gate.weight", vec![8, 64]), ("mtp.layers.0.mlp.experts.0.down_proj.weight", vec![64, 16])] {
+        let n: u64 = shape.iter().product();
+        out.push((name.to_string(), shape, (0..n).flat_map(|i| ((i % 7) as f32 * 0.01).to_le_bytes()).collect()));
+    }
+    let specs: Vec<TensorSpec> = out.iter().map(|(n, s, _)| TensorSpec { name: n.clone(), dtype: DType::F32, shape: s.clone() }).collect();
+    let mut w = Writer::create(&dst.join("model.safetensors"), &specs, &[]).unwrap();
+    for (_, _, b) in &out {
+        w.write(b).unwrap();
+    }
+    w.finish().unwrap();
+    let opts = Options::default();
+    let (plain, with_mtp) = (waste::plan_memory(&src, &opts).unwrap(), waste::plan_memory(&dst, &opts).unwrap());
+    assert_eq!(plain.resident_bytes(), with_mtp.resident_bytes(), "the plan holds nothing of the MTP module");
+    let hf = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
+    assert!(bit_identical(&hf, &prompt_logits(&mut open(&dst, 1, 32), &o.prompt, false)), "logits with the MTP tensors present");
+    let container = base.join("model.waste");
+    let copts = waste::tools::convert::ConvertOptions { trunk: waste::tools::convert::Encoding::F32,
+        experts: waste::tools::convert::Encoding::F32, ..waste::tools::convert::ConvertOptions::new(&dst, &container) };
+    waste::tools::convert::convert(&copts, &mut |_| {}).unwrap();
+    let manifest = waste::format::container::Manifest::open(&container).unwrap();
+    for file in &manifest.trunk_files {
+        let t = SafeTensors::open(&container.join(file)).unwrap();
+        assert!(t.tensors.iter().all(|t| !t.name.starts_with("mtp.")), "{file} holds MTP tensors");
+    }
+    assert!(bit_identical(&hf, &prompt_logits(&mut open(&container, 1, 32), &o.prompt, false)), "container logits");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -345,6 +345,11 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
     let mut files: Vec<TrunkFile> = Vec::new();
     let mut experts = Vec::new();
     for (st, t) in src.tensors() {
+        // Qwen3-Next releases carry their MTP module as `mtp.*` (transformers ignores it on load):
+        // not part of the next-token forward pass, so not part of the container.
+        if cfg.arch == crate::format::config::Arch::Qwen3Next && t.name.starts_with("mtp.") {
+            continue;
+        }
         if let Some(l) = layer_of(&t.name) {
             if l >= cfg.layers {
                 continue; // spec §0.2.5: layers past num_hidden_layers (MTP) are not part of the model
