@@ -302,3 +302,30 @@ fn qwen3_next_mtp_tensors_are_never_read() {
     assert!(bit_identical(&hf, &prompt_logits(&mut open(&container, 1, 32), &o.prompt, false)), "container logits");
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A saved session state (K/V of the full-attention layers, the Gated DeltaNet recurrent and
+/// convolution state) loads into a fresh model and continues bit for bit, for the HF directory
+/// and a container.
+#[test]
+fn qwen3_next_state_round_trip_is_bit_exact() {
+    let o = oracle("qwen3_next_f32");
+    let container = float_container("qwen3_next_f32", "state");
+    for dir in [o.dir.join("model"), container.clone()] {
+        let opts = Options { ctx: 64, prefill_chunk: 4, threads: 2, cache_bytes: 0, ..Options::default() };
+        let (a, b) = o.prompt.split_at(11);
+        let file = temp_dir("qwen3-next-state").join("a.state");
+        let mut m1 = Model::open(&dir, &opts).unwrap();
+        all_logits(&mut m1, a).unwrap();
+        m1.session().save_state(&file).unwrap();
+        let want = all_logits(&mut m1, b).unwrap();
+        drop(m1);
+        let mut m2 = Model::open(&dir, &opts).unwrap();
+        m2.session_mut().load_state(&file).unwrap();
+        assert_eq!(m2.position(), a.len());
+        let got = all_logits(&mut m2, b).unwrap();
+        assert!(bit_identical(&got, &want), "{}: logits after a loaded state differ", dir.display());
+        check("qwen3_next_f32", "after a loaded state", &got, &o.logits[a.len() * 256..]);
+        let _ = std::fs::remove_dir_all(file.parent().unwrap());
+    }
+    let _ = std::fs::remove_dir_all(container.parent().unwrap());
+}
