@@ -94,7 +94,7 @@ pub(super) fn finish(f: &Fields, mut cfg: ModelConfig) -> Result<ModelConfig> {
     }
     // Qwen3NextConfig's defaults where the common reader's differ.
     if f.get("num_key_value_heads").is_none() {
-        if cfg.heads % 2 != 0 {
+        if !cfg.heads.is_multiple_of(2) {
             return Err(Error::config(f.path, "num_key_value_heads", format!(
                 "missing, and its default 2 does not divide num_attention_heads {}", cfg.heads)));
         }
@@ -127,6 +127,12 @@ pub(super) fn finish(f: &Fields, mut cfg: ModelConfig) -> Result<ModelConfig> {
     let conv_kernel = dim("linear_conv_kernel_dim", 4)?;
     if conv_kernel > 64 {
         return Err(Error::config(f.path, "linear_conv_kernel_dim", format!("{conv_kernel} is out of range 1..=64")));
+    }
+    // Bounds before anything is sized from them: each width within MAX_DIM, one layer's
+    // recurrent state within 2^30 floats (so no product of them overflows).
+    if k_heads * k_dim > super::MAX_DIM || v_heads * v_dim > super::MAX_DIM || v_heads * k_dim * v_dim > 1 << 30 {
+        return Err(Error::config(f.path, "linear_value_head_dim", format!(
+            "the linear attention is too large ({k_heads} key heads of {k_dim}, {v_heads} value heads of {v_dim})")));
     }
     let linear = schedule(f, cfg.layers)?;
     cfg.gdn = Some(GdnConfig { k_heads, v_heads, k_dim, v_dim, conv_kernel, linear });
@@ -200,6 +206,7 @@ mod tests {
             (r#""full_attention_interval": 0"#, "full_attention_interval", ErrorKind::Config),
             (r#""linear_num_value_heads": 5"#, "linear_num_value_heads", ErrorKind::Config),
             (r#""linear_key_head_dim": 0"#, "linear_key_head_dim", ErrorKind::Config),
+            (r#""linear_value_head_dim": 65536, "linear_key_head_dim": 65536"#, "linear_value_head_dim", ErrorKind::Config),
         ] {
             let e = cfg(&format!("{{{QN}, {extra}}}")).unwrap_err();
             assert_eq!(e.kind(), kind, "{field}: {e}");

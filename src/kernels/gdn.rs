@@ -31,7 +31,7 @@ pub(crate) fn recurrence(pool: &Pool, s: GdnShape, q: &[f32], k: &[f32], v: &[f3
                          state: &mut [f32], out: &mut [f32], pred: &mut [f32]) {
     let (dk, dv) = (s.k_dim, s.v_dim);
     let (kw, vw) = (s.k_heads * dk, s.v_heads * dv);
-    assert!(s.k_heads > 0 && s.v_heads % s.k_heads == 0, "gdn recurrence: value heads not a multiple of key heads");
+    assert!(s.k_heads > 0 && s.v_heads.is_multiple_of(s.k_heads), "gdn recurrence: value heads not a multiple of key heads");
     assert!(holds(q.len(), &[n, kw]) && holds(k.len(), &[n, kw]) && holds(v.len(), &[n, vw]), "gdn recurrence: input too short");
     assert!(holds(g.len(), &[n, s.v_heads]) && holds(beta.len(), &[n, s.v_heads]) && holds(out.len(), &[n, vw]),
             "gdn recurrence: gates/out too short");
