@@ -329,3 +329,69 @@ fn qwen3_next_state_round_trip_is_bit_exact() {
     }
     let _ = std::fs::remove_dir_all(container.parent().unwrap());
 }
+
+/// Qwen3-Next-80B-A3B's published config (written here from the release's config.json, not
+/// downloaded), planned from header-only BF16 files: the state at 4096 tokens is the f32 K/V
+/// cache of the 12 full-attention layers (2 × 12 × 4096 × 2 × 256 floats) plus, per each of
+/// the 36 linear layers, 32 recurrent states of 128 × 128 and 3 × (2·16·128 + 32·128) floats of
+/// convolution history, plus the session's tokens.
+#[test]
+fn qwen3_next_80b_shape_in_the_plan() {
+    use waste::format::dtype::DType::{BF16, F32};
+    const CFG: &str = r#"{"architectures": ["Qwen3NextForCausalLM"], "attention_bias": false, "decoder_sparse_step": 1,
+        "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5120,
+        "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "linear_value_head_dim": 128, "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next",
+        "moe_intermediate_size": 512, "norm_topk_prob": true, "num_attention_heads": 16, "num_experts": 512,
+        "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2, "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 10000000, "shared_expert_intermediate_size": 512,
+        "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 151936, "bos_token_id": 151643,
+        "eos_token_id": 151645}"#;
+    let cfg = waste::format::config::ModelConfig::from_json(Path::new("config.json"), &waste::format::json::parse(CFG.as_bytes()).unwrap()).unwrap();
+    let g = cfg.gdn.as_ref().unwrap();
+    assert_eq!((g.count(), cfg.kv_cache_layers(), cfg.rope.dim, cfg.rope.theta), (36, 12, 64, 1e7));
+    let (h, v) = (2048u64, 151936u64);
+    let mut t = vec![("model.embed_tokens.weight".to_string(), BF16, vec![v, h])];
+    for l in 0..48 {
+        let p = format!("model.layers.{l}");
+        t.push((format!("{p}.input_layernorm.weight"), BF16, vec![h]));
+        t.push((format!("{p}.post_attention_layernorm.weight"), BF16, vec![h]));
+        if cfg.is_gdn_layer(l) {
+            let a = format!("{p}.linear_attn");
+            t.push((format!("{a}.in_proj_qkvz.weight"), BF16, vec![2 * 2048 + 2 * 4096, h]));
+            t.push((format!("{a}.in_proj_ba.weight"), BF16, vec![64, h]));
+            t.push((format!("{a}.conv1d.weight"), BF16, vec![8192, 1, 4]));
+            t.push((format!("{a}.A_log"), F32, vec![32]));
+            t.push((format!("{a}.dt_bias"), BF16, vec![32]));
+            t.push((format!("{a}.norm.weight"), F32, vec![128]));
+            t.push((format!("{a}.out_proj.weight"), BF16, vec![h, 4096]));
+        } else {
+            let a = format!("{p}.self_attn");
+            t.push((format!("{a}.q_proj.weight"), BF16, vec![2 * 16 * 256, h]));
+            t.push((format!("{a}.k_proj.weight"), BF16, vec![512, h]));
+            t.push((format!("{a}.v_proj.weight"), BF16, vec![512, h]));
+            t.push((format!("{a}.o_proj.weight"), BF16, vec![h, 4096]));
+            t.push((format!("{a}.q_norm.weight"), BF16, vec![256]));
+            t.push((format!("{a}.k_norm.weight"), BF16, vec![256]));
+        }
+        let m = format!("{p}.mlp");
+        t.push((format!("{m}.gate.weight"), BF16, vec![512, h]));
+        t.push((format!("{m}.shared_expert_gate.weight"), BF16, vec![1, h]));
+        for (name, shape) in [("gate_proj", vec![512, h]), ("up_proj", vec![512, h]), ("down_proj", vec![h, 512])] {
+            t.push((format!("{m}.shared_expert.{name}.weight"), BF16, shape.clone()));
+            for e in 0..512 {
+                t.push((format!("{m}.experts.{e}.{name}.weight"), BF16, shape.clone()));
+            }
+        }
+    }
+    t.push(("model.norm.weight".into(), BF16, vec![h]));
+    t.push(("lm_head.weight".into(), BF16, vec![v, h]));
+    let dir = temp_dir("qwen3-next-80b");
+    write_checkpoint(&dir, CFG, &t);
+    let plan = waste::plan_memory(&dir, &Options { ctx: 4096, ..Options::default() }).unwrap();
+    let kv = 2 * 12 * 4096 * 2 * 256 * 4u64;
+    let linear = 36 * (32 * 128 * 128 + 3 * (2 * 16 * 128 + 32 * 128)) * 4u64;
+    assert_eq!(plan.state_bytes, kv + linear + 4097 * 4);
+    println!("qwen3-next-80b-a3b at 4096 tokens: K/V {kv} B, linear state {linear} B, state {} B", plan.state_bytes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
