@@ -7,10 +7,6 @@
 //! references disagree (spec §4.7, §5): then the config is refused, naming the field, rather than
 //! silently matching one of them.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::{f64_of, Arch, Family, Fields, ModelConfig, MoeConfig, RopeConfig, RopeScaling, Routing, MAX_DIM};
 use crate::error::{Error, Result};
 use crate::format::json::Json;
@@ -18,8 +14,11 @@ use crate::format::json::Json;
 /// What mixes tokens in a layer (spec §0.2): standard attention, MLA (§3.3) or KDA (§4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mixer {
+    /// Multi-head attention with a K/V cache.
     Attention,
+    /// Multi-head latent attention (a latent cache).
     Mla,
+    /// Kimi Delta Attention (a fixed-size recurrent state).
     Kda,
 }
 
@@ -37,7 +36,9 @@ pub enum MlaRope {
 /// The KDA geometry of Kimi-Linear (spec §4.1 `linear_attn_config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KdaConfig {
+    /// KDA heads H (`num_heads`).
     pub heads: usize,
+    /// Channels per head D (`head_dim`).
     pub head_dim: usize,
     /// Short-convolution kernel K (4).
     pub conv_kernel: usize,
@@ -55,10 +56,15 @@ impl KdaConfig {
 pub struct MlaConfig {
     /// `q_lora_rank`: `None` means a direct `q_proj`.
     pub q_lora_rank: Option<usize>,
+    /// `kv_lora_rank`: width of the cached latent.
     pub kv_lora_rank: usize,
+    /// `qk_nope_head_dim`: per-head query/key channels without rotation.
     pub nope_dim: usize,
+    /// `qk_rope_head_dim`: rotated channels (the key's shared by every head).
     pub rope_dim: usize,
+    /// `v_head_dim`.
     pub v_dim: usize,
+    /// How the rotated channels are paired.
     pub rope: MlaRope,
     /// Softmax scale (d_n + d_r)^-0.5 · mscale² (spec §3.5), rounded to f32 as torch does.
     pub scale: f32,
@@ -68,6 +74,7 @@ pub struct MlaConfig {
     pub bias: bool,
     /// Per layer: MLA or KDA.
     pub mixers: Vec<Mixer>,
+    /// KDA geometry, when some layer is KDA.
     pub kda: Option<KdaConfig>,
 }
 

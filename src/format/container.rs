@@ -11,10 +11,6 @@
 //!   `e × record_bytes`. A record is a multiple of 4096 bytes and 4096-aligned, so one expert is
 //!   one aligned read; it starts with a header the engine checks on every read.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::config::ModelConfig;
 use super::crc32::crc32;
 pub use super::crc32::FileSum;
@@ -48,11 +44,15 @@ pub const MATRIX_NAMES: [&str; 3] = ["gate", "up", "down"];
 /// One matrix of a record: where it is and what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixDesc {
+    /// How its weights are stored.
     pub dtype: DType,
+    /// Output rows.
     pub rows: usize,
+    /// Input columns.
     pub cols: usize,
     /// Byte offset from the start of the record.
     pub offset: usize,
+    /// Its bytes in the record.
     pub bytes: usize,
 }
 
@@ -215,23 +215,30 @@ impl RecordLayout {
 /// One expert bank: the routed experts of one MoE layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bank {
+    /// The decoder layer whose experts it holds.
     pub layer: usize,
     /// File name inside the container.
     pub file: String,
+    /// Records in the bank, one per expert.
     pub experts: usize,
+    /// The geometry of every record.
     pub layout: RecordLayout,
 }
 
 /// One entry of the trunk index: where a resident tensor is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrunkTensor {
+    /// The tensor's name.
     pub name: String,
     /// The trunk file holding it.
     pub file: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its dimensions, outermost first.
     pub shape: Vec<u64>,
     /// Absolute byte range in the file, `begin..end`.
     pub begin: u64,
+    /// See `begin`.
     pub end: u64,
 }
 
@@ -241,10 +248,13 @@ pub const TOKENIZER_KINDS: [&str; 4] = ["tiktoken", "hf-bytelevel", "hf-sentence
 /// The parsed manifest of a container.
 #[derive(Clone, Debug)]
 pub struct Manifest {
+    /// The container directory.
     pub dir: PathBuf,
+    /// The model's configuration, parsed from `config_json`.
     pub config: ModelConfig,
     /// The config.json object as converted (kept verbatim).
     pub config_json: Json,
+    /// The trunk's safetensors files (names inside `dir`).
     pub trunk_files: Vec<String>,
     /// Per trunk file, in the same order: its size and CRC-32.
     pub trunk_sums: Vec<FileSum>,
@@ -253,12 +263,15 @@ pub struct Manifest {
     /// The tokenizer's kind (one of [`TOKENIZER_KINDS`]); `None` when the model has no
     /// tokenizer this engine reads.
     pub tokenizer_kind: Option<String>,
+    /// The tokenizer's files (names inside `dir`).
     pub tokenizer_files: Vec<String>,
     /// Other files copied from the source (`generation_config.json`).
     pub other_files: Vec<String>,
-    /// Human-readable encodings: trunk, embeddings, experts (e.g. "q4", "q8", "bf16").
+    /// Human-readable encoding of the trunk's matrices (e.g. "q4", "q8", "bf16").
     pub trunk_encoding: String,
+    /// The same for the routed experts.
     pub expert_encoding: String,
+    /// One bank per MoE layer, in layer order.
     pub banks: Vec<Bank>,
     /// What the converter made the container from (its options and the source's digests), so
     /// that a rerun of the same conversion recognises its finished output; `Null` otherwise.

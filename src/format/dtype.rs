@@ -1,27 +1,38 @@
 //! Element types of tensors on disk: the safetensors dtypes, and the two block-quantized widths
 //! of the Q4B32/Q8B32 format (seed 000), whose size is per block of 32 weights, not per element.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 /// A tensor element type as named in a safetensors header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// IEEE binary32.
     F32,
+    /// IEEE binary16.
     F16,
+    /// bfloat16 (binary32's top half).
     BF16,
+    /// IEEE binary64.
     F64,
+    /// Signed 64-bit integer.
     I64,
+    /// Signed 32-bit integer.
     I32,
+    /// Signed 16-bit integer.
     I16,
+    /// Signed byte.
     I8,
+    /// Unsigned 64-bit integer.
     U64,
+    /// Unsigned 32-bit integer.
     U32,
+    /// Unsigned 16-bit integer.
     U16,
+    /// Unsigned byte.
     U8,
+    /// One byte, 0 or 1.
     Bool,
+    /// 8-bit float, 4 exponent and 3 mantissa bits (`F8_E4M3`).
     F8E4M3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (`F8_E5M2`).
     F8E5M2,
     /// 18-byte blocks: binary16 scale + 32 signed nibbles (seed 000, "The block").
     Q4B32,
@@ -184,6 +195,7 @@ impl Width {
         }
     }
 
+    /// Bits per weight value (before the block's scale).
     pub fn bits(self) -> u32 {
         match self {
             Width::Q4 => 4,
@@ -191,6 +203,7 @@ impl Width {
         }
     }
 
+    /// The block dtype of this width.
     pub fn dtype(self) -> DType {
         match self {
             Width::Q4 => DType::Q4B32,
