@@ -68,14 +68,15 @@ impl ExpertShape {
         self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
     }
 
-    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
-    /// policy priority; per layer, its bank, record layout and first key; per expert of a
-    /// layer, one hit and one miss entry.
+    /// Bookkeeping whatever the number of slots: per expert of the model, its slot, policy
+    /// priority and last visit; per layer, its bank, record layout and first key; per MoE
+    /// layer, the policy's visit count and reuse statistics; per expert of a layer, one hit
+    /// and one miss entry.
     pub fn fixed_bytes(&self) -> u64 {
-        let per_key = size_of::<u32>() + size_of::<f64>();
         let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
         let per_expert = 2 * size_of::<(u32, usize)>();
-        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
+        (self.records as usize * CacheIndex::PER_KEY_BYTES + self.layers * per_layer + CacheIndex::per_layer_bytes(self.moe_layers)
+            + self.experts * per_expert) as u64
     }
 
     /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
@@ -185,6 +186,8 @@ pub struct ExpertCache {
     /// expert, share of tokens); and the accesses a token makes, to weigh them.
     hot: Vec<(usize, u32, f64)>,
     accesses_per_token: usize,
+    /// Experts per MoE layer (keys of one layer in the index).
+    experts_per_layer: usize,
 }
 
 /// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the
@@ -246,6 +249,7 @@ impl ExpertCache {
             misses: Vec::with_capacity(moe.experts),
             hot: Vec::with_capacity(slots),
             accesses_per_token: moe.top_k * manifest.banks.len(),
+            experts_per_layer: moe.experts,
         })
     }
 
@@ -330,6 +334,8 @@ impl ExpertCache {
         let (mut hits, mut misses) = (std::mem::take(&mut self.hits), std::mem::take(&mut self.misses));
         hits.clear();
         misses.clear();
+        // The policy learns from every visit (the replay does the same: `replay::replay_range`).
+        self.index.visit(base / self.experts_per_layer.max(1), wanted);
         for &e in wanted {
             match self.index.access(base + e as usize) {
                 Lookup::Hit(s) => hits.push((e, s)),
