@@ -36,6 +36,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
+    flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
 ];
