@@ -400,6 +400,7 @@ impl ExpertCache {
                 continue;
             }
             self.stats.purged += 1;
+            self.prefetched[s] = false;
             self.index.clear(s);
             hits.remove(i);
             // Misses stay in id order, as the engine asks for them.
