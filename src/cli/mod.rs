@@ -36,6 +36,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
+    flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
 ];
@@ -172,15 +173,16 @@ Resumable: run the same command again after an interruption and it finishes.",
 
 pub const BENCH_CACHE: Command = Command {
     name: "bench cache",
-    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
+    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N] [--tokens A..B]",
     about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
     opts: &[&[
         path("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
         val("slots", "N", "cache slots (records)"),
         val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
         val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
-        val("policy", "NAME", "next-use (the engine's), frequency or lru"),
-        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 8, the engine's)"),
+        val("policy", "NAME", "reuse (the engine's), next-use, frequency or lru"),
+        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 16, the engine's)"),
+        val("tokens", "A..B", "count only tokens A to B-1 (the cache runs from token 0; default all)"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &[],

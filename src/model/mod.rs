@@ -224,6 +224,7 @@ impl Model {
                 verify: opts.verify,
                 policy: None,
                 direct_io: opts.direct_io,
+                purgeable: opts.purgeable_slots,
             })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
