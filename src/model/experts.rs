@@ -70,6 +70,7 @@ impl Experts {
 /// checks every tensor and counts the banks' bytes in `loader.bytes` without allocating them.
 pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> Result<Experts> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(Experts::None) };
+    loader.fp8_block = cfg.fp8_block();
     let mut banks = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         if !cfg.is_moe_layer(l) {
@@ -77,7 +78,12 @@ pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> 
             continue;
         }
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
-        let dtype = loader.dtype_of(&prefix(0, 0))?;
+        // FP8 experts (spec §3.9) are decoded to f32 records: a directory is loaded whole, the
+        // container's `--experts fp8` is what keeps them at one byte per weight.
+        let dtype = match loader.dtype_of(&prefix(0, 0))? {
+            crate::format::dtype::DType::F8E4M3 => crate::format::dtype::DType::F32,
+            d => d,
+        };
         let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;
         let bank_bytes = layout.record_bytes * moe.experts;
         let mut records = AlignedBuf::zeroed(if loader.is_counting() { 0 } else { bank_bytes }, 64)?;

@@ -229,9 +229,12 @@ def build(name, spec, out_root, scratch):
     x = torch.tensor([ids], dtype=torch.long)
     with torch.no_grad():
         logits = model(x, use_cache=False).logits[0].float().numpy()
-        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
-                             pad_token_id=0, eos_token_id=None)
+        # An explicit mask: the prompt starts with BOS = 0, which generate() would otherwise
+        # take for padding (pad_token_id 0) and mask out.
+        gen = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             use_cache=True, pad_token_id=0, eos_token_id=None)
     new_ids = gen[0, PROMPT_LEN:].tolist()
+    assert new_ids[0] == int(logits[-1].argmax()), f"{name}: greedy does not continue the full forward"
     logits.astype("<f4").tofile(os.path.join(odir, "logits.f32"))
     with open(os.path.join(odir, "input_ids.json"), "w") as f:
         json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
