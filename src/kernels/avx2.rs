@@ -203,8 +203,11 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> [__m256; 4] {
 /// binary16 (sign to bit 15, exponent and mantissa to bits 13..7) are the binary16 of the
 /// code's value times 2⁻⁸ — normal and subnormal codes alike, as both formats put the same
 /// mantissa after an exponent whose bias differs by 8 — so `vcvtph2ps` decodes eight codes
-/// exactly and 2⁸ goes into the scale (an exact power-of-two product). The NaN codes (0x7f,
-/// 0xff) would decode as ±480 here: they never reach a kernel, refused where the source is read
+/// exactly and 2⁸ goes into the scale (an exact power-of-two product). The shift is three
+/// operations per eight codes: interleaving with zero bytes puts code `c` at `c << 8`, an
+/// arithmetic shift right by one moves the magnitude to bits 13..7 while the sign stays in bit
+/// 15 (and is copied into bit 14), and a mask clears bit 14. The NaN codes (0x7f, 0xff) would
+/// decode as ±480 here: they never reach a kernel, refused where the source is read
 /// (`format::fp8`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -213,12 +216,10 @@ pub(crate) unsafe fn decode_f8(p: *const u8) -> [__m256; 4] {
     unsafe {
         let scale = f32::from_le_bytes((p as *const [u8; 4]).read_unaligned());
         let s = _mm256_set1_ps(scale * 256.0);
-        let (sign_bit, magnitude) = (_mm_set1_epi16(0x80), _mm_set1_epi16(0x7f));
-        std::array::from_fn(|k| {
-            let b = _mm_cvtepu8_epi16(_mm_loadl_epi64(p.add(4 + 8 * k) as *const __m128i));
-            let h = _mm_or_si128(_mm_slli_epi16::<8>(_mm_and_si128(b, sign_bit)), _mm_slli_epi16::<7>(_mm_and_si128(b, magnitude)));
-            _mm256_mul_ps(_mm256_cvtph_ps(h), s)
-        })
+        let (zero, keep) = (_mm_setzero_si128(), _mm_set1_epi16(0xBF80u16 as i16));
+        let (lo, hi) = (_mm_loadu_si128(p.add(4) as *const __m128i), _mm_loadu_si128(p.add(20) as *const __m128i));
+        let f = |shifted: __m128i| _mm256_mul_ps(_mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16::<1>(shifted), keep)), s);
+        [f(_mm_unpacklo_epi8(zero, lo)), f(_mm_unpackhi_epi8(zero, lo)), f(_mm_unpacklo_epi8(zero, hi)), f(_mm_unpackhi_epi8(zero, hi))]
     }
 }
 
