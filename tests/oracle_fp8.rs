@@ -104,6 +104,12 @@ fn fp8_containers_keep_the_experts_and_match_the_reference() {
                 Some(f) => assert!(bit_identical(f, &ours), "{name}: {label} changed the bits"),
             }
         }
+        // The scalar kernels (the config switch) agree with the reference too; the opt-in int8
+        // path does not cover F8B32 (nor this f32 trunk), so it changes no bit.
+        let mut scalar = open_with(&dir, Options { force_scalar: true, ..base.clone() });
+        check_logits(&format!("{name} (--experts fp8, scalar kernels)"), &prompt_logits(&mut scalar, &o.prompt, false), &o, scalar.info().vocab);
+        let mut int8 = open_with(&dir, Options { int8_activations: true, ..base.clone() });
+        assert!(bit_identical(first.as_ref().unwrap(), &prompt_logits(&mut int8, &o.prompt, false)), "{name}: int8 path changed F8B32 bits");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 }
@@ -281,6 +287,15 @@ fn the_fp8_encoding_is_for_fp8_experts_only() {
     let e = convert(&ConvertOptions { trunk: Encoding::Fp8, ..ConvertOptions::new(fp8.dir.join("model"), &out) }, &mut |_| {})
         .err().expect("--trunk fp8 should be refused");
     assert!(e.to_string().contains("experts only"), "{e}");
+    // F8B32 is a record encoding, not a safetensors dtype.
+    let header = br#"{"w":{"dtype":"F8B32","shape":[1,32],"data_offsets":[0,36]}}"#;
+    let file = out.parent().unwrap().join("f8b32.safetensors");
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    bytes.extend_from_slice(&[0u8; 36]);
+    std::fs::write(&file, bytes).unwrap();
+    let e = waste::format::safetensors::SafeTensors::open(&file).err().expect("F8B32 in a safetensors file should be refused");
+    assert!(e.to_string().contains("tensor `w`") && e.to_string().contains("F8B32"), "{e}");
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
 
