@@ -367,3 +367,32 @@ fn f8b32_kernels_match_the_scalar_twin_and_the_f64_product() {
         }
     }
 }
+
+/// Every non-NaN code decodes exactly inside every kernel: a row holding all 254 of them under
+/// a power-of-two scale, multiplied by one-hot vectors, gives code value × scale exactly (the
+/// other products are zeros, and adding zeros is exact).
+#[test]
+fn every_code_decodes_exactly_inside_every_kernel() {
+    let codes: Vec<u8> = (0..=255u8).filter(|c| c & 0x7f != 0x7f).chain([0, 0]).collect();
+    assert_eq!(codes.len(), 256);
+    let scale = 0.125f32;
+    let data: Vec<u8> = codes.chunks_exact(32).flat_map(|c| scale.to_le_bytes().into_iter().chain(c.iter().copied())).collect();
+    let w = MatRef { dtype: DType::F8B32, rows: 1, cols: 256, data: &data };
+    let torch = read_f32(&fixture("oracles/e4m3_table.f32"));
+    let mut all = vec![Kernels::scalar()];
+    all.extend(Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa));
+    for k in &all {
+        for n in [1, 4] {
+            for (c, &code) in codes.iter().enumerate() {
+                // n one-hot vectors, all at column c (n > 1 takes the GEMM path).
+                let mut x = vec![0f32; n * 256];
+                (0..n).for_each(|t| x[t * 256 + c] = 1.0);
+                let mut y = vec![f32::NAN; n];
+                k.rows(w, 0, 1, &x, n, &mut y, 1);
+                for v in y {
+                    assert_eq!(v, torch[code as usize] * scale, "{} n={n}: code {code:#04x}", k.isa().name());
+                }
+            }
+        }
+    }
+}
