@@ -165,8 +165,8 @@ pub fn dequantize(t: &Fp8Tensor, out: &mut [f32]) -> Result<()> {
 /// Why a tensor cannot be kept as `F8B32`, or `None` when it can: whole 32-column blocks per
 /// row, and source column blocks that are whole multiples of them.
 pub fn f8b32_problem(name: &str, cols: usize, block: [usize; 2]) -> Option<String> {
-    if !cols.is_multiple_of(F8B32_COLS) {
-        return Some(format!("tensor `{name}` has {cols} columns, not a multiple of {F8B32_COLS}: it cannot be kept as F8B32 (use --experts q8, bf16 or f32)"));
+    if cols == 0 || !cols.is_multiple_of(F8B32_COLS) {
+        return Some(format!("tensor `{name}` has {cols} columns, not a positive multiple of {F8B32_COLS}: it cannot be kept as F8B32 (use --experts q8, bf16 or f32)"));
     }
     if !block[1].is_multiple_of(F8B32_COLS) {
         return Some(format!("quantization_config.weight_block_size[1] is {}, not a multiple of {F8B32_COLS}: tensor `{name}` cannot be kept as F8B32 \
