@@ -6,8 +6,10 @@
 //!
 //! Two ways to use such a tensor:
 //! - [`dequantize`]: every value decoded exactly to f32 (what loading a Hugging Face directory
-//!   does, and what `waste convert` re-encodes from for the float and Q4/Q8 encodings);
-//! - [`encode_f8b32`]: the container's `F8B32` record encoding, which keeps the codes and the
+//!   does for the trunk, and what `waste convert` re-encodes from for the float and Q4/Q8
+//!   encodings);
+//! - [`encode_f8b32`]: the `F8B32` record encoding of routed experts (a container's
+//!   `--experts fp8`, and a directory's resident banks), which keeps the codes and the
 //!   scales as they are, laid out so a row's product reads each scale next to its weights: a
 //!   row is blocks of 32 columns, each block an f32 scale (little endian) followed by the 32
 //!   codes (36 bytes). A 32-column block never straddles two source blocks because the source's

@@ -7,6 +7,7 @@ use crate::cache::ExpertCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
 use crate::format::container::{RecordLayout, HEADER_BYTES};
+use crate::format::dtype::DType;
 use crate::sys::AlignedBuf;
 
 /// All experts of one MoE layer held in RAM, record after record.
@@ -78,10 +79,12 @@ pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> 
             continue;
         }
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
-        // FP8 experts (spec §3.9) are decoded to f32 records: a directory is loaded whole, the
-        // container's `--experts fp8` is what keeps them at one byte per weight.
+        // FP8 experts (spec §3.9) are kept as they are, in the F8B32 records of the container's
+        // `--experts fp8` (same bytes, same products), or decoded to f32 where the widths or the
+        // block size do not fit 32-column blocks.
         let dtype = match loader.dtype_of(&prefix(0, 0))? {
-            crate::format::dtype::DType::F8E4M3 => crate::format::dtype::DType::F32,
+            DType::F8E4M3 if loader.fp8_keeps(cfg.hidden, moe.expert_intermediate) => DType::F8B32,
+            DType::F8E4M3 => DType::F32,
             d => d,
         };
         let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;

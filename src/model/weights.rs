@@ -118,8 +118,8 @@ pub struct Loader<'a> {
     pub params: u64,
     pub dtypes: Vec<DType>,
     /// The FP8 block size from the config (`quantization_config.weight_block_size`): F8_E4M3
-    /// weights are read with their scales and decoded to f32 (`format::fp8`); without it they
-    /// are refused.
+    /// weights are read with their scales and decoded to f32, or kept as F8B32 expert records
+    /// (`format::fp8`); without it they are refused.
     pub fp8_block: Option<[usize; 2]>,
 }
 
@@ -190,11 +190,11 @@ impl<'a> Loader<'a> {
     fn fp8_matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
         let bytes = rows * cols * 4;
         let buf = if self.counting {
-            self.fp8_source(name, rows, cols, &mut [])?;
+            self.fp8_source(name, rows, cols, DType::F32, &mut [])?;
             AlignedBuf::zeroed(0, 64)?
         } else {
             let mut buf = AlignedBuf::zeroed(bytes, 64)?;
-            self.fp8_source(name, rows, cols, buf.as_mut_slice())?;
+            self.fp8_source(name, rows, cols, DType::F32, buf.as_mut_slice())?;
             buf
         };
         self.bytes += bytes as u64;
@@ -203,9 +203,16 @@ impl<'a> Loader<'a> {
         Ok(Matrix { dtype: DType::F32, rows, cols, buf })
     }
 
+    /// True when F8_E4M3 expert matrices of these widths can be kept as F8B32 records
+    /// (`format::fp8`): the config gives a block size, and both widths and the block's columns
+    /// are whole 32-column blocks.
+    pub fn fp8_keeps(&self, hidden: usize, inter: usize) -> bool {
+        self.fp8_block.is_some_and(|b| [hidden, inter].iter().all(|&c| crate::format::fp8::f8b32_problem("", c, b).is_none()))
+    }
+
     /// Checks F8_E4M3 weight `name` ([rows, cols]) and its scale tensor, and unless counting
-    /// decodes it into `out` as little-endian f32.
-    fn fp8_source(&self, name: &str, rows: usize, cols: usize, out: &mut [u8]) -> Result<()> {
+    /// writes it into `out`: as F8B32 rows when `dtype` is F8B32, else decoded to little-endian f32.
+    fn fp8_source(&self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
         use crate::format::fp8;
         let (file, t) = self.find(name)?;
         let block = self.fp8_block.ok_or_else(|| Error::new(ErrorKind::Unsupported, format!(
@@ -222,6 +229,9 @@ impl<'a> Loader<'a> {
         sfile.read_into(s, &mut raw)?;
         let scales = fp8::scales_of(&raw);
         let src = fp8::Fp8Tensor { path: &file.path, name, rows, cols, block, codes: &codes, scales: &scales };
+        if dtype == DType::F8B32 {
+            return fp8::encode_f8b32(&src, out);
+        }
         let mut values = vec![0f32; rows * cols];
         fp8::dequantize(&src, &mut values)?;
         for (o, v) in out.chunks_exact_mut(4).zip(&values) {
@@ -246,9 +256,10 @@ impl<'a> Loader<'a> {
     /// by a counting loader).
     pub fn read_matrix_into(&mut self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
         let (file, t) = self.find(name)?;
-        // FP8 experts of a Hugging Face directory are held decoded (`experts::load_resident`).
-        if t.dtype == DType::F8E4M3 && dtype == DType::F32 && t.shape == [rows as u64, cols as u64] {
-            self.fp8_source(name, rows, cols, out)?;
+        // FP8 experts of a Hugging Face directory are held as F8B32 records, or decoded to f32
+        // where F8B32 cannot hold them (`experts::load_resident`).
+        if t.dtype == DType::F8E4M3 && matches!(dtype, DType::F8B32 | DType::F32) && t.shape == [rows as u64, cols as u64] {
+            self.fp8_source(name, rows, cols, dtype, out)?;
             self.params += t.elements();
             self.note_dtype(t.dtype);
             return Ok(());
