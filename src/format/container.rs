@@ -74,12 +74,14 @@ fn dtype_code(d: DType) -> u32 {
         DType::F16 => 2,
         DType::Q8B32 => 3,
         DType::Q4B32 => 4,
+        // FP8 block-scaled experts kept as they are (`format::fp8`, docs/CONTAINER.md).
+        DType::F8B32 => 5,
         _ => u32::MAX,
     }
 }
 
 fn dtype_of_code(c: u32) -> Option<DType> {
-    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32].get(c as usize).copied()
+    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32, DType::F8B32].get(c as usize).copied()
 }
 
 /// Index of the first non-zero byte.

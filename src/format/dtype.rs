@@ -38,6 +38,9 @@ pub enum DType {
     Q4B32,
     /// 34-byte blocks: binary16 scale + 32 signed bytes.
     Q8B32,
+    /// 36-byte blocks: f32 scale + 32 e4m3fn codes, the container's record encoding of FP8
+    /// block-scaled experts (`format::fp8`). Not a safetensors dtype.
+    F8B32,
 }
 
 /// Weights per quantized block.
@@ -64,6 +67,7 @@ impl DType {
             "F8_E5M2" => DType::F8E5M2,
             "Q4B32" => DType::Q4B32,
             "Q8B32" => DType::Q8B32,
+            "F8B32" => DType::F8B32,
             _ => return None,
         })
     }
@@ -88,6 +92,7 @@ impl DType {
             DType::F8E5M2 => "F8_E5M2",
             DType::Q4B32 => "Q4B32",
             DType::Q8B32 => "Q8B32",
+            DType::F8B32 => "F8B32",
         }
     }
 
@@ -96,11 +101,12 @@ impl DType {
         match self {
             DType::Q4B32 => Some(18),
             DType::Q8B32 => Some(34),
+            DType::F8B32 => Some(super::fp8::F8B32_BYTES),
             _ => None,
         }
     }
 
-    /// True for the two block-quantized widths.
+    /// True for the block widths (Q4B32, Q8B32 and the record-only F8B32).
     pub fn is_quantized(self) -> bool {
         self.block_bytes().is_some()
     }
@@ -112,13 +118,13 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
-            DType::Q4B32 | DType::Q8B32 => return None,
+            DType::Q4B32 | DType::Q8B32 | DType::F8B32 => return None,
         })
     }
 
     /// True for the dtypes the engine computes with (weights are widened to f32 in the kernels).
     pub fn is_compute(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32 | DType::F8B32)
     }
 
     /// Bytes of one row of `cols` elements, or `None` when `cols` does not fit the dtype

@@ -8,6 +8,7 @@ pub mod config;
 pub mod container;
 pub mod crc32;
 pub mod dtype;
+pub mod fp8;
 pub mod json;
 pub mod quant;
 pub mod safetensors;

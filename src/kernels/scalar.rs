@@ -7,6 +7,7 @@
 
 use super::MatRef;
 use crate::format::dtype::BLOCK;
+use crate::format::fp8::{f8b32_scale, E4M3_TO_F32, F8B32_BYTES};
 
 /// Signature shared by every row-dot kernel: rows `r0..r1` of `w` against the `n` vectors of
 /// `x` (each `w.cols` long), writing `y[t * y_stride + r]`.
@@ -131,6 +132,21 @@ fn row_q4(row: &[u8], x: &[f32]) -> f32 {
     s
 }
 
+/// An F8B32 row (`format::fp8`): per 32-column block, the 32 e4m3 codes decoded through the
+/// exact table and multiplied with the inputs, then the sum times the block's f32 scale — the
+/// Q8B32 order, with the code's value in place of the level.
+fn row_f8(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (b, xb) in row.chunks_exact(F8B32_BYTES).zip(x.chunks_exact(BLOCK)) {
+        let mut acc = 0.0f32;
+        for k in 0..BLOCK {
+            acc += E4M3_TO_F32[b[4 + k] as usize] * xb[k];
+        }
+        s += acc * f8b32_scale(b);
+    }
+    s
+}
+
 /// The k-th signed nibble of a Q4B32 block: low nibble = even position (seed 000, "The payload").
 #[inline]
 pub fn q4_at(block: &[u8], k: usize) -> i8 {
@@ -143,6 +159,7 @@ rows_kernel!(rows_bf16, row_bf16);
 rows_kernel!(rows_f16, row_f16);
 rows_kernel!(rows_q8b32, row_q8);
 rows_kernel!(rows_q4b32, row_q4);
+rows_kernel!(rows_f8b32, row_f8);
 
 /// Widens one row of any compute dtype to f32 (embedding lookups, tests).
 pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
@@ -167,6 +184,7 @@ pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
                 ob.iter_mut().enumerate().for_each(|(k, o)| *o = q4_at(b, k) as f32 * scale);
             }
         }
+        DType::F8B32 => crate::format::fp8::decode_f8b32_row(row, out),
         _ => out.fill(0.0),
     }
 }
