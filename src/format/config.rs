@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 #[path = "config_mla.rs"]
 pub mod mla;
 pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
+// gpt-oss reads its own fields there (sinks, YaRN's attention factor, the clamped SwiGLU).
+#[path = "config_gptoss.rs"]
+pub mod gpt_oss;
+pub use gpt_oss::GptOssConfig;
 
 /// The model families the engine knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +36,7 @@ pub enum Arch {
     DeepseekV2,
     DeepseekV3,
     KimiLinear,
+    GptOss,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
@@ -56,6 +61,8 @@ pub enum Routing {
     /// DeepSeek-V2 (spec §3.7): softmax; greedy top-k (`groups` = 1) or group-limited by the
     /// group maximum, the dropped groups' probabilities zeroed; weights × `scale`.
     SoftmaxGroups { groups: usize, topk_group: usize, scale: f32 },
+    /// gpt-oss: top-k of the (biased) router logits, then a softmax over those k.
+    TopKSoftmax,
 }
 
 /// One row of the family table: what a `config.json` architecture string means structurally.
@@ -112,6 +119,8 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::KimiLinear, class: "KimiLinearForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
         moe: Some(MoeLayout { block: "block_sparse_moe", names: ["w1", "w3", "w2"], shared_expert: false }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+    Family { arch: Arch::GptOss, class: "GptOssForCausalLM", qkv_bias: true, qk_norm: QkNorm::None,
+        moe: Some(gpt_oss::LAYOUT), default_rope_theta: 150000.0, default_rms_eps: 1e-5 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
@@ -186,6 +195,8 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Latent attention (MLA) and KDA geometry with the per-layer mixer (DeepSeek, Kimi).
     pub mla: Option<MlaConfig>,
+    /// gpt-oss's own parameters (its SwiGLU clamp, YaRN's attention factor).
+    pub gpt_oss: Option<GptOssConfig>,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -273,6 +284,9 @@ impl ModelConfig {
         if matches!(family.arch, Arch::DeepseekV2 | Arch::DeepseekV3 | Arch::KimiLinear) {
             return mla::from_json(&f, family, class);
         }
+        if family.arch == Arch::GptOss {
+            return gpt_oss::from_json(&f, family, class);
+        }
         let hidden = f.usize_req("hidden_size")?;
         let layers = f.usize_req("num_hidden_layers")?;
         let heads = f.usize_req("num_attention_heads")?;
@@ -355,6 +369,7 @@ impl ModelConfig {
             eos_tokens: f.token_ids("eos_token_id")?,
             moe,
             mla: None,
+            gpt_oss: None,
         })
     }
 

@@ -194,6 +194,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         eos_tokens: f.token_ids("eos_token_id")?,
         moe: Some(moe),
         mla: Some(mla),
+        gpt_oss: None,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod container;
 pub mod crc32;
 pub mod dtype;
 pub mod json;
+pub(crate) mod mxfp4;
 pub mod quant;
 pub mod safetensors;
 pub mod sha256;

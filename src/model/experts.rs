@@ -76,6 +76,11 @@ pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> 
             banks.push(None);
             continue;
         }
+        if cfg.gpt_oss.is_some() {
+            // Fused (and possibly MXFP4) tensors, not one tensor per expert matrix.
+            banks.push(Some(super::gpt_oss::load_bank(loader, cfg, l)?));
+            continue;
+        }
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
         let dtype = loader.dtype_of(&prefix(0, 0))?;
         let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;

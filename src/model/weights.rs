@@ -52,6 +52,8 @@ pub struct Attention {
     pub o: Linear,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// gpt-oss's attention sinks: one logit per head in the softmax's denominator.
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// A SwiGLU MLP (spec §0.4).
@@ -178,8 +180,13 @@ impl<'a> Loader<'a> {
         Ok(Matrix { dtype: t.dtype, rows, cols, buf })
     }
 
+    /// The checkpoint being read (gpt-oss reads its fused experts through it).
+    pub fn checkpoint(&self) -> &'a Checkpoint {
+        self.ckpt
+    }
+
     /// Records a stored dtype (once, in the order first met).
-    fn note_dtype(&mut self, d: DType) {
+    pub(crate) fn note_dtype(&mut self, d: DType) {
         if !self.dtypes.contains(&d) {
             self.dtypes.push(d);
         }
@@ -326,8 +333,13 @@ fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -
             o: ld.linear(&format!("{p}.self_attn.o_proj"), h, cfg.q_dim(), cfg.o_bias)?,
             q_norm: qn,
             k_norm: kn,
+            sinks: match cfg.gpt_oss {
+                Some(_) => Some(ld.vector(&format!("{p}.self_attn.sinks"), cfg.heads)?),
+                None => None,
+            },
         };
         let ffn = match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
+            Some(moe) if cfg.gpt_oss.is_some() => Ffn::Moe(super::gpt_oss::load_moe(ld, cfg, &format!("{p}.{}", moe.layout.block))?),
             Some(moe) => {
                 let b = format!("{p}.{}", moe.layout.block);
                 let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
@@ -337,7 +349,7 @@ fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -
                 } else {
                     None
                 };
-                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
+                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))), router_bias: None, expert_bias: None })
             }
             None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
         };
