@@ -177,3 +177,27 @@ fn gptoss_mxfp4_nan_scale_is_refused_by_name() {
         && msg.contains("block 0"), "{msg}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each feature moves these logits far past the tolerance: with the clamp lifted, the windows
+/// removed, or plain RoPE instead of YaRN, the reference is missed — so matching it tests them.
+#[test]
+fn gptoss_fixture_features_each_matter() {
+    let o = oracle("gpt_oss_f32");
+    for (what, from, to) in [
+        ("clamp lifted", r#""swiglu_limit": 1.2"#, r#""swiglu_limit": 100.0"#),
+        ("no sliding window", r#""sliding_window": 8"#, r#""sliding_window": null"#),
+        ("plain rope", r#""rope_type": "yarn""#, r#""rope_type": "default""#),
+    ] {
+        let dir = temp_dir(&format!("gptoss-contrast-{}", what.replace(' ', "-")));
+        for f in ["generation_config.json", "model.safetensors"] {
+            std::fs::copy(o.dir.join("model").join(f), dir.join(f)).unwrap();
+        }
+        let config = std::fs::read_to_string(o.dir.join("model/config.json")).unwrap();
+        assert!(config.contains(from), "{what}: {from} not in config.json");
+        std::fs::write(dir.join("config.json"), config.replace(from, to)).unwrap();
+        let rel = rel_max_diff(&prompt_logits(&mut open(&dir, 1, 32), &o.prompt, false), &o.logits);
+        println!("gpt_oss_f32 with {what}: max|diff|/max|ref| = {rel:.3e}");
+        assert!(rel > 100.0 * TOL, "{what}: {rel:.3e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
