@@ -201,3 +201,47 @@ fn gptoss_fixture_features_each_matter() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// `--experts mxfp4`: the source's codes and scales copied into 17-byte blocks (4.25 bits a
+/// weight) and decoded inside the product. Within the tolerance of the reference, the same
+/// bits whatever the cache size, threads or chunking; a float source or a trunk in mxfp4 is
+/// refused by name.
+#[test]
+fn gptoss_native_mxfp4_experts_match_and_are_bit_stable() {
+    use waste::tools::convert::{convert, ConvertOptions, Encoding};
+    let o = oracle("gpt_oss_mxfp4");
+    let out = temp_dir("gptoss-native-mxfp4").join("model.waste");
+    let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::Mxfp4, ..ConvertOptions::new(o.dir.join("model"), &out) };
+    convert(&opts, &mut |_| {}).unwrap();
+    let manifest = waste::format::container::Manifest::open(&out).unwrap();
+    let layout = &manifest.banks[0].layout;
+    assert!(layout.matrices.iter().all(|m| m.dtype.name() == "MXFP4" && m.bytes == m.rows * m.cols / 32 * 17), "{layout:?}");
+    let base = prompt_logits(&mut open(&out, 1, 32), &o.prompt, false);
+    check("gpt_oss_mxfp4 (native mxfp4 container)", &base, &o.logits);
+    let smallest = waste::cache::min_cache_bytes(&manifest);
+    for (label, opts, single) in [
+        ("2 threads", Options { threads: 2, ..Options::default() }, false),
+        ("token at a time, smallest cache", Options { threads: 1, cache_bytes: smallest, io_threads: 2, ..Options::default() }, true),
+        ("chunks of 5", Options { threads: 1, prefill_chunk: 5, ..Options::default() }, false),
+    ] {
+        assert!(bit_identical(&base, &prompt_logits(&mut open_with(&out, opts), &o.prompt, single)), "native mxfp4: {label}");
+    }
+    // The scalar kernels everywhere (the trunk's differ from the SIMD ones in summation order).
+    let scalar = prompt_logits(&mut open_with(&out, Options { threads: 1, force_scalar: true, ..Options::default() }), &o.prompt, false);
+    check("gpt_oss_mxfp4 (native mxfp4 container, scalar kernels)", &scalar, &o.logits);
+    let mut m = open(&out, 1, 32);
+    assert_eq!(greedy(&mut m, &o.prompt, o.greedy.len()), o.greedy, "native mxfp4 greedy");
+    let plan = waste::plan_memory(&out, &Options { threads: 1, ..Options::default() }).unwrap();
+    assert_plan_matches(&plan, &open_with(&out, Options { threads: 1, ..Options::default() }), "native mxfp4 container");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+
+    let f32_src = oracle("gpt_oss_f32");
+    let out = temp_dir("gptoss-native-mxfp4-refused").join("model.waste");
+    let e = convert(&ConvertOptions { trunk: Encoding::F32, experts: Encoding::Mxfp4, ..ConvertOptions::new(f32_src.dir.join("model"), &out) },
+        &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("model.layers.0.mlp.experts") && e.to_string().contains("stored as floats"), "{e}");
+    let e = convert(&ConvertOptions { trunk: Encoding::Mxfp4, experts: Encoding::Mxfp4, ..ConvertOptions::new(o.dir.join("model"), &out) },
+        &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("mxfp4"), "{e}");
+    let _ = std::fs::remove_dir_all(out.parent().unwrap());
+}

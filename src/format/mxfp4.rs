@@ -164,6 +164,112 @@ impl<'a> FusedExperts<'a> {
     }
 }
 
+impl FusedExperts<'_> {
+    /// Reads expert `e` straight into record matrices stored as [`FusedExperts::exact_dtype`]
+    /// (`gate`, `up`: `I` rows of `hidden`; `down`: `hidden` rows of `I`), one source row at a
+    /// time: besides the record it holds one row, so loading a bank adds no expert-sized buffer
+    /// to the peak the memory plan bounds.
+    pub fn read_exact_into(&self, e: usize, gate: &mut [u8], up: &mut [u8], down: &mut [u8]) -> Result<()> {
+        let (h, i) = (self.hidden, self.inter);
+        let size = self.exact_dtype().element_bytes().unwrap_or(2);
+        if e >= self.experts || gate.len() != i * h * size || up.len() != i * h * size || down.len() != h * i * size {
+            return Err(Error::new(ErrorKind::Tensor, format!("`{}`: expert {e} of {} or records of the wrong size", self.prefix, self.experts)));
+        }
+        let read = |(st, t): (&SafeTensors, &TensorInfo), at: usize, buf: &mut [u8]| {
+            crate::sys::read_exact_at(&st.file, &st.path, buf, t.offset + at as u64).map_err(|err| err.context(format!("tensor `{}`", t.name)))
+        };
+        match &self.store {
+            Store::Float { gate_up, down: d } => {
+                let mut row = vec![0u8; (2 * i).max(h) * size];
+                // Input c of gate_up[e] ([hidden, 2I]): gate j is column 2j, up j column 2j + 1.
+                for c in 0..h {
+                    let row = &mut row[..2 * i * size];
+                    read(*gate_up, (e * h + c) * 2 * i * size, row)?;
+                    for j in 0..i {
+                        let at = (j * h + c) * size;
+                        gate[at..at + size].copy_from_slice(&row[2 * j * size..(2 * j + 1) * size]);
+                        up[at..at + size].copy_from_slice(&row[(2 * j + 1) * size..(2 * j + 2) * size]);
+                    }
+                }
+                // Input j of down[e] ([I, hidden]) is column j of the record's [hidden, I].
+                for j in 0..i {
+                    let row = &mut row[..h * size];
+                    read(*d, (e * i + j) * h * size, row)?;
+                    for o in 0..h {
+                        down[(o * i + j) * size..(o * i + j + 1) * size].copy_from_slice(&row[o * size..(o + 1) * size]);
+                    }
+                }
+            }
+            Store::Mxfp4 { gate_up, down: d } => {
+                let mut values = vec![0.0f32; h.max(i)];
+                let mut codes = vec![0u8; h.max(i) / 2 + h.max(i) / BLOCK];
+                let mut decode = |parts: &[(&SafeTensors, &TensorInfo); 2], r: usize, rows: usize, cols: usize, out: &mut [u8]| -> Result<()> {
+                    let (nb, ns) = (cols / 2, cols / BLOCK);
+                    let (blocks, scales) = codes[..nb + ns].split_at_mut(nb);
+                    read(parts[0], (e * rows + r) * nb, blocks)?;
+                    read(parts[1], (e * rows + r) * ns, scales)?;
+                    decode_row(blocks, scales, &mut values[..cols]).map_err(|b| Error::format(&parts[1].0.path, format!(
+                        "tensor `{}`: expert {e}, row {r}, block {b}: the e8m0 scale is 0xFF (NaN)", parts[1].1.name)))?;
+                    // Every MXFP4 value is a BF16 value: the narrowing is exact.
+                    for (o, v) in out.chunks_exact_mut(2).zip(&values[..cols]) {
+                        o.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes());
+                    }
+                    Ok(())
+                };
+                for r in 0..2 * i {
+                    let dst = if r % 2 == 0 { &mut gate[..] } else { &mut up[..] };
+                    decode(gate_up, r, 2 * i, h, &mut dst[(r / 2) * h * 2..(r / 2 + 1) * h * 2])?;
+                }
+                for r in 0..h {
+                    decode(d, r, h, i, &mut down[r * i * 2..(r + 1) * i * 2])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies expert `e`'s MXFP4 codes and scales into record matrices of 17-byte blocks (the
+    /// scale byte, then the block's 16 code bytes): `gate` and `up` (`I` rows of `hidden`) from
+    /// the interleaved rows of gate_up, `down` (`hidden` rows of `I`). A NaN scale is refused as
+    /// in [`FusedExperts::read`]; a float source is refused (mxfp4 copies, it does not quantize).
+    pub fn read_mxfp4(&self, e: usize, gate: &mut [u8], up: &mut [u8], down: &mut [u8]) -> Result<()> {
+        let (h, i) = (self.hidden, self.inter);
+        let Store::Mxfp4 { gate_up, down: d } = &self.store else {
+            return Err(Error::unsupported(format!(
+                "`{}` is stored as floats: the mxfp4 expert encoding copies MXFP4 sources (choose bf16, q8 or q4)", self.prefix)));
+        };
+        let rb = |cols: usize| cols / BLOCK * 17;
+        if e >= self.experts || gate.len() != i * rb(h) || up.len() != i * rb(h) || down.len() != h * rb(i) {
+            return Err(Error::new(ErrorKind::Tensor, format!("`{}`: expert {e} of {} or records of the wrong size", self.prefix, self.experts)));
+        }
+        let (blocks, scales) = mxfp4_slices(gate_up, e, 2 * i, h)?;
+        for r in 0..2 * i {
+            let dst = if r % 2 == 0 { &mut gate[..] } else { &mut up[..] };
+            copy_row(&blocks, &scales, r, h, &mut dst[(r / 2) * rb(h)..(r / 2 + 1) * rb(h)], gate_up, e)?;
+        }
+        let (blocks, scales) = mxfp4_slices(d, e, h, i)?;
+        for r in 0..h {
+            copy_row(&blocks, &scales, r, i, &mut down[r * rb(i)..(r + 1) * rb(i)], d, e)?;
+        }
+        Ok(())
+    }
+}
+
+/// Row `r` (`cols` values) of an MXFP4 matrix as 17-byte record blocks, refusing a NaN scale.
+fn copy_row(blocks: &[u8], scales: &[u8], r: usize, cols: usize, out: &mut [u8], parts: &[(&SafeTensors, &TensorInfo); 2], e: usize) -> Result<()> {
+    let g = cols / BLOCK;
+    for (b, o) in out.chunks_exact_mut(17).enumerate() {
+        let s = scales[r * g + b];
+        if s == 0xFF {
+            let (st, t) = parts[1];
+            return Err(Error::format(&st.path, format!("tensor `{}`: expert {e}, row {r}, block {b}: the e8m0 scale is 0xFF (NaN)", t.name)));
+        }
+        o[0] = s;
+        o[1..].copy_from_slice(&blocks[(r * g + b) * 16..(r * g + b + 1) * 16]);
+    }
+    Ok(())
+}
+
 /// Reads `len` elements of expert `e` (a slice of dim 0) of a float tensor, widened to f32.
 fn float_slice((st, t): (&SafeTensors, &TensorInfo), e: usize, len: usize) -> Result<Vec<f32>> {
     let size = t.dtype.element_bytes().unwrap_or(4);

@@ -12,7 +12,6 @@ use super::weights::Loader;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::{GptOssConfig, ModelConfig};
 use crate::format::container::{RecordLayout, HEADER_BYTES};
-use crate::format::dtype::DType;
 use crate::format::mxfp4::FusedExperts;
 use crate::sys::AlignedBuf;
 
@@ -75,14 +74,13 @@ pub fn load_bank(ld: &mut Loader, cfg: &ModelConfig, l: usize) -> Result<Residen
     let counting = ld.is_counting();
     let mut records = AlignedBuf::zeroed(if counting { 0 } else { bank_bytes }, 64)?;
     if !counting {
-        let (mut gate, mut up, mut down) = (vec![0.0f32; i * h], vec![0.0f32; i * h], vec![0.0f32; h * i]);
+        let [g, u, d] = layout.matrices;
         for j in 0..moe.experts {
-            fused.read(j, &mut gate, &mut up, &mut down)?;
             let rec = &mut records.as_mut_slice()[j * layout.record_bytes..(j + 1) * layout.record_bytes];
-            for (m, src) in layout.matrices.iter().zip([&gate, &up, &down]) {
-                write_exact(src, m.dtype, &mut rec[m.offset..m.offset + m.bytes]);
-            }
-            debug_assert!(HEADER_BYTES <= layout.matrices[0].offset);
+            let (head, rest) = rec.split_at_mut(u.offset);
+            let (up, down) = rest.split_at_mut(d.offset - u.offset);
+            fused.read_exact_into(j, &mut head[g.offset..g.offset + g.bytes], &mut up[..u.bytes], &mut down[..d.bytes])?;
+            debug_assert!(HEADER_BYTES <= g.offset);
             layout.write_header(rec, l, j);
         }
     }
@@ -90,16 +88,6 @@ pub fn load_bank(ld: &mut Loader, cfg: &ModelConfig, l: usize) -> Result<Residen
     ld.note_dtype(fused.stored_dtype());
     ld.bytes += bank_bytes as u64;
     Ok(ResidentBank { layout, records })
-}
-
-/// Writes `src` as `dtype` (F32, or BF16/F16 for values that came from that dtype or from
-/// MXFP4, so the narrowing is exact).
-fn write_exact(src: &[f32], dtype: DType, out: &mut [u8]) {
-    match dtype {
-        DType::BF16 => out.chunks_exact_mut(2).zip(src).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
-        DType::F16 => out.chunks_exact_mut(2).zip(src).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
-        _ => out.chunks_exact_mut(4).zip(src).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
-    }
 }
 
 #[cfg(test)]

@@ -35,10 +35,13 @@ pub enum Encoding {
     Q8,
     /// Q4B32 (seed 000).
     Q4,
+    /// MXFP4 as gpt-oss ships it (routed experts only, from MXFP4 sources: copied, not
+    /// re-quantized).
+    Mxfp4,
 }
 
 impl Encoding {
-    /// Parses `f32`, `bf16`, `f16`, `q8` or `q4`.
+    /// Parses `f32`, `bf16`, `f16`, `q8`, `q4` or `mxfp4`.
     pub fn parse(s: &str) -> Option<Encoding> {
         Some(match s {
             "f32" => Encoding::F32,
@@ -46,6 +49,7 @@ impl Encoding {
             "f16" => Encoding::F16,
             "q8" => Encoding::Q8,
             "q4" => Encoding::Q4,
+            "mxfp4" => Encoding::Mxfp4,
             _ => return None,
         })
     }
@@ -57,6 +61,7 @@ impl Encoding {
             Encoding::F16 => "f16",
             Encoding::Q8 => "q8",
             Encoding::Q4 => "q4",
+            Encoding::Mxfp4 => "mxfp4",
         }
     }
 
@@ -68,6 +73,7 @@ impl Encoding {
             Encoding::F16 => DType::F16,
             Encoding::Q8 => DType::Q8B32,
             Encoding::Q4 => DType::Q4B32,
+            Encoding::Mxfp4 => DType::MXFP4,
         }
     }
 }
@@ -215,6 +221,9 @@ fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> R
     let config_bytes = crate::format::read_bounded(&config_path, 4 << 20)?;
     let config_json = crate::format::json::parse(&config_bytes).map_err(|e| Error::format(&config_path, e))?;
     let cfg = ModelConfig::from_json(&config_path, &config_json)?;
+    if opts.trunk == Encoding::Mxfp4 || opts.embeddings == Some(Encoding::Mxfp4) {
+        return Err(Error::unsupported("mxfp4 is an encoding for routed experts only (gpt-oss's, as they ship)"));
+    }
     let src = Checkpoint::open(&opts.input)?;
     // Detected before anything is written: a tokenizer the engine would refuse at open stops
     // the conversion here.
@@ -610,6 +619,18 @@ impl Job<'_> {
         };
         let mut mats = fused.as_ref().map(|_| b.layout.matrices.map(|m| vec![0.0f32; m.rows * m.cols]));
         for e in start..b.experts {
+            if let (Some(f), true) = (&fused, b.layout.matrices[0].dtype == DType::MXFP4) {
+                // The source's MXFP4 codes and scales, copied as they are.
+                rec.fill(0);
+                let [g, u, d] = b.layout.matrices;
+                let (head, rest) = rec.split_at_mut(u.offset);
+                let (up_bytes, down_bytes) = rest.split_at_mut(d.offset - u.offset);
+                f.read_mxfp4(e, &mut head[g.offset..g.offset + g.bytes], &mut up_bytes[..u.bytes], &mut down_bytes[..d.bytes])?;
+                b.layout.write_header(&mut rec, b.layer, e);
+                file.write_all(&rec).map_err(|e| Error::io(&tmp, "write", e))?;
+                self.unit(rb as u64, &b.file)?;
+                continue;
+            }
             if let (Some(f), Some([gate, up, down])) = (&fused, &mut mats) {
                 rec.fill(0);
                 f.read(e, gate, up, down)?;
@@ -737,6 +758,7 @@ fn encode_row_as(dtype: DType, row: &[f32], o: &mut [u8]) -> std::result::Result
             let width = if dtype == DType::Q8B32 { crate::format::quant::Width::Q8 } else { crate::format::quant::Width::Q4 };
             crate::format::quant::encode_row(width, row, o).map_err(|(b, e)| format!("block {b}: {e}; the block cannot be quantized"))?;
         }
+        DType::MXFP4 => return Err("mxfp4 keeps MXFP4 sources as they are; it does not quantize float values".into()),
         _ => return Err(format!("{dtype} encoding is not available yet")),
     }
     Ok(())
