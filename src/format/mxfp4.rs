@@ -80,7 +80,7 @@ impl<'a> FusedExperts<'a> {
         };
         let float = [DType::F32, DType::BF16, DType::F16];
         let store = if ckpt.get(&format!("{prefix}.gate_up_proj_blocks")).is_some() {
-            if hidden % BLOCK != 0 || inter % BLOCK != 0 {
+            if !hidden.is_multiple_of(BLOCK) || !inter.is_multiple_of(BLOCK) {
                 return Err(Error::new(ErrorKind::Tensor, format!(
                     "{}: `{prefix}` is MXFP4, but hidden_size {hidden} or intermediate_size {inter} is not a multiple of {BLOCK}",
                     ckpt.dir.display())));
