@@ -13,7 +13,9 @@ Fixtures written under --out:
                    checkpoints do (`*_blocks` + `*_scales`, `quantization_config.quant_method =
                    mxfp4`); its reference logits come from transformers running the dequantized
                    weights in f32 (the MXFP4 values are exact in f32, so this is what any exact
-                   reader must produce). The blocks/scales are written by this script.
+                   reader must produce). The blocks/scales are written by this script, and
+                   checked: transformers' own MXFP4 loader (Mxfp4Config(dequantize=True)) reads
+                   them back as the same model (meta.json: transformers_mxfp4_loader_rel_diff).
 
 Each: model/ (config.json, generation_config.json, model.safetensors), input_ids.json (prompt,
 greedy continuation decoded with the KV cache), logits.f32 (prompt × vocab), hidden_states.npy,
@@ -211,8 +213,19 @@ def main():
         json.dump(cj, f, indent=2)
     scales_used = sorted({int(s) for k, v in packed.items() if k.endswith("_scales") for s in v.flatten().tolist()})
     m.eval()
+    # transformers' own MXFP4 loader (dequantize=True on CPU) must read these blocks and scales
+    # as the same weights: its logits against the dequantized model's.
+    from transformers import Mxfp4Config
+    hf = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager",
+                                              quantization_config=Mxfp4Config(dequantize=True)).eval()
+    with torch.no_grad():
+        x = torch.tensor([ids])
+        a, b = hf(x).logits[0].float().numpy(), m(x).logits[0].float().numpy()
+    loader_rel = float(np.abs(a - b).max() / np.abs(b).max())
+    assert loader_rel < 2e-5, loader_rel
     write(odir, name, mdir, m, ids, dict(storage_dtype="mxfp4 experts, float32 elsewhere",
                                          reference="transformers on the dequantized experts (f32)",
+                                         transformers_mxfp4_loader_rel_diff=loader_rel,
                                          e8m0_scales_used=scales_used))
 
 
