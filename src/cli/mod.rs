@@ -158,7 +158,7 @@ pub const VERSION: Command = Command {
 
 pub const CONVERT: Command = Command {
     name: "convert",
-    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4|fp8]",
+    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4|fp8|mxfp4]",
     about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
 Resumable: run the same command again after an interruption and it finishes.",
     opts: &[&[
@@ -166,7 +166,7 @@ Resumable: run the same command again after an interruption and it finishes.",
         path("out", "DIR", "the container directory to write"),
         val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
         val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
-        val("experts", "ENC", "routed experts: f32, bf16, f16, q8, q4 (default), or fp8 to keep an FP8 checkpoint's experts as they are"),
+        val("experts", "ENC", "routed experts: f32, bf16, f16, q8, q4 (default), fp8 to keep an FP8 checkpoint's experts as they are, or mxfp4 (gpt-oss MXFP4 sources, copied)"),
     ], HELP_OPT],
     positionals: &[],
 };

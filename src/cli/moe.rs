@@ -19,7 +19,7 @@ fn encoding(a: &Args, name: &str) -> Result<Option<Encoding>, Failure> {
     match a.value(name) {
         None => Ok(None),
         Some(v) => Encoding::parse(v).map(Some).ok_or_else(|| Failure::Usage(format!(
-            "option `--{name}`: `{v}` is not f32, bf16, f16, q8, q4 or fp8 (experts only)"))),
+            "option `--{name}`: `{v}` is not f32, bf16, f16, q8, q4, fp8 or mxfp4 (the last two experts only)"))),
     }
 }
 

@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 #[path = "config_mla.rs"]
 pub mod mla;
 pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
+// gpt-oss reads its own fields there (sinks, YaRN's attention factor, the clamped SwiGLU).
+#[path = "config_gptoss.rs"]
+pub mod gpt_oss;
+pub use gpt_oss::GptOssConfig;
 
 // GLM-4.5/4.6: attention of the Llama kind with its own switches, DeepSeek-V3's routing.
 #[path = "config_glm.rs"]
@@ -44,6 +48,8 @@ pub enum Arch {
     KimiLinear,
     /// `Glm4MoeForCausalLM`: GQA with partial rotary, DeepSeek-V3's routing.
     Glm4Moe,
+    /// `GptOssForCausalLM`: sinks, alternating sliding windows, YaRN, biased clamped-SwiGLU experts.
+    GptOss,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
@@ -88,6 +94,8 @@ pub enum Routing {
         /// `routed_scaling_factor`.
         scale: f32,
     },
+    /// gpt-oss: top-k of the (biased) router logits, then a softmax over those k.
+    TopKSoftmax,
 }
 
 /// One row of the family table: what a `config.json` architecture string means structurally.
@@ -152,6 +160,8 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::Glm4Moe, class: "Glm4MoeForCausalLM", qkv_bias: false, qk_norm: QkNorm::None,
         moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: false }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-5 },
+    Family { arch: Arch::GptOss, class: "GptOssForCausalLM", qkv_bias: true, qk_norm: QkNorm::None,
+        moe: Some(gpt_oss::LAYOUT), default_rope_theta: 150000.0, default_rms_eps: 1e-5 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
@@ -277,6 +287,8 @@ pub struct ModelConfig {
     /// their tensors sit past `num_hidden_layers` in the checkpoint and are never read, as they
     /// are not part of the next-token forward pass.
     pub mtp_layers: usize,
+    /// gpt-oss's own parameters (its SwiGLU clamp, YaRN's attention factor).
+    pub gpt_oss: Option<GptOssConfig>,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -370,6 +382,9 @@ impl ModelConfig {
         if matches!(family.arch, Arch::DeepseekV2 | Arch::DeepseekV3 | Arch::KimiLinear) {
             return mla::from_json(&f, family, class);
         }
+        if family.arch == Arch::GptOss {
+            return gpt_oss::from_json(&f, family, class);
+        }
         let hidden = f.usize_req("hidden_size")?;
         let layers = f.usize_req("num_hidden_layers")?;
         let heads = f.usize_req("num_attention_heads")?;
@@ -455,6 +470,7 @@ impl ModelConfig {
             moe,
             mla: None,
             mtp_layers: 0,
+            gpt_oss: None,
         };
         match family.arch {
             Arch::Glm4Moe => glm::finish(&f, cfg),

@@ -213,6 +213,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         moe: Some(moe),
         mla: Some(mla),
         mtp_layers: 0,
+        gpt_oss: None,
     })
 }
 

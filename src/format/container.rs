@@ -76,12 +76,14 @@ fn dtype_code(d: DType) -> u32 {
         DType::Q4B32 => 4,
         // FP8 block-scaled experts kept as they are (`format::fp8`, docs/CONTAINER.md).
         DType::F8B32 => 5,
+        // gpt-oss's MXFP4 experts kept as they ship (`format::mxfp4`, docs/CONTAINER.md).
+        DType::MXFP4 => 6,
         _ => u32::MAX,
     }
 }
 
 fn dtype_of_code(c: u32) -> Option<DType> {
-    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32, DType::F8B32].get(c as usize).copied()
+    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32, DType::F8B32, DType::MXFP4].get(c as usize).copied()
 }
 
 /// Index of the first non-zero byte.
@@ -593,7 +595,8 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
     }
     let mats = b.get("matrices").and_then(Json::as_array).filter(|m| m.len() == 3)
         .ok_or_else(|| Error::config(path, &f("matrices"), "missing or not 3 entries"))?;
-    let dtype = mats[0].get("dtype").and_then(Json::as_str).and_then(DType::from_name)
+    // MXFP4 is a record encoding only (no safetensors dtype string names it).
+    let dtype = mats[0].get("dtype").and_then(Json::as_str).and_then(|s| DType::from_name(s).or((s == "MXFP4").then_some(DType::MXFP4)))
         .ok_or_else(|| Error::config(path, &f("matrices[0].dtype"), "missing or unknown"))?;
     // The layout's own error names no file: the manifest field that chose the encoding is it.
     let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)

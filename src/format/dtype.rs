@@ -41,6 +41,10 @@ pub enum DType {
     /// 36-byte blocks: f32 scale + 32 e4m3fn codes, the container's record encoding of FP8
     /// block-scaled experts (`format::fp8`). Not a safetensors dtype.
     F8B32,
+    /// 17-byte blocks: an e8m0 scale byte + 32 e2m1 codes, low nibble first (gpt-oss's MXFP4
+    /// experts kept as they ship, 4.25 bits a weight). A container record encoding only: no
+    /// safetensors dtype string names it.
+    MXFP4,
 }
 
 /// Weights per quantized block.
@@ -93,6 +97,7 @@ impl DType {
             DType::Q4B32 => "Q4B32",
             DType::Q8B32 => "Q8B32",
             DType::F8B32 => "F8B32",
+            DType::MXFP4 => "MXFP4",
         }
     }
 
@@ -102,11 +107,12 @@ impl DType {
             DType::Q4B32 => Some(18),
             DType::Q8B32 => Some(34),
             DType::F8B32 => Some(super::fp8::F8B32_BYTES),
+            DType::MXFP4 => Some(17),
             _ => None,
         }
     }
 
-    /// True for the block widths (Q4B32, Q8B32 and the record-only F8B32).
+    /// True for the block-quantized dtypes (Q4B32, Q8B32, and the record-only F8B32 and MXFP4).
     pub fn is_quantized(self) -> bool {
         self.block_bytes().is_some()
     }
@@ -118,13 +124,13 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
-            DType::Q4B32 | DType::Q8B32 | DType::F8B32 => return None,
+            DType::Q4B32 | DType::Q8B32 | DType::F8B32 | DType::MXFP4 => return None,
         })
     }
 
     /// True for the dtypes the engine computes with (weights are widened to f32 in the kernels).
     pub fn is_compute(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32 | DType::F8B32)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32 | DType::F8B32 | DType::MXFP4)
     }
 
     /// Bytes of one row of `cols` elements, or `None` when `cols` does not fit the dtype

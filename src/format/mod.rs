@@ -10,6 +10,7 @@ pub mod crc32;
 pub mod dtype;
 pub mod fp8;
 pub mod json;
+pub(crate) mod mxfp4;
 pub mod quant;
 pub mod safetensors;
 pub mod sha256;

@@ -227,7 +227,9 @@ type SumFn = unsafe fn(&[f32]) -> f32;
 #[derive(Clone)]
 pub struct Kernels {
     isa: Isa,
-    rows: [RowsFn; 6],
+    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 (AVX2 on x86, scalar elsewhere), MXFP4
+    /// (scalar on every ISA).
+    rows: [RowsFn; 7],
     dot: DotFn,
     sum: SumFn,
     int8: Option<Int8Path>,
@@ -275,6 +277,7 @@ fn slot(dtype: DType) -> Option<usize> {
         DType::Q8B32 => 3,
         DType::Q4B32 => 4,
         DType::F8B32 => 5,
+        DType::MXFP4 => 6,
         _ => return None,
     })
 }
@@ -306,7 +309,7 @@ impl Kernels {
     pub fn scalar() -> Kernels {
         Kernels {
             isa: Isa::Scalar,
-            rows: [scalar::rows_f32, scalar::rows_bf16, scalar::rows_f16, scalar::rows_q8b32, scalar::rows_q4b32, scalar::rows_f8b32],
+            rows: [scalar::rows_f32, scalar::rows_bf16, scalar::rows_f16, scalar::rows_q8b32, scalar::rows_q4b32, scalar::rows_f8b32, scalar::rows_mxfp4],
             dot: scalar::dot_unsafe,
             sum: scalar::sum_unsafe,
             int8: None,
@@ -324,7 +327,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some(Kernels {
                 isa,
-                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32],
+                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32, scalar::rows_mxfp4],
                 dot: avx2::dot,
                 sum: avx2::sum,
                 int8: None,
@@ -332,7 +335,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Some(Kernels {
                 isa,
-                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32],
+                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32, scalar::rows_mxfp4],
                 dot: avx512::dot,
                 sum: avx512::sum,
                 int8: None,
@@ -340,7 +343,7 @@ impl Kernels {
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => Some(Kernels {
                 isa,
-                rows: [neon::rows_f32, neon::rows_bf16, neon::rows_f16, neon::rows_q8b32, neon::rows_q4b32, scalar::rows_f8b32],
+                rows: [neon::rows_f32, neon::rows_bf16, neon::rows_f16, neon::rows_q8b32, neon::rows_q4b32, scalar::rows_f8b32, scalar::rows_mxfp4],
                 dot: neon::dot,
                 sum: neon::sum,
                 int8: None,

@@ -78,6 +78,11 @@ pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> 
             banks.push(None);
             continue;
         }
+        if cfg.gpt_oss.is_some() {
+            // Fused (and possibly MXFP4) tensors, not one tensor per expert matrix.
+            banks.push(Some(super::gpt_oss::load_bank(loader, cfg, l)?));
+            continue;
+        }
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
         // FP8 experts (spec §3.9) are kept as they are, in the F8B32 records of the container's
         // `--experts fp8` (same bytes, same products), or decoded to f32 where the widths or the

@@ -52,6 +52,8 @@ pub struct Attention {
     pub o: Linear,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// gpt-oss's attention sinks: one logit per head in the softmax's denominator.
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// A SwiGLU MLP (spec §0.4).
@@ -240,8 +242,13 @@ impl<'a> Loader<'a> {
         Ok(())
     }
 
+    /// The checkpoint being read (gpt-oss reads its fused experts through it).
+    pub fn checkpoint(&self) -> &'a Checkpoint {
+        self.ckpt
+    }
+
     /// Records a stored dtype (once, in the order first met).
-    fn note_dtype(&mut self, d: DType) {
+    pub(crate) fn note_dtype(&mut self, d: DType) {
         if !self.dtypes.contains(&d) {
             self.dtypes.push(d);
         }
@@ -397,11 +404,16 @@ fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -
             o: ld.linear(&format!("{p}.self_attn.o_proj"), h, cfg.q_dim(), cfg.o_bias)?,
             q_norm: qn,
             k_norm: kn,
+            sinks: match cfg.gpt_oss {
+                Some(_) => Some(ld.vector(&format!("{p}.self_attn.sinks"), cfg.heads)?),
+                None => None,
+            },
         };
         let ffn = match cfg.moe.as_ref().filter(|_| cfg.is_moe_layer(l)) {
             // GLM-4.5's MoE layer has DeepSeek-V3's tensors (router with its correction bias,
             // gate-less `shared_experts`): read by the same code.
             Some(_) if cfg.arch == Arch::Glm4Moe => super::latent::load_ffn(ld, cfg, l)?,
+            Some(moe) if cfg.gpt_oss.is_some() => Ffn::Moe(super::gpt_oss::load_moe(ld, cfg, &format!("{p}.{}", moe.layout.block))?),
             Some(moe) => {
                 let b = format!("{p}.{}", moe.layout.block);
                 let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
@@ -411,7 +423,7 @@ fn load_attention_layer(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -
                 } else {
                     None
                 };
-                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
+                Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))), router_bias: None, expert_bias: None })
             }
             None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
         };

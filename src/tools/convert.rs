@@ -37,10 +37,13 @@ pub enum Encoding {
     /// F8B32: FP8 source experts kept as they are, codes and block scales (`format::fp8`);
     /// experts only.
     Fp8,
+    /// MXFP4 as gpt-oss ships it (routed experts only, from MXFP4 sources: copied, not
+    /// re-quantized).
+    Mxfp4,
 }
 
 impl Encoding {
-    /// Parses `f32`, `bf16`, `f16`, `q8`, `q4` or `fp8`.
+    /// Parses `f32`, `bf16`, `f16`, `q8`, `q4`, `fp8` or `mxfp4`.
     pub fn parse(s: &str) -> Option<Encoding> {
         Some(match s {
             "f32" => Encoding::F32,
@@ -49,6 +52,7 @@ impl Encoding {
             "q8" => Encoding::Q8,
             "q4" => Encoding::Q4,
             "fp8" => Encoding::Fp8,
+            "mxfp4" => Encoding::Mxfp4,
             _ => return None,
         })
     }
@@ -62,6 +66,7 @@ impl Encoding {
             Encoding::Q8 => "q8",
             Encoding::Q4 => "q4",
             Encoding::Fp8 => "fp8",
+            Encoding::Mxfp4 => "mxfp4",
         }
     }
 
@@ -74,6 +79,7 @@ impl Encoding {
             Encoding::Q8 => DType::Q8B32,
             Encoding::Q4 => DType::Q4B32,
             Encoding::Fp8 => DType::F8B32,
+            Encoding::Mxfp4 => DType::MXFP4,
         }
     }
 }
@@ -228,6 +234,9 @@ fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> R
         return Err(Error::new(ErrorKind::Arg, "the fp8 encoding is for routed experts only (--experts fp8); \
 the trunk and embeddings take f32, bf16, f16, q8 or q4"));
     }
+    if opts.trunk == Encoding::Mxfp4 || opts.embeddings == Some(Encoding::Mxfp4) {
+        return Err(Error::unsupported("mxfp4 is an encoding for routed experts only (gpt-oss's, as they ship)"));
+    }
     let src = Checkpoint::open(&opts.input)?;
     // Detected before anything is written: a tokenizer the engine would refuse at open stops
     // the conversion here.
@@ -375,6 +384,8 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
         }
         let (encoding, dtype) = match t.shape.len() {
             1 => (opts.trunk, DType::F32),
+            // gpt-oss's expert biases [experts, width]: small vectors, kept in f32 like the others.
+            2 if is_expert_bias(cfg, &t.name) => (opts.trunk, DType::F32),
             2 => {
                 let enc = if is_embedding_like(&t.name) { opts.embedding_encoding() } else { opts.trunk };
                 if enc.dtype().row_bytes(t.shape[1]).is_none() {
@@ -405,7 +416,12 @@ fn layer_of(name: &str) -> Option<usize> {
 
 fn is_routed_expert(cfg: &ModelConfig, name: &str) -> bool {
     let Some(moe) = &cfg.moe else { return false };
-    name.contains(&format!(".{}.experts.", moe.layout.block))
+    name.contains(&format!(".{}.experts.", moe.layout.block)) && !is_expert_bias(cfg, name)
+}
+
+/// gpt-oss's per-expert biases, which stay in the trunk beside the router.
+fn is_expert_bias(cfg: &ModelConfig, name: &str) -> bool {
+    cfg.gpt_oss.is_some() && name.contains(".mlp.experts.") && name.ends_with("_bias")
 }
 
 /// KDA's convolution kernels and per-head decay logs (`…conv1d.weight`, `…A_log`).
@@ -416,6 +432,7 @@ fn is_kda_parameter(name: &str) -> bool {
 /// Embeddings, the LM head, routers and the shared-expert gate: kept at the higher precision.
 fn is_embedding_like(name: &str) -> bool {
     name == "model.embed_tokens.weight" || name == "lm_head.weight" || name.ends_with(".gate.weight") || name.ends_with("shared_expert_gate.weight")
+        || name.ends_with(".router.weight")
 }
 
 fn bank_plan(cfg: &ModelConfig, opts: &ConvertOptions) -> Result<Vec<Bank>> {
@@ -618,7 +635,41 @@ impl Job<'_> {
             .map_err(|e| Error::io(&tmp, "open", e))?;
         let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Config, "no MoE config"))?;
         let mut rec = vec![0u8; rb];
+        // gpt-oss: every expert of the layer is in two fused tensors (float or MXFP4).
+        let fused = match cfg.gpt_oss {
+            Some(_) => Some(crate::format::mxfp4::FusedExperts::open(self.src, &format!("model.layers.{}.mlp.experts", b.layer),
+                b.experts, cfg.hidden, moe.expert_intermediate)?),
+            None => None,
+        };
+        let mut mats = fused.as_ref().map(|_| b.layout.matrices.map(|m| vec![0.0f32; m.rows * m.cols]));
         for e in start..b.experts {
+            if let (Some(f), true) = (&fused, b.layout.matrices[0].dtype == DType::MXFP4) {
+                // The source's MXFP4 codes and scales, copied as they are.
+                rec.fill(0);
+                let [g, u, d] = b.layout.matrices;
+                let (head, rest) = rec.split_at_mut(u.offset);
+                let (up_bytes, down_bytes) = rest.split_at_mut(d.offset - u.offset);
+                f.read_mxfp4(e, &mut head[g.offset..g.offset + g.bytes], &mut up_bytes[..u.bytes], &mut down_bytes[..d.bytes])?;
+                b.layout.write_header(&mut rec, b.layer, e);
+                file.write_all(&rec).map_err(|e| Error::io(&tmp, "write", e))?;
+                self.unit(rb as u64, &b.file)?;
+                continue;
+            }
+            if let (Some(f), Some([gate, up, down])) = (&fused, &mut mats) {
+                rec.fill(0);
+                f.read(e, gate, up, down)?;
+                for ((m, src), what) in b.layout.matrices.iter().zip([&*gate, &*up, &*down]).zip(["gate", "up", "down"]) {
+                    let out_row = m.bytes / m.rows;
+                    for (r, row) in src.chunks_exact(m.cols).enumerate() {
+                        encode_row_as(m.dtype, row, &mut rec[m.offset + r * out_row..m.offset + (r + 1) * out_row]).map_err(|why| Error::new(
+                            ErrorKind::Tensor, format!("layer {} expert {e}, {what} matrix, row {r}, {why}", b.layer)))?;
+                    }
+                }
+                b.layout.write_header(&mut rec, b.layer, e);
+                file.write_all(&rec).map_err(|e| Error::io(&tmp, "write", e))?;
+                self.unit(rb as u64, &b.file)?;
+                continue;
+            }
             rec.fill(0);
             for (i, m) in b.layout.matrices.iter().enumerate() {
                 let name = format!("model.layers.{}.{}.experts.{e}.{}.weight", b.layer, moe.layout.block, moe.layout.names[i]);
@@ -770,17 +821,24 @@ fn encode_rows(st: &SafeTensors, t: &TensorInfo, src: MatRef, dtype: DType) -> R
     for r in 0..rows {
         scalar::row_to_f32(&src, r, &mut row);
         let o = &mut out[r * out_row..(r + 1) * out_row];
-        match dtype {
-            DType::F32 => o.chunks_exact_mut(4).zip(&row).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
-            DType::BF16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
-            DType::F16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
-            DType::Q8B32 | DType::Q4B32 => {
-                let width = if dtype == DType::Q8B32 { crate::format::quant::Width::Q8 } else { crate::format::quant::Width::Q4 };
-                crate::format::quant::encode_row(width, &row, o).map_err(|(b, e)| Error::format(&st.path, format!(
-                    "tensor `{}`: row {r}, block {b}: {e}; the block cannot be quantized", t.name)))?;
-            }
-            _ => return Err(Error::unsupported(format!("tensor `{}`: {dtype} encoding is not available yet", t.name))),
-        }
+        encode_row_as(dtype, &row, o).map_err(|why| Error::format(&st.path, format!("tensor `{}`: row {r}, {why}", t.name)))?;
     }
     Ok(out)
+}
+
+/// Encodes one row of f32 values as `dtype` into `o` (its row bytes): float casts round to
+/// nearest even, the block widths use the Q4B32/Q8B32 codec.
+fn encode_row_as(dtype: DType, row: &[f32], o: &mut [u8]) -> std::result::Result<(), String> {
+    match dtype {
+        DType::F32 => o.chunks_exact_mut(4).zip(row).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
+        DType::BF16 => o.chunks_exact_mut(2).zip(row).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::F16 => o.chunks_exact_mut(2).zip(row).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::Q8B32 | DType::Q4B32 => {
+            let width = if dtype == DType::Q8B32 { crate::format::quant::Width::Q8 } else { crate::format::quant::Width::Q4 };
+            crate::format::quant::encode_row(width, row, o).map_err(|(b, e)| format!("block {b}: {e}; the block cannot be quantized"))?;
+        }
+        DType::MXFP4 => return Err("mxfp4 keeps MXFP4 sources as they are; it does not quantize float values".into()),
+        _ => return Err(format!("{dtype} encoding is not available yet")),
+    }
+    Ok(())
 }
