@@ -150,6 +150,12 @@ pub struct Options {
     /// next MoE layer's experts (its router applied to this layer's input) and start reading
     /// them. Changes only when bytes move, never the result.
     pub lookahead: bool,
+    /// Purgeable expert-cache slots: the pages of an idle slot may be taken back by the kernel
+    /// under memory pressure (`MADV_FREE`) instead of the process being killed; a slot that
+    /// lost pages is detected when next used and its record read again. Changes only when
+    /// bytes move, never the result. Off by default (docs/BENCHMARKS.md: not yet measured
+    /// for speed on a full-size model).
+    pub purgeable_slots: bool,
     /// Preload the learned hotlist (`usage.waste`, written by [`Model::write_usage`]) into
     /// the expert cache of a container that has one, on the I/O threads.
     pub hotlist: bool,
@@ -162,7 +168,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: false, sessions: 1, hotlist: true }
+            io_threads: 4, verify: false, direct_io: true, lookahead: false, purgeable_slots: false, sessions: 1, hotlist: true }
     }
 }
 

@@ -54,6 +54,8 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             // The fallback where O_DIRECT is refused (buffered reads, pages dropped), forced.
             ("buffered fallback, io threads", Options { direct_io: false, cache_bytes: smallest, io_threads: 2, ..base.clone() }, false),
             ("buffered fallback, synchronous", Options { direct_io: false, cache_bytes: smallest, ..base.clone() }, true),
+            ("purgeable slots, io threads", Options { purgeable_slots: true, cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
+            ("purgeable slots, synchronous", Options { purgeable_slots: true, cache_bytes: manifest.expert_bytes() / 2, ..base.clone() }, false),
         ] {
             let mut m = open(&dir, opts);
             let got = prompt_logits(&mut m, &o.prompt, single);

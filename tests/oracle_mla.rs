@@ -445,8 +445,9 @@ fn kimi_accepts_the_transformers_5_kda_keys_and_refuses_fused_experts() {
     let _ = std::fs::remove_dir_all(&base);
 }
 
-/// DeepSeek-V3's FP8 weights (spec §3.9) are refused, naming the tensor and its dtype, whether
-/// or not config.json declares the quantization (which is refused on its own, naming the field).
+/// An `F8_E4M3` tensor in a checkpoint whose config.json declares no FP8 `quantization_config`
+/// (so no block size to read its scales with) is refused, naming the tensor and its dtype. FP8
+/// checkpoints that declare it load: `tests/oracle_fp8.rs`.
 #[test]
 fn fp8_weights_are_refused_by_name() {
     use waste::format::dtype::DType;

@@ -58,9 +58,9 @@ impl ExpertShape {
         })
     }
 
-    /// Bookkeeping per slot: its key and pin in the index, its look-ahead flag, its buffer
-    /// handle, and one entry of the hotlist to preload (at most one per slot).
-    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + size_of::<bool>() + size_of::<Option<Slot>>()
+    /// Bookkeeping per slot: its key and pin in the index, its look-ahead and purgeable
+    /// flags, its buffer handle, and one entry of the hotlist to preload (at most one per slot).
+    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + 2 * size_of::<bool>() + size_of::<Option<Slot>>()
         + size_of::<(usize, u32, f64)>()) as u64;
 
     /// What one slot costs: the largest record and its bookkeeping.
@@ -68,14 +68,15 @@ impl ExpertShape {
         self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
     }
 
-    /// Bookkeeping whatever the number of slots: per expert of the model, its slot and its
-    /// policy priority; per layer, its bank, record layout and first key; per expert of a
-    /// layer, one hit and one miss entry.
+    /// Bookkeeping whatever the number of slots: per expert of the model, its slot, policy
+    /// priority and last visit; per layer, its bank, record layout and first key; per MoE
+    /// layer, the policy's visit count and reuse statistics; per expert of a layer, one hit
+    /// and one miss entry.
     pub fn fixed_bytes(&self) -> u64 {
-        let per_key = size_of::<u32>() + size_of::<f64>();
         let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
         let per_expert = 2 * size_of::<(u32, usize)>();
-        (self.records as usize * per_key + self.layers * per_layer + self.experts * per_expert) as u64
+        (self.records as usize * CacheIndex::PER_KEY_BYTES + self.layers * per_layer + CacheIndex::per_layer_bytes(self.moe_layers)
+            + self.experts * per_expert) as u64
     }
 
     /// The fewest slots the cache runs with: two per expert a token uses (one layer's in use
@@ -111,6 +112,10 @@ pub struct CacheOptions {
     /// Read with `O_DIRECT` where the filesystem allows it; false reads every bank through
     /// the fallback (buffered, then `POSIX_FADV_DONTNEED`). (wp-container)
     pub direct_io: bool,
+    /// Purgeable slots: an idle slot's pages may be taken back by the kernel under memory
+    /// pressure (`MADV_FREE`) instead of the process being killed; a hit on a slot that lost a
+    /// page reads the record again ([`CacheStats::purged`]).
+    pub purgeable: bool,
 }
 
 /// What the cache has done so far.
@@ -140,6 +145,9 @@ pub struct CacheStats {
     pub prefetch_hits: u64,
     /// Records read into free slots from the learned hotlist ([`usage`]).
     pub preloaded: u64,
+    /// Lookups that found their slot's pages taken back by the kernel (purgeable slots) and
+    /// read the record again; counted as misses, not hits.
+    pub purged: u64,
 }
 
 impl CacheStats {
@@ -185,6 +193,12 @@ pub struct ExpertCache {
     /// expert, share of tokens); and the accesses a token makes, to weigh them.
     hot: Vec<(usize, u32, f64)>,
     accesses_per_token: usize,
+    /// Purgeable slots ([`CacheOptions::purgeable`]), and per slot: its pages are offered to
+    /// the kernel (it holds a record and is idle), so they must be taken back before use.
+    purgeable: bool,
+    offered: Vec<bool>,
+    /// Experts per MoE layer (keys of one layer in the index).
+    experts_per_layer: usize,
 }
 
 /// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the
@@ -246,6 +260,9 @@ impl ExpertCache {
             misses: Vec::with_capacity(moe.experts),
             hot: Vec::with_capacity(slots),
             accesses_per_token: moe.top_k * manifest.banks.len(),
+            experts_per_layer: moe.experts,
+            purgeable: opts.purgeable,
+            offered: vec![false; slots],
         })
     }
 
@@ -260,7 +277,7 @@ impl ExpertCache {
         use crate::sys::vec_bytes;
         self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)
             + self.index.heap_bytes() + vec_bytes(&self.bufs) + vec_bytes(&self.prefetched)
-            + vec_bytes(&self.hits) + vec_bytes(&self.misses) + vec_bytes(&self.hot)
+            + vec_bytes(&self.hits) + vec_bytes(&self.misses) + vec_bytes(&self.hot) + vec_bytes(&self.offered)
     }
 
     /// Preloads the experts of a learned hotlist (MoE layer in bank order, expert, share of
@@ -299,6 +316,7 @@ impl ExpertCache {
                 break;
             };
             self.index.seed(base + e as usize, share, self.accesses_per_token);
+            self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
             self.loading += 1;
@@ -330,11 +348,16 @@ impl ExpertCache {
         let (mut hits, mut misses) = (std::mem::take(&mut self.hits), std::mem::take(&mut self.misses));
         hits.clear();
         misses.clear();
+        // The policy learns from every visit (the replay does the same: `replay::replay_range`).
+        self.index.visit(base / self.experts_per_layer.max(1), wanted);
         for &e in wanted {
             match self.index.access(base + e as usize) {
                 Lookup::Hit(s) => hits.push((e, s)),
                 Lookup::Miss => misses.push((e, usize::MAX)),
             }
+        }
+        if self.purgeable {
+            self.take_back(layer, &mut hits, &mut misses);
         }
         self.stats.hits += hits.len() as u64;
         self.stats.misses += misses.len() as u64;
@@ -354,7 +377,48 @@ impl ExpertCache {
         }
         self.hits = hits;
         self.misses = misses;
+        if self.purgeable {
+            self.offer_idle();
+        }
         result
+    }
+
+    /// Takes this call's hits back from the kernel (purgeable slots): a slot whose pages were
+    /// all kept is a hit; one that lost a page is forgotten and its expert becomes a miss,
+    /// read again like any other.
+    fn take_back(&mut self, layer: usize, hits: &mut Vec<(u32, usize)>, misses: &mut Vec<(u32, usize)>) {
+        let layout_bytes = self.layouts.get(layer).copied().flatten().map_or(0, |l| l.record_bytes);
+        let mut i = 0;
+        while i < hits.len() {
+            let (e, s) = hits[i];
+            let kept = match (std::mem::take(&mut self.offered[s]), self.bufs[s].as_mut()) {
+                (true, Some(buf)) => buf.keep_pages(layout_bytes),
+                _ => true,
+            };
+            if kept {
+                i += 1;
+                continue;
+            }
+            self.stats.purged += 1;
+            self.prefetched[s] = false;
+            self.index.clear(s);
+            hits.remove(i);
+            // Misses stay in id order, as the engine asks for them.
+            let at = misses.partition_point(|m| m.0 < e);
+            misses.insert(at, (e, usize::MAX));
+        }
+    }
+
+    /// Offers the pages of every idle slot holding a record to the kernel (purgeable slots).
+    fn offer_idle(&mut self) {
+        for s in 0..self.bufs.len() {
+            if self.offered[s] || self.index.key_of(s).is_none() {
+                continue;
+            }
+            let Some(buf) = &self.bufs[s] else { continue };
+            // The whole slot: pages past a shorter record are never read before a read fills them.
+            self.offered[s] = buf.allow_purge(self.slot_bytes);
+        }
     }
 
     fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
@@ -474,6 +538,7 @@ impl ExpertCache {
             }
             let s = misses[i].1;
             self.prefetched[s] = false;
+            self.offered[s] = false; // the read rewrites every page
             let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
             let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
@@ -508,6 +573,7 @@ impl ExpertCache {
                 continue;
             }
             let Some((s, _)) = self.index.assign(base + e as usize) else { break };
+            self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
             self.prefetched[s] = true;
@@ -524,6 +590,7 @@ impl ExpertCache {
         while *next < misses.len() {
             let e = misses[*next].0;
             let Some((s, _)) = self.index.assign(base + e as usize) else { break };
+            self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             misses[*next].1 = s;
             io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;

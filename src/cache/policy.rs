@@ -1,12 +1,18 @@
 //! Which experts stay in the cache: the slot bookkeeping and the eviction policy, free of any
 //! buffer or I/O so that the trace replay drives exactly the decisions the engine makes.
 //!
-//! The policy keeps a decayed access frequency for every expert of the model, resident or
-//! not, so an expert's history survives its eviction (unlike plain LRU, or a counter reset on
-//! insert). The victim is the unpinned resident expert with the lowest decayed frequency.
-//! Decode touches every MoE layer once per token, a cyclic pattern longer than a small cache,
-//! which is exactly where LRU keeps nothing: here the rarely-used experts churn through the
-//! weakest slots while the frequently-used ones stay.
+//! Every policy but LRU keeps a decayed access frequency for every expert of the model,
+//! resident or not, so an expert's history survives its eviction (unlike plain LRU, or a
+//! counter reset on insert). Decode touches every MoE layer once per token, a cyclic pattern
+//! longer than a small cache, which is exactly where LRU keeps nothing.
+//!
+//! The default, [`Policy::Reuse`], estimates for each expert the probability that its layer
+//! chooses it at the layer's next visit, and keeps the experts that pay most per slot held:
+//! that probability divided by the layers until the visit. The probability is learned while
+//! the cache runs, per MoE layer, from what happened to experts in the same situation —
+//! how many visits ago they were last chosen and how high their decayed frequency was — so it
+//! adapts to the model (some layers route far more predictably than others, and those get more
+//! slots) with no constant fitted to a trace.
 
 /// An eviction policy.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,20 +31,43 @@ pub enum Policy {
         /// Accesses after which a frequency has decayed to half.
         half_life: f64,
     },
+    /// Keep the experts whose learned probability of being chosen at their layer's next
+    /// visit, per layer until that visit, is highest (see the module notes); the frequency
+    /// feature decays by half every `half_life` accesses.
+    Reuse {
+        /// Accesses after which the frequency feature has decayed to half.
+        half_life: f64,
+    },
 }
 
+/// Recency buckets of [`Policy::Reuse`]: chosen 0, 1, …, `RECENCY - 1` visits before the last
+/// one, `RECENCY` or more, and never.
+const RECENCY: usize = 6;
+/// Frequency buckets of [`Policy::Reuse`]: decayed count below ½, then one per doubling.
+const FREQUENCY: usize = 8;
+/// Situations (buckets) a layer's reuse statistics distinguish.
+const REUSE_BUCKETS: usize = (RECENCY + 2) * FREQUENCY;
+/// The prior of a bucket with no history: as if `PRIOR_VISITS` visits had been seen with
+/// reuse probability `PRIOR_P`, so an empty bucket neither wins nor loses everything.
+const PRIOR_VISITS: f64 = 2.0;
+const PRIOR_P: f64 = 0.3;
+
 impl Policy {
-    /// The engine's default: expected next use, with frequencies decaying by half every 8
-    /// tokens' worth of accesses (the best of the settings measured on the routing traces in
-    /// `docs/BENCHMARKS.md`, at every cache size).
+    /// The half-life, in tokens, of the default policy's frequency feature (chosen on the
+    /// first half of each routing trace; `docs/BENCHMARKS.md`).
+    pub const DEFAULT_HALF_LIFE_TOKENS: f64 = 16.0;
+
+    /// The engine's default: [`Policy::Reuse`] with its frequency feature decaying by half
+    /// every [`Policy::DEFAULT_HALF_LIFE_TOKENS`] tokens' worth of accesses.
     pub fn default_for(accesses_per_token: usize) -> Policy {
-        Policy::NextUse { half_life: (accesses_per_token.max(1) * 8) as f64 }
+        Policy::Reuse { half_life: accesses_per_token.max(1) as f64 * Self::DEFAULT_HALF_LIFE_TOKENS }
     }
 
-    /// A policy by name (`next-use`, `frequency`, `lru`) with a half-life in tokens.
+    /// A policy by name (`reuse`, `next-use`, `frequency`, `lru`) with a half-life in tokens.
     pub fn named(name: &str, half_life_tokens: f64, accesses_per_token: usize) -> Option<Policy> {
         let half_life = half_life_tokens * accesses_per_token.max(1) as f64;
         Some(match name {
+            "reuse" => Policy::Reuse { half_life },
             "next-use" => Policy::NextUse { half_life },
             "frequency" => Policy::Frequency { half_life },
             "lru" => Policy::Lru,
@@ -63,6 +92,13 @@ pub struct CacheIndex {
     per_layer: usize,
     layers: usize,
     current_layer: usize,
+    /// Per key: the visit of its layer (counted from 1) at which it was last chosen, 0 never.
+    last_visit: Vec<u32>,
+    /// Per layer: visits so far.
+    visits: Vec<u32>,
+    /// Per layer and bucket ([`REUSE_BUCKETS`]): (experts chosen, experts seen) at the visits
+    /// so far, for [`Policy::Reuse`]'s probability estimate.
+    reuse: Vec<[f64; 2]>,
 }
 
 /// The outcome of looking up one key.
@@ -87,6 +123,9 @@ impl CacheIndex {
             per_layer: keys.max(1),
             layers: 1,
             current_layer: 0,
+            last_visit: vec![0; keys],
+            visits: vec![0; 1],
+            reuse: vec![[0.0; 2]; REUSE_BUCKETS],
         }
     }
 
@@ -94,7 +133,76 @@ impl CacheIndex {
     pub fn with_layers(mut self, layers: usize, per_layer: usize) -> CacheIndex {
         self.layers = layers.max(1);
         self.per_layer = per_layer.max(1);
+        self.visits = vec![0; self.layers];
+        self.reuse = vec![[0.0; 2]; self.layers * REUSE_BUCKETS];
         self
+    }
+
+    /// Heap bytes of the per-layer state of `layers` layers: its visit count and reuse
+    /// statistics (what [`CacheIndex::heap_bytes`] holds besides the per-slot and per-key
+    /// vectors; the memory plan counts it with this).
+    pub const fn per_layer_bytes(layers: usize) -> usize {
+        layers * (std::mem::size_of::<u32>() + REUSE_BUCKETS * std::mem::size_of::<[f64; 2]>())
+    }
+
+    /// Heap bytes per key: its slot, priority and last visit.
+    pub const PER_KEY_BYTES: usize = std::mem::size_of::<u32>() + std::mem::size_of::<f64>() + std::mem::size_of::<u32>();
+
+    /// Starts a visit of `layer`, which chooses `chosen` (sorted, distinct expert ids of the
+    /// layer): the reuse statistics learn what happened to every expert of the layer in its
+    /// situation before this visit. Call before the visit's [`CacheIndex::access`]es.
+    pub fn visit(&mut self, layer: usize, chosen: &[u32]) {
+        let Some(visits) = self.visits.get(layer).copied() else { return };
+        self.current_layer = layer;
+        if matches!(self.policy, Policy::Reuse { .. }) {
+            let mut next = chosen.iter().peekable();
+            for e in 0..self.per_layer {
+                let key = layer * self.per_layer + e;
+                if key >= self.key_slot.len() {
+                    break;
+                }
+                while next.next_if(|&&c| (c as usize) < e).is_some() {}
+                let was_chosen = next.next_if(|&&c| c as usize == e).is_some();
+                let b = self.bucket(key, visits);
+                let cell = &mut self.reuse[layer * REUSE_BUCKETS + b];
+                cell[0] += f64::from(u8::from(was_chosen));
+                cell[1] += 1.0;
+            }
+        }
+        self.visits[layer] = visits.saturating_add(1);
+    }
+
+    /// The situation of `key`, whose layer has had `visits` visits: how many visits
+    /// before the last it was chosen, and its decayed frequency.
+    fn bucket(&self, key: usize, visits: u32) -> usize {
+        let recency = match self.last_visit[key] {
+            0 => RECENCY + 1,
+            v => (visits.saturating_sub(v) as usize).min(RECENCY),
+        };
+        let count = self.decayed_count(key);
+        // 0 below ½, then 1 + ⌊log2(2·count)⌋ up to the last bucket.
+        let frequency = if count < 0.5 { 0 } else { ((2.0 * count).log2() as usize + 1).min(FREQUENCY - 1) };
+        recency * FREQUENCY + frequency
+    }
+
+    /// The decayed access count of `key` now (frequency-based policies).
+    fn decayed_count(&self, key: usize) -> f64 {
+        let half_life = match self.policy {
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } | Policy::Reuse { half_life } => half_life,
+            Policy::Lru => return 0.0,
+        };
+        match self.priority[key] {
+            p if p == f64::NEG_INFINITY => 0.0,
+            p => (p - self.clock as f64 / half_life).exp2(),
+        }
+    }
+
+    /// [`Policy::Reuse`]'s estimate that `key` is chosen at its layer's next visit.
+    fn reuse_probability(&self, key: usize) -> f64 {
+        let layer = key / self.per_layer;
+        let visits = self.visits.get(layer).copied().unwrap_or(0);
+        let [chosen, seen] = self.reuse.get(layer * REUSE_BUCKETS + self.bucket(key, visits)).copied().unwrap_or([0.0; 2]);
+        (chosen + PRIOR_VISITS * PRIOR_P) / (seen + PRIOR_VISITS)
     }
 
     /// Slots the index manages.
@@ -106,16 +214,22 @@ impl CacheIndex {
     pub fn heap_bytes(&self) -> u64 {
         use crate::sys::vec_bytes;
         vec_bytes(&self.slot_key) + vec_bytes(&self.key_slot) + vec_bytes(&self.pinned) + vec_bytes(&self.priority)
+            + vec_bytes(&self.last_visit) + vec_bytes(&self.visits) + vec_bytes(&self.reuse)
     }
 
     /// Records an access to `key` and returns where it is. A hit pins its slot.
     pub fn access(&mut self, key: usize) -> Lookup {
         self.clock += 1;
         let now = self.clock as f64;
-        self.current_layer = key / self.per_layer;
+        let layer = key / self.per_layer;
+        self.current_layer = layer;
+        if let Some(&v) = self.visits.get(layer) {
+            // The visit under way (`visit` counted it), or a first one when no visit was declared.
+            self.last_visit[key] = v.max(1);
+        }
         self.priority[key] = match self.policy {
             Policy::Lru => now,
-            Policy::Frequency { half_life } | Policy::NextUse { half_life } => {
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } | Policy::Reuse { half_life } => {
                 // priority = log2(score) + t/h, so comparing priorities compares the scores
                 // decayed to any common time; an access adds 1 to the decayed score.
                 let p = self.priority[key];
@@ -134,15 +248,16 @@ impl CacheIndex {
 
     /// How much the policy wants to keep `key` (higher keeps).
     fn keep_value(&self, key: usize) -> f64 {
+        let layer = key / self.per_layer;
+        let until_layer = ((layer + self.layers - self.current_layer - 1) % self.layers + 1) as f64;
         match self.policy {
             Policy::Lru | Policy::Frequency { .. } => self.priority[key],
+            Policy::Reuse { .. } => self.reuse_probability(key) / until_layer,
             Policy::NextUse { half_life } => {
                 let now = self.clock as f64;
                 let count = (self.priority[key] - now / half_life).exp2();
                 // Expected accesses per visit of its layer ≈ count / (window in visits).
                 let window = (half_life / std::f64::consts::LN_2) / (self.layers as f64);
-                let layer = key / self.per_layer;
-                let until_layer = ((layer + self.layers - self.current_layer - 1) % self.layers + 1) as f64;
                 let tokens_until = (window / count.max(1e-9) - 1.0).max(0.0);
                 -(until_layer + tokens_until * self.layers as f64)
             }
@@ -167,7 +282,7 @@ impl CacheIndex {
         let now = self.clock as f64;
         self.priority[key] = match self.policy {
             Policy::Lru => now,
-            Policy::Frequency { half_life } | Policy::NextUse { half_life } => {
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } | Policy::Reuse { half_life } => {
                 // The decayed count of a steady rate: share × the mean lifetime in tokens.
                 let tokens = half_life / accesses_per_token.max(1) as f64 / std::f64::consts::LN_2;
                 (share * tokens).max(1e-9).log2() + now / half_life
@@ -256,9 +371,11 @@ mod tests {
     use crate::test_util::Must;
 
     fn run(policy: Policy, slots: usize, pattern: &[usize]) -> usize {
-        let mut c = CacheIndex::new(16, slots, policy);
+        let mut c = CacheIndex::new(16, slots, policy).with_layers(1, 16);
         let mut hits = 0;
         for &k in pattern {
+            // One layer; each access is a visit choosing one expert.
+            c.visit(0, &[k as u32]);
             match c.access(k) {
                 Lookup::Hit(_) => hits += 1,
                 Lookup::Miss => {
@@ -281,10 +398,42 @@ mod tests {
         }
         let lru = run(Policy::Lru, 4, &p);
         assert_eq!(lru, 0);
-        for policy in [Policy::Frequency { half_life: 50.0 }, Policy::NextUse { half_life: 50.0 }] {
+        for policy in [Policy::Frequency { half_life: 50.0 }, Policy::NextUse { half_life: 50.0 }, Policy::Reuse { half_life: 50.0 }] {
             let hits = run(policy, 4, &p);
             assert!(hits >= 2 * 95, "{policy:?}: {hits} hits, the hot keys should hit almost every round");
         }
+    }
+
+    /// The reuse statistics are per layer: a layer that chooses the same experts every time
+    /// learns a high probability for them, a layer that spreads its choices a low one, and the
+    /// cache gives its slots to the predictable layer.
+    #[test]
+    fn reuse_learns_which_layer_is_predictable() {
+        let (layers, per_layer) = (2, 16);
+        let mut c = CacheIndex::new(layers * per_layer, 6, Policy::Reuse { half_life: 64.0 }).with_layers(layers, per_layer);
+        let mut hits = [0usize; 2];
+        for t in 0..200u32 {
+            // Layer 0 always picks 3 and 7; layer 1 picks two of its 16 in turn (each again
+            // after 8 tokens).
+            let chosen = [[3, 7], [(2 * t) % 16, (2 * t + 1) % 16]];
+            for (l, ids) in chosen.iter().enumerate() {
+                c.visit(l, ids);
+                let mut misses = Vec::new();
+                for &e in ids {
+                    match c.access(l * per_layer + e as usize) {
+                        Lookup::Hit(_) => hits[l] += 1,
+                        Lookup::Miss => misses.push(l * per_layer + e as usize),
+                    }
+                }
+                for k in misses {
+                    c.assign(k).must_because("a slot");
+                }
+                c.unpin_all();
+            }
+        }
+        assert!(c.reuse_probability(3) > 0.9 && c.reuse_probability(per_layer + 5) < 0.2,
+            "layer 0's expert 3: {}, layer 1's expert 5: {}", c.reuse_probability(3), c.reuse_probability(per_layer + 5));
+        assert!(hits[0] >= 2 * 195, "the predictable layer hit {} times in 400", hits[0]);
     }
 
     #[test]

@@ -94,20 +94,31 @@ pub fn replay(trace: &Trace, slots: usize, policy: Policy) -> f64 {
 /// cache has `slots` slots reports when it routes as the trace says (one token at a time,
 /// no look-ahead).
 pub fn replay_counts(trace: &Trace, slots: usize, policy: Policy) -> (u64, u64) {
+    replay_range(trace, slots, policy, 0..trace.tokens.len())
+}
+
+/// Hits and misses of `policy` with `slots` slots counted over the tokens of `counted` only:
+/// the cache runs from the first token (so the counted tokens start with the cache, and the
+/// policy's statistics, as the earlier ones left them) and stops at the range's end. This is
+/// how a policy tuned on one part of a trace is judged on another.
+pub fn replay_range(trace: &Trace, slots: usize, policy: Policy, counted: std::ops::Range<usize>) -> (u64, u64) {
     let mut c = CacheIndex::new(trace.keys(), slots, policy).with_layers(trace.layers, trace.experts);
-    let mut hits = 0usize;
+    let (mut hits, mut accesses) = (0u64, 0u64);
     let mut misses = Vec::new();
     let mut buf = Vec::new();
-    for tok in &trace.tokens {
+    for (t, tok) in trace.tokens.iter().enumerate().take(counted.end) {
+        let counts = counted.contains(&t);
         for (l, ids) in tok.iter().enumerate() {
             let ids = distinct(ids, &mut buf);
             misses.clear();
+            c.visit(l, ids);
             for &e in ids {
                 match c.access(trace.key(l, e)) {
-                    Lookup::Hit(_) => hits += 1,
+                    Lookup::Hit(_) => hits += u64::from(counts),
                     Lookup::Miss => misses.push(trace.key(l, e)),
                 }
             }
+            accesses += if counts { ids.len() as u64 } else { 0 };
             // The engine's order (`ExpertCache::with_records`): slots for the misses that fit
             // while the hits are pinned; the hits, then those misses, are computed and let go;
             // each remaining miss then takes a slot in turn.
@@ -122,16 +133,25 @@ pub fn replay_counts(trace: &Trace, slots: usize, policy: Policy) -> (u64, u64) 
             }
         }
     }
-    (hits as u64, (trace.accesses() - hits) as u64)
+    (hits, accesses - hits)
 }
 
 /// Hit rate of Belady's offline optimum with `slots` slots: on a miss with a full cache, evict
 /// the resident expert (not needed by the current layer) whose next use is farthest away.
 pub fn belady(trace: &Trace, slots: usize) -> f64 {
+    belady_range(trace, slots, 0..trace.tokens.len())
+}
+
+/// Belady's hit rate over the tokens of `counted`, the cache running from the first token and
+/// the future it knows ending with the range (as [`replay_range`]).
+pub fn belady_range(trace: &Trace, slots: usize, counted: std::ops::Range<usize>) -> f64 {
     // The access sequence in order, and for each access the position of the key's next use.
-    let groups: Vec<Vec<usize>> = trace.tokens.iter()
-        .flat_map(|tok| tok.iter().enumerate().map(|(l, ids)| distinct(ids, &mut Vec::new()).iter().map(|&e| trace.key(l, e)).collect()))
-        .collect();
+    let per_token = |tok: &Vec<Vec<u32>>| -> Vec<Vec<usize>> {
+        tok.iter().enumerate().map(|(l, ids)| distinct(ids, &mut Vec::new()).iter().map(|&e| trace.key(l, e)).collect()).collect()
+    };
+    let groups: Vec<Vec<usize>> = trace.tokens.iter().take(counted.end).flat_map(per_token).collect();
+    // The first access each token's groups start at, to tell counted accesses from the others.
+    let first_counted: usize = trace.tokens.iter().take(counted.start.min(counted.end)).flat_map(per_token).map(|g| g.len()).sum();
     let seq: Vec<usize> = groups.iter().flatten().copied().collect();
     let mut next_use = vec![usize::MAX; seq.len()];
     let mut last = vec![usize::MAX; trace.keys()];
@@ -148,7 +168,7 @@ pub fn belady(trace: &Trace, slots: usize) -> f64 {
         // Hits first: the group's resident keys get their next use updated.
         for j in group.clone() {
             if slot_of[seq[j]] != usize::MAX {
-                hits += 1;
+                hits += usize::from(j >= first_counted);
                 resident[slot_of[seq[j]]].1 = next_use[j];
             }
         }
@@ -172,5 +192,5 @@ pub fn belady(trace: &Trace, slots: usize) -> f64 {
         }
         i = group.end;
     }
-    hits as f64 / seq.len().max(1) as f64
+    hits as f64 / seq.len().saturating_sub(first_counted).max(1) as f64
 }

@@ -92,6 +92,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.verify = a.flag("verify");
     o.lookahead = a.flag("lookahead");
+    o.purgeable_slots = a.flag("purgeable");
     o.hotlist = !a.flag("no-hotlist");
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
         o.sessions = n;
@@ -522,6 +523,7 @@ fn bench(a: &Args) -> Outcome {
             ("cache_slots", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.slots as u64))),
             ("cache_hits", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.hits))),
             ("cache_misses", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.misses))),
+            ("cache_purged", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.purged))),
         ]).to_string_pretty());
     } else {
         outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
@@ -538,6 +540,9 @@ fn bench(a: &Args) -> Outcome {
             if c.prefetched > 0 {
                 outln!("ahead    {} records read ahead, {} of them used ({:.0}%)", c.prefetched, c.prefetch_hits,
                     100.0 * c.prefetch_hits as f64 / c.prefetched as f64);
+            }
+            if c.purged > 0 {
+                outln!("purged   {} slots taken back by the kernel under memory pressure, read again", c.purged);
             }
         }
     }

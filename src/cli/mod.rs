@@ -36,6 +36,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
     flag("lookahead", "start reading the next MoE layer's likely experts during each decode step"),
+    flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
 ];
@@ -157,7 +158,7 @@ pub const VERSION: Command = Command {
 
 pub const CONVERT: Command = Command {
     name: "convert",
-    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4]",
+    usage: "convert --in HF_DIR --out MODEL.waste [--trunk f32|bf16|q8|q4] [--experts f32|bf16|q8|q4|fp8|mxfp4]",
     about: "Turn a Hugging Face checkpoint directory into a container whose experts stream from disk. \
 Resumable: run the same command again after an interruption and it finishes.",
     opts: &[&[
@@ -165,22 +166,23 @@ Resumable: run the same command again after an interruption and it finishes.",
         path("out", "DIR", "the container directory to write"),
         val("trunk", "ENC", "attention and dense matrices: f32, bf16, f16, q8 or q4 (default q4)"),
         val("embeddings", "ENC", "embeddings, LM head, routers (default q8 for a quantized trunk, else the trunk's)"),
-        val("experts", "ENC", "routed experts: f32, bf16, f16, q8 or q4 (default q4)"),
+        val("experts", "ENC", "routed experts: f32, bf16, f16, q8, q4 (default), fp8 to keep an FP8 checkpoint's experts as they are, or mxfp4 (gpt-oss MXFP4 sources, copied)"),
     ], HELP_OPT],
     positionals: &[],
 };
 
 pub const BENCH_CACHE: Command = Command {
     name: "bench cache",
-    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N]",
+    usage: "bench cache --trace FILE [--slots N | --percent P,...] [--experts N] [--tokens A..B]",
     about: "Replay a routing trace through the expert cache's policy, next to LRU and Belady's optimum.",
     opts: &[&[
         path("trace", "FILE", "JSON lines: {\"tok\": N, \"layers\": [[expert ids] per layer]}"),
         val("slots", "N", "cache slots (records)"),
         val("percent", "LIST", "cache sizes as percentages of all experts (default 3,6,12,24)"),
         val("experts", "N", "experts per layer (default: largest id in the trace + 1)"),
-        val("policy", "NAME", "next-use (the engine's), frequency or lru"),
-        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 8, the engine's)"),
+        val("policy", "NAME", "reuse (the engine's), next-use, frequency or lru"),
+        val("half-life", "TOKENS", "frequency decay half-life in tokens (default 16, the engine's)"),
+        val("tokens", "A..B", "count only tokens A to B-1 (the cache runs from token 0; default all)"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &[],

@@ -4,7 +4,7 @@ use super::args::Args;
 use super::commands::Failure;
 use super::out::{err, errln, outln};
 use waste::cache::policy::Policy;
-use waste::cache::replay::{belady, replay, replay_counts, Trace};
+use waste::cache::replay::{belady_range, replay_range, Trace};
 use waste::tools::convert::{self, ConvertOptions, Encoding, Progress};
 use waste::format::json::Json;
 
@@ -19,7 +19,7 @@ fn encoding(a: &Args, name: &str) -> Result<Option<Encoding>, Failure> {
     match a.value(name) {
         None => Ok(None),
         Some(v) => Encoding::parse(v).map(Some).ok_or_else(|| Failure::Usage(format!(
-            "option `--{name}`: `{v}` is not f32, bf16, f16, q8 or q4"))),
+            "option `--{name}`: `{v}` is not f32, bf16, f16, q8, q4, fp8 or mxfp4 (the last two experts only)"))),
     }
 }
 
@@ -83,19 +83,22 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
             Ok((format!("{pct}%"), ((keys as f64 * pct / 100.0).round() as usize).max(top_k)))
         }).collect::<Result<_, Failure>>()?,
     };
-    let half_life = a.num("half-life", 0.01f64, 1e9)?.unwrap_or(8.0);
-    let name = a.value("policy").unwrap_or("next-use");
+    let half_life = a.num("half-life", 0.01f64, 1e9)?.unwrap_or(Policy::DEFAULT_HALF_LIFE_TOKENS);
+    let name = a.value("policy").unwrap_or("reuse");
     let ours = Policy::named(name, half_life, top_k * trace.layers)
-        .ok_or_else(|| Failure::Usage(format!("option `--policy`: `{name}` is not next-use, frequency or lru")))?;
+        .ok_or_else(|| Failure::Usage(format!("option `--policy`: `{name}` is not reuse, next-use, frequency or lru")))?;
+    let counted = token_range(a.value("tokens"), trace.tokens.len())?;
     let mut rows = Vec::new();
     if !a.flag("json") {
-        outln!("trace {}: {} tokens, {} layers x {} experts, top-{top_k}", path.display(), trace.tokens.len(), trace.layers, trace.experts);
+        outln!("trace {}: {} tokens, {} layers x {} experts, top-{top_k}; counting tokens {}..{}", path.display(), trace.tokens.len(),
+            trace.layers, trace.experts, counted.start, counted.end);
         outln!("{:>10} {:>7} {:>10} {:>8} {:>8}", "cache", "slots", name, "LRU", "Belady");
     }
     for (label, slots) in sizes {
-        let (hits, misses) = replay_counts(&trace, slots, ours);
+        let (hits, misses) = replay_range(&trace, slots, ours, counted.clone());
         let f = hits as f64 / (hits + misses).max(1) as f64;
-        let (l, b) = (replay(&trace, slots, Policy::Lru), belady(&trace, slots));
+        let (lh, lm) = replay_range(&trace, slots, Policy::Lru, counted.clone());
+        let (l, b) = (lh as f64 / (lh + lm).max(1) as f64, belady_range(&trace, slots, counted.clone()));
         if a.flag("json") {
             rows.push(Json::object([("cache", Json::str(label)), ("slots", Json::uint(slots as u64)),
                 ("policy", Json::float(f)), ("hits", Json::uint(hits)), ("misses", Json::uint(misses)), ("lru", Json::float(l)), ("belady", Json::float(b))]));
@@ -107,6 +110,20 @@ pub fn bench_cache(a: &Args) -> Result<(), Failure> {
         outln!("{}", Json::Array(rows).to_string_pretty());
     }
     Ok(())
+}
+
+/// `--tokens A..B`: the tokens whose lookups are counted (the cache runs from token 0 and
+/// stops at B); `A..` runs to the end, absent counts every token.
+fn token_range(value: Option<&str>, tokens: usize) -> Result<std::ops::Range<usize>, Failure> {
+    let Some(v) = value else { return Ok(0..tokens) };
+    let bad = || Failure::Usage(format!("option `--tokens`: `{v}` is not A..B with A < B <= {tokens} (the trace's tokens)"));
+    let (a, b) = v.split_once("..").ok_or_else(bad)?;
+    let a: usize = if a.trim().is_empty() { 0 } else { a.trim().parse().map_err(|_| bad())? };
+    let b: usize = if b.trim().is_empty() { tokens } else { b.trim().parse().map_err(|_| bad())? };
+    if a >= b || b > tokens {
+        return Err(bad());
+    }
+    Ok(a..b)
 }
 
 pub fn bench_disk(a: &Args) -> Result<(), Failure> {

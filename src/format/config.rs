@@ -6,10 +6,6 @@
 //! generations are accepted: `rope_scaling` + top-level `rope_theta` (transformers 4) and
 //! `rope_parameters` (transformers 5), merged as spec §0.7 says.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::json::Json;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -18,6 +14,10 @@ use std::path::{Path, PathBuf};
 #[path = "config_mla.rs"]
 pub mod mla;
 pub use mla::{KdaConfig, Mixer, MlaConfig, MlaRope};
+// gpt-oss reads its own fields there (sinks, YaRN's attention factor, the clamped SwiGLU).
+#[path = "config_gptoss.rs"]
+pub mod gpt_oss;
+pub use gpt_oss::GptOssConfig;
 
 // GLM-4.5/4.6: attention of the Llama kind with its own switches, DeepSeek-V3's routing.
 #[path = "config_glm.rs"]
@@ -31,23 +31,38 @@ pub use qwen3_next::GdnConfig;
 /// The model families the engine knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// `LlamaForCausalLM`: dense, GQA, SwiGLU (spec §1).
     Llama,
+    /// `Qwen2ForCausalLM`: Llama with q/k/v biases.
     Qwen2,
+    /// `Qwen3ForCausalLM`: Llama with per-head q/k norms.
     Qwen3,
+    /// `MixtralForCausalLM`: softmax top-k experts in `block_sparse_moe`.
     Mixtral,
+    /// `Qwen2MoeForCausalLM`: softmax experts and a gated shared expert.
     Qwen2Moe,
+    /// `Qwen3MoeForCausalLM`: softmax experts, per-head q/k norms.
     Qwen3Moe,
+    /// `OlmoeForCausalLM`: softmax experts, q/k norms over the whole projection.
     Olmoe,
+    /// `DeepseekV2ForCausalLM`: MLA, softmax group-limited routing.
     DeepseekV2,
+    /// `DeepseekV3ForCausalLM` (also Kimi-K2): MLA, sigmoid routing with correction bias.
     DeepseekV3,
+    /// `KimiLinearForCausalLM`: KDA linear attention and MLA layers.
     KimiLinear,
+    /// `Glm4MoeForCausalLM`: GQA with partial rotary, DeepSeek-V3's routing.
     Glm4Moe,
+    /// `Qwen3NextForCausalLM`: Gated DeltaNet linear layers and gated full attention.
     Qwen3Next,
+    /// `GptOssForCausalLM`: sinks, alternating sliding windows, YaRN, biased clamped-SwiGLU experts.
+    GptOss,
 }
 
 /// How queries and keys are RMS-normalised before RoPE (spec §1.3, §2.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QkNorm {
+    /// No q/k norm.
     None,
     /// Qwen3: per head, weight of `head_dim` elements.
     PerHead,
@@ -59,27 +74,52 @@ pub enum QkNorm {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Routing {
     /// Softmax over all experts, top-k, then divide by the sum of the k when `renormalize`.
-    SoftmaxTopK { renormalize: bool },
+    SoftmaxTopK {
+        /// Divide the k weights by their sum (`norm_topk_prob`).
+        renormalize: bool,
+    },
     /// DeepSeek-V3 / Kimi (spec §3.6): sigmoid scores; selection by score + bias within the
     /// `topk_group` best of `groups` groups (each ranked by its two best); weights from the
     /// unbiased scores, renormalised (+1e-20) when asked, times `scale`.
-    Sigmoid { groups: usize, topk_group: usize, renormalize: bool, scale: f32 },
+    Sigmoid {
+        /// Expert groups (`n_group`).
+        groups: usize,
+        /// Groups kept (`topk_group`).
+        topk_group: usize,
+        /// Renormalise the k weights (`norm_topk_prob`).
+        renormalize: bool,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
     /// DeepSeek-V2 (spec §3.7): softmax; greedy top-k (`groups` = 1) or group-limited by the
     /// group maximum, the dropped groups' probabilities zeroed; weights × `scale`.
-    SoftmaxGroups { groups: usize, topk_group: usize, scale: f32 },
+    SoftmaxGroups {
+        /// Expert groups (`n_group`).
+        groups: usize,
+        /// Groups kept (`topk_group`).
+        topk_group: usize,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
+    /// gpt-oss: top-k of the (biased) router logits, then a softmax over those k.
+    TopKSoftmax,
 }
 
 /// One row of the family table: what a `config.json` architecture string means structurally.
 pub struct Family {
+    /// The family.
     pub arch: Arch,
     /// The `architectures[0]` string of config.json.
     pub class: &'static str,
     /// q/k/v projections always carry a bias (Qwen2 hard-codes it).
     pub qkv_bias: bool,
+    /// The family's q/k norm.
     pub qk_norm: QkNorm,
     /// The expert layout: `None` for dense families.
     pub moe: Option<MoeLayout>,
+    /// `rope_theta` when config.json has none (the family's class default).
     pub default_rope_theta: f64,
+    /// `rms_norm_eps` when config.json has none.
     pub default_rms_eps: f64,
 }
 
@@ -131,6 +171,8 @@ pub const FAMILIES: &[Family] = &[
     Family { arch: Arch::Qwen3Next, class: "Qwen3NextForCausalLM", qkv_bias: false, qk_norm: QkNorm::PerHead,
         moe: Some(MoeLayout { block: "mlp", names: ["gate_proj", "up_proj", "down_proj"], shared_expert: true }),
         default_rope_theta: 10000.0, default_rms_eps: 1e-6 },
+    Family { arch: Arch::GptOss, class: "GptOssForCausalLM", qkv_bias: true, qk_norm: QkNorm::None,
+        moe: Some(gpt_oss::LAYOUT), default_rope_theta: 150000.0, default_rms_eps: 1e-5 },
 ];
 
 /// Architectures named in the spec that this engine recognises but does not run yet.
@@ -139,33 +181,63 @@ const KNOWN_UNSUPPORTED: &[&str] = &[];
 /// RoPE frequency scaling (spec §0.5).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RopeScaling {
+    /// No scaling: the plain frequencies.
     None,
     /// Llama 3.x: `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max: f64 },
+    Llama3 {
+        /// `factor`: how much longer the context is than the original.
+        factor: f64,
+        /// `low_freq_factor`.
+        low_freq_factor: f64,
+        /// `high_freq_factor`.
+        high_freq_factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max: f64,
+    },
     /// Position interpolation: inv_freq / factor.
-    Linear { factor: f64 },
+    Linear {
+        /// The divisor of every frequency.
+        factor: f64,
+    },
     /// YaRN (DeepSeek, spec §0.5): `factor`, `original_max_position_embeddings`, the ramp's
     /// `beta_fast` / `beta_slow`, and `truncate` (floor/ceil the correction range).
-    Yarn { factor: f64, original_max: f64, beta_fast: f64, beta_slow: f64, truncate: bool },
+    Yarn {
+        /// `factor`.
+        factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max: f64,
+        /// `beta_fast`: where the ramp ends (rotations over the original context).
+        beta_fast: f64,
+        /// `beta_slow`: where the ramp starts.
+        beta_slow: f64,
+        /// `truncate`: round the ramp's ends to whole dimensions.
+        truncate: bool,
+    },
 }
 
 /// Rotary embedding parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RopeConfig {
+    /// The base (`rope_theta`).
     pub theta: f64,
     /// Rotated channels per head (`head_dim` × `partial_rotary_factor`).
     pub dim: usize,
+    /// Frequency scaling (`rope_scaling`).
     pub scaling: RopeScaling,
 }
 
 /// The MoE part of a config.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeConfig {
+    /// Tensor names of the MoE block.
     pub layout: MoeLayout,
+    /// Routed experts per MoE layer.
     pub experts: usize,
+    /// Experts each token uses.
     pub top_k: usize,
     /// Width of one routed expert.
     pub expert_intermediate: usize,
+    /// How router logits become expert weights.
     pub routing: Routing,
     /// Width of the shared expert (Qwen2-MoE), 0 when there is none.
     pub shared_intermediate: usize,
@@ -176,32 +248,49 @@ pub struct MoeConfig {
 /// Everything the engine needs to know about a model's shape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
+    /// The family.
     pub arch: Arch,
     /// The architecture string from config.json.
     pub class: String,
+    /// Residual stream width (`hidden_size`).
     pub hidden: usize,
     /// Dense FFN width.
     pub intermediate: usize,
+    /// Decoder layers (`num_hidden_layers`).
     pub layers: usize,
+    /// Query heads.
     pub heads: usize,
+    /// Key/value heads (GQA: `heads` is a multiple).
     pub kv_heads: usize,
+    /// Channels per head.
     pub head_dim: usize,
+    /// Embedding rows and logits.
     pub vocab: usize,
+    /// RMSNorm epsilon.
     pub rms_eps: f32,
+    /// Rotary embedding.
     pub rope: RopeConfig,
+    /// The LM head is the embedding matrix (`tie_word_embeddings`).
     pub tie_embeddings: bool,
+    /// Biases on the q, k and v projections.
     pub qkv_bias: bool,
     /// Bias on o_proj (Llama `attention_bias`).
     pub o_bias: bool,
+    /// Biases on the dense FFN's matrices (`mlp_bias`).
     pub mlp_bias: bool,
+    /// How q and k are normalised.
     pub qk_norm: QkNorm,
     /// OLMoE `clip_qkv`: clamp q, k, v to [−c, c] after the norms.
     pub clip_qkv: Option<f32>,
     /// Per layer: the sliding attention window, if that layer uses one.
     pub sliding_window: Vec<Option<usize>>,
+    /// Longest context the model was made for (`max_position_embeddings`).
     pub max_position: usize,
+    /// `bos_token_id`.
     pub bos_token: Option<u32>,
+    /// `eos_token_id` (one or a list).
     pub eos_tokens: Vec<u32>,
+    /// The routed experts; `None` for a dense model.
     pub moe: Option<MoeConfig>,
     /// Latent attention (MLA) and KDA geometry with the per-layer mixer (DeepSeek, Kimi).
     pub mla: Option<MlaConfig>,
@@ -211,6 +300,8 @@ pub struct ModelConfig {
     pub mtp_layers: usize,
     /// Qwen3-Next: the Gated DeltaNet geometry and which layers are linear attention.
     pub gdn: Option<GdnConfig>,
+    /// gpt-oss's own parameters (its SwiGLU clamp, YaRN's attention factor).
+    pub gpt_oss: Option<GptOssConfig>,
 }
 
 /// A config.json being read: lookups that name the file and field in their errors.
@@ -304,6 +395,9 @@ impl ModelConfig {
         if matches!(family.arch, Arch::DeepseekV2 | Arch::DeepseekV3 | Arch::KimiLinear) {
             return mla::from_json(&f, family, class);
         }
+        if family.arch == Arch::GptOss {
+            return gpt_oss::from_json(&f, family, class);
+        }
         let hidden = f.usize_req("hidden_size")?;
         let layers = f.usize_req("num_hidden_layers")?;
         let heads = f.usize_req("num_attention_heads")?;
@@ -391,6 +485,7 @@ impl ModelConfig {
             mla: None,
             mtp_layers: 0,
             gdn: None,
+            gpt_oss: None,
         };
         match family.arch {
             Arch::Glm4Moe => glm::finish(&f, cfg),

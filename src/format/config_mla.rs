@@ -7,10 +7,6 @@
 //! references disagree (spec §4.7, §5): then the config is refused, naming the field, rather than
 //! silently matching one of them.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::{f64_of, Arch, Family, Fields, ModelConfig, MoeConfig, RopeConfig, RopeScaling, Routing, MAX_DIM};
 use crate::error::{Error, Result};
 use crate::format::json::Json;
@@ -18,8 +14,11 @@ use crate::format::json::Json;
 /// What mixes tokens in a layer (spec §0.2): standard attention, MLA (§3.3) or KDA (§4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mixer {
+    /// Multi-head attention with a K/V cache.
     Attention,
+    /// Multi-head latent attention (a latent cache).
     Mla,
+    /// Kimi Delta Attention (a fixed-size recurrent state).
     Kda,
 }
 
@@ -37,7 +36,9 @@ pub enum MlaRope {
 /// The KDA geometry of Kimi-Linear (spec §4.1 `linear_attn_config`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KdaConfig {
+    /// KDA heads H (`num_heads`).
     pub heads: usize,
+    /// Channels per head D (`head_dim`).
     pub head_dim: usize,
     /// Short-convolution kernel K (4).
     pub conv_kernel: usize,
@@ -55,10 +56,15 @@ impl KdaConfig {
 pub struct MlaConfig {
     /// `q_lora_rank`: `None` means a direct `q_proj`.
     pub q_lora_rank: Option<usize>,
+    /// `kv_lora_rank`: width of the cached latent.
     pub kv_lora_rank: usize,
+    /// `qk_nope_head_dim`: per-head query/key channels without rotation.
     pub nope_dim: usize,
+    /// `qk_rope_head_dim`: rotated channels (the key's shared by every head).
     pub rope_dim: usize,
+    /// `v_head_dim`.
     pub v_dim: usize,
+    /// How the rotated channels are paired.
     pub rope: MlaRope,
     /// Softmax scale (d_n + d_r)^-0.5 · mscale² (spec §3.5), rounded to f32 as torch does.
     pub scale: f32,
@@ -68,7 +74,11 @@ pub struct MlaConfig {
     pub bias: bool,
     /// Per layer: MLA or KDA.
     pub mixers: Vec<Mixer>,
+    /// KDA geometry, when some layer is KDA.
     pub kda: Option<KdaConfig>,
+    /// `quantization_config.weight_block_size` [rows, cols] of an FP8 checkpoint (spec §3.9,
+    /// `format::fp8`): its F8_E4M3 weights carry one scale per block of this size.
+    pub fp8_block: Option<[usize; 2]>,
 }
 
 impl MlaConfig {
@@ -92,6 +102,11 @@ impl ModelConfig {
     /// The mixer of layer `l`.
     pub fn mixer(&self, l: usize) -> Mixer {
         self.mla.as_ref().and_then(|m| m.mixers.get(l).copied()).unwrap_or(Mixer::Attention)
+    }
+
+    /// The FP8 block size of the checkpoint's F8_E4M3 weights (`quantization_config`), if any.
+    pub fn fp8_block(&self) -> Option<[usize; 2]> {
+        self.mla.as_ref().and_then(|m| m.fp8_block)
     }
 
     /// Layers with a standard K/V cache (the latent families have none).
@@ -204,6 +219,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         mla: Some(mla),
         mtp_layers: 0,
         gdn: None,
+        gpt_oss: None,
     })
 }
 
@@ -215,12 +231,6 @@ fn refuse_variants(f: &Fields, arch: Arch) -> Result<()> {
         Some(Json::String(a)) if a == "silu" || a == "swish" => {}
         Some(v) => return Err(f.refuse("hidden_act", &format!("{} is not supported (the feed-forward is SwiGLU: `silu`)",
             v.to_string_compact()))),
-    }
-    if let Some(q) = f.get("quantization_config") {
-        let method = q.get("quant_method").and_then(Json::as_str).unwrap_or("?");
-        return Err(f.refuse("quantization_config.quant_method", &format!(
-            "`{method}` checkpoints are not supported (spec §3.9: F8_E4M3 weights with 128x128 block scales); \
-dequantize to BF16 first (DeepSeek's fp8_cast_bf16.py), then run or convert that")));
     }
     if arch != Arch::KimiLinear {
         return Ok(());
@@ -256,6 +266,46 @@ dequantize to BF16 first (DeepSeek's fp8_cast_bf16.py), then run or convert that
         }
     }
     Ok(())
+}
+
+/// `quantization_config` (spec §3.9): only DeepSeek's FP8 scheme — `quant_method` "fp8", `fmt`
+/// "e4m3", `weight_block_size` [rows, cols] — is read; any other field or value is refused by
+/// name. `activation_scheme` "dynamic" and `scale_fmt` "ue8m0" describe how the reference
+/// kernels quantize *activations* (per token group, at run time); the engine keeps activations
+/// in f32 and computes with the exactly decoded weights (the oracle: transformers on the
+/// dequantized weights), so they change nothing here and are accepted; any other value is not.
+fn parse_fp8(f: &Fields) -> Result<Option<[usize; 2]>> {
+    let Some(q) = f.get("quantization_config") else { return Ok(None) };
+    let members = q.as_object().ok_or_else(|| Error::config(f.path, "quantization_config", "expected an object"))?;
+    let text = |key: &str, allowed: &[&str]| -> Result<()> {
+        let field = format!("quantization_config.{key}");
+        match q.get(key).and_then(Json::as_str) {
+            Some(v) if allowed.contains(&v) => Ok(()),
+            Some(v) => Err(f.refuse(&field, &format!("`{v}` is not supported (only {})", allowed.join(", ")))),
+            None => Err(Error::config(f.path, &field, "missing or not a string")),
+        }
+    };
+    text("quant_method", &["fp8"])?;
+    let mut block = None;
+    for (key, value) in members {
+        match key.as_str() {
+            "quant_method" => {}
+            "fmt" => text("fmt", &["e4m3"])?,
+            "activation_scheme" => text("activation_scheme", &["dynamic"])?,
+            "scale_fmt" => text("scale_fmt", &["ue8m0"])?,
+            "weight_block_size" => {
+                let dims = value.as_array().filter(|a| a.len() == 2)
+                    .and_then(|a| a.iter().map(|d| d.as_u64().filter(|&d| d >= 1 && d <= MAX_DIM as u64)).collect::<Option<Vec<u64>>>())
+                    .ok_or_else(|| Error::config(f.path, "quantization_config.weight_block_size",
+                        format!("{} is not two integers in 1..={MAX_DIM}", value.to_string_compact())))?;
+                block = Some([dims[0] as usize, dims[1] as usize]);
+            }
+            other => return Err(f.refuse(&format!("quantization_config.{other}"), "is not supported (an FP8 checkpoint has quant_method, fmt, \
+activation_scheme, weight_block_size)")),
+        }
+    }
+    block.map(Some).ok_or_else(|| Error::config(f.path, "quantization_config.weight_block_size",
+        "missing: an FP8 checkpoint's scales are one per block of this size"))
 }
 
 /// `q_lora_rank`: an explicit null is a direct q_proj; a missing key is the class default
@@ -299,7 +349,7 @@ fn parse_mla(f: &Fields, arch: Arch, layers: usize, d: &Defaults) -> Result<(Rop
         _ => (vec![Mixer::Mla; layers], None),
     };
     let mla = MlaConfig { q_lora_rank: q_lora_rank(f, d)?, kv_lora_rank, nope_dim, rope_dim, v_dim, rope: layout, scale,
-        rope_factor: rope_factor as f32, bias: f.bool_or("attention_bias", false)?, mixers, kda };
+        rope_factor: rope_factor as f32, bias: f.bool_or("attention_bias", false)?, mixers, kda, fp8_block: parse_fp8(f)? };
     Ok((rope, mla))
 }
 
@@ -586,8 +636,14 @@ mod tests {
             (kimi(r#""attn_res_block_size": 8"#), "attn_res_block_size"),
             (kimi(r#""mla_use_nope": false"#), "mla_use_nope"),
             (kimi(r#""moe_router_activation_func": "softmax""#), "moe_router_activation_func"),
-            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}}}"#)),
+            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "bitsandbytes", "weight_block_size": [128, 128]}}}}"#)),
                 "quantization_config.quant_method"),
+            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}}}}"#)),
+                "quantization_config.fmt"),
+            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]}}}}"#)),
+                "quantization_config.activation_scheme"),
+            (cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", "weight_block_size": [128, 128], "modules_to_not_convert": []}}}}"#)),
+                "quantization_config.modules_to_not_convert"),
             (cfg(&format!(r#"{{{V3}, "moe_layer_freq": 2}}"#)), "moe_layer_freq"),
             (cfg(&format!(r#"{{{V3}, "topk_method": "group_limited_greedy"}}"#)), "topk_method"),
             (cfg(&format!(r#"{{{V3}, "rope_parameters": {{"rope_type": "linear", "factor": 2.0}}}}"#)), "rope_parameters.rope_type"),
@@ -601,6 +657,21 @@ mod tests {
         }
         let e = cfg(&format!(r#"{{{}}}"#, V3.replace(r#""n_group": 2"#, r#""n_group": 3"#))).unwrap_err();
         assert!(e.to_string().contains("n_group") && e.kind() == ErrorKind::Config, "{e}");
+    }
+
+    /// DeepSeek's FP8 quantization_config (spec §3.9) gives the block size; without the size it
+    /// is refused naming the field.
+    #[test]
+    fn fp8_quantization_config_gives_the_block() {
+        let q = |extra: &str| cfg(&format!(r#"{{{V3}, "quantization_config": {{"quant_method": "fp8", {extra}}}}}"#));
+        let c = q(r#""fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 64]"#).must();
+        assert_eq!(c.fp8_block(), Some([128, 64]));
+        assert_eq!(cfg(&format!("{{{V3}}}")).must().fp8_block(), None);
+        for (extra, field) in [(r#""fmt": "e4m3""#, "weight_block_size"), (r#""weight_block_size": [128]"#, "weight_block_size"),
+                               (r#""weight_block_size": [0, 128]"#, "weight_block_size")] {
+            let e = q(extra).unwrap_err();
+            assert!(e.to_string().contains(&format!("quantization_config.{field}")), "{extra}: {e}");
+        }
     }
 
     /// Spec §3.1, §3.5: q_lora_rank missing is the class default 1536, null a direct q_proj; the

@@ -11,10 +11,6 @@
 //!   `e × record_bytes`. A record is a multiple of 4096 bytes and 4096-aligned, so one expert is
 //!   one aligned read; it starts with a header the engine checks on every read.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 use super::config::ModelConfig;
 use super::crc32::crc32;
 pub use super::crc32::FileSum;
@@ -48,11 +44,15 @@ pub const MATRIX_NAMES: [&str; 3] = ["gate", "up", "down"];
 /// One matrix of a record: where it is and what it holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixDesc {
+    /// How its weights are stored.
     pub dtype: DType,
+    /// Output rows.
     pub rows: usize,
+    /// Input columns.
     pub cols: usize,
     /// Byte offset from the start of the record.
     pub offset: usize,
+    /// Its bytes in the record.
     pub bytes: usize,
 }
 
@@ -74,12 +74,16 @@ fn dtype_code(d: DType) -> u32 {
         DType::F16 => 2,
         DType::Q8B32 => 3,
         DType::Q4B32 => 4,
+        // FP8 block-scaled experts kept as they are (`format::fp8`, docs/CONTAINER.md).
+        DType::F8B32 => 5,
+        // gpt-oss's MXFP4 experts kept as they ship (`format::mxfp4`, docs/CONTAINER.md).
+        DType::MXFP4 => 6,
         _ => u32::MAX,
     }
 }
 
 fn dtype_of_code(c: u32) -> Option<DType> {
-    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32].get(c as usize).copied()
+    [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32, DType::F8B32, DType::MXFP4].get(c as usize).copied()
 }
 
 /// Index of the first non-zero byte.
@@ -215,23 +219,30 @@ impl RecordLayout {
 /// One expert bank: the routed experts of one MoE layer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Bank {
+    /// The decoder layer whose experts it holds.
     pub layer: usize,
     /// File name inside the container.
     pub file: String,
+    /// Records in the bank, one per expert.
     pub experts: usize,
+    /// The geometry of every record.
     pub layout: RecordLayout,
 }
 
 /// One entry of the trunk index: where a resident tensor is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrunkTensor {
+    /// The tensor's name.
     pub name: String,
     /// The trunk file holding it.
     pub file: String,
+    /// Its element type.
     pub dtype: DType,
+    /// Its dimensions, outermost first.
     pub shape: Vec<u64>,
     /// Absolute byte range in the file, `begin..end`.
     pub begin: u64,
+    /// See `begin`.
     pub end: u64,
 }
 
@@ -241,10 +252,13 @@ pub const TOKENIZER_KINDS: [&str; 4] = ["tiktoken", "hf-bytelevel", "hf-sentence
 /// The parsed manifest of a container.
 #[derive(Clone, Debug)]
 pub struct Manifest {
+    /// The container directory.
     pub dir: PathBuf,
+    /// The model's configuration, parsed from `config_json`.
     pub config: ModelConfig,
     /// The config.json object as converted (kept verbatim).
     pub config_json: Json,
+    /// The trunk's safetensors files (names inside `dir`).
     pub trunk_files: Vec<String>,
     /// Per trunk file, in the same order: its size and CRC-32.
     pub trunk_sums: Vec<FileSum>,
@@ -253,12 +267,15 @@ pub struct Manifest {
     /// The tokenizer's kind (one of [`TOKENIZER_KINDS`]); `None` when the model has no
     /// tokenizer this engine reads.
     pub tokenizer_kind: Option<String>,
+    /// The tokenizer's files (names inside `dir`).
     pub tokenizer_files: Vec<String>,
     /// Other files copied from the source (`generation_config.json`).
     pub other_files: Vec<String>,
-    /// Human-readable encodings: trunk, embeddings, experts (e.g. "q4", "q8", "bf16").
+    /// Human-readable encoding of the trunk's matrices (e.g. "q4", "q8", "bf16").
     pub trunk_encoding: String,
+    /// The same for the routed experts.
     pub expert_encoding: String,
+    /// One bank per MoE layer, in layer order.
     pub banks: Vec<Bank>,
     /// What the converter made the container from (its options and the source's digests), so
     /// that a rerun of the same conversion recognises its finished output; `Null` otherwise.
@@ -578,7 +595,8 @@ fn parse_bank(path: &Path, dir: &Path, i: usize, b: &Json, cfg: &ModelConfig) ->
     }
     let mats = b.get("matrices").and_then(Json::as_array).filter(|m| m.len() == 3)
         .ok_or_else(|| Error::config(path, &f("matrices"), "missing or not 3 entries"))?;
-    let dtype = mats[0].get("dtype").and_then(Json::as_str).and_then(DType::from_name)
+    // MXFP4 is a record encoding only (no safetensors dtype string names it).
+    let dtype = mats[0].get("dtype").and_then(Json::as_str).and_then(|s| DType::from_name(s).or((s == "MXFP4").then_some(DType::MXFP4)))
         .ok_or_else(|| Error::config(path, &f("matrices[0].dtype"), "missing or unknown"))?;
     // The layout's own error names no file: the manifest field that chose the encoding is it.
     let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)

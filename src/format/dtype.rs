@@ -1,32 +1,50 @@
 //! Element types of tensors on disk: the safetensors dtypes, and the two block-quantized widths
 //! of the Q4B32/Q8B32 format (seed 000), whose size is per block of 32 weights, not per element.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
-
 /// A tensor element type as named in a safetensors header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// IEEE binary32.
     F32,
+    /// IEEE binary16.
     F16,
+    /// bfloat16 (binary32's top half).
     BF16,
+    /// IEEE binary64.
     F64,
+    /// Signed 64-bit integer.
     I64,
+    /// Signed 32-bit integer.
     I32,
+    /// Signed 16-bit integer.
     I16,
+    /// Signed byte.
     I8,
+    /// Unsigned 64-bit integer.
     U64,
+    /// Unsigned 32-bit integer.
     U32,
+    /// Unsigned 16-bit integer.
     U16,
+    /// Unsigned byte.
     U8,
+    /// One byte, 0 or 1.
     Bool,
+    /// 8-bit float, 4 exponent and 3 mantissa bits (`F8_E4M3`).
     F8E4M3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (`F8_E5M2`).
     F8E5M2,
     /// 18-byte blocks: binary16 scale + 32 signed nibbles (seed 000, "The block").
     Q4B32,
     /// 34-byte blocks: binary16 scale + 32 signed bytes.
     Q8B32,
+    /// 36-byte blocks: f32 scale + 32 e4m3fn codes, the container's record encoding of FP8
+    /// block-scaled experts (`format::fp8`). Not a safetensors dtype.
+    F8B32,
+    /// 17-byte blocks: an e8m0 scale byte + 32 e2m1 codes, low nibble first (gpt-oss's MXFP4
+    /// experts kept as they ship, 4.25 bits a weight). A container record encoding only: no
+    /// safetensors dtype string names it.
+    MXFP4,
 }
 
 /// Weights per quantized block.
@@ -53,6 +71,7 @@ impl DType {
             "F8_E5M2" => DType::F8E5M2,
             "Q4B32" => DType::Q4B32,
             "Q8B32" => DType::Q8B32,
+            "F8B32" => DType::F8B32,
             _ => return None,
         })
     }
@@ -77,6 +96,8 @@ impl DType {
             DType::F8E5M2 => "F8_E5M2",
             DType::Q4B32 => "Q4B32",
             DType::Q8B32 => "Q8B32",
+            DType::F8B32 => "F8B32",
+            DType::MXFP4 => "MXFP4",
         }
     }
 
@@ -85,11 +106,13 @@ impl DType {
         match self {
             DType::Q4B32 => Some(18),
             DType::Q8B32 => Some(34),
+            DType::F8B32 => Some(super::fp8::F8B32_BYTES),
+            DType::MXFP4 => Some(17),
             _ => None,
         }
     }
 
-    /// True for the two block-quantized widths.
+    /// True for the block-quantized dtypes (Q4B32, Q8B32, and the record-only F8B32 and MXFP4).
     pub fn is_quantized(self) -> bool {
         self.block_bytes().is_some()
     }
@@ -101,13 +124,13 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool | DType::F8E4M3 | DType::F8E5M2 => 1,
-            DType::Q4B32 | DType::Q8B32 => return None,
+            DType::Q4B32 | DType::Q8B32 | DType::F8B32 | DType::MXFP4 => return None,
         })
     }
 
     /// True for the dtypes the engine computes with (weights are widened to f32 in the kernels).
     pub fn is_compute(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32)
+        matches!(self, DType::F32 | DType::F16 | DType::BF16 | DType::Q4B32 | DType::Q8B32 | DType::F8B32 | DType::MXFP4)
     }
 
     /// Bytes of one row of `cols` elements, or `None` when `cols` does not fit the dtype
@@ -184,6 +207,7 @@ impl Width {
         }
     }
 
+    /// Bits per weight value (before the block's scale).
     pub fn bits(self) -> u32 {
         match self {
             Width::Q4 => 4,
@@ -191,6 +215,7 @@ impl Width {
         }
     }
 
+    /// The block dtype of this width.
     pub fn dtype(self) -> DType {
         match self {
             Width::Q4 => DType::Q4B32,

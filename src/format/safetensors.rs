@@ -205,7 +205,7 @@ fn parse_entry(path: &Path, name: &str, entry: &Json, data_start: u64, data_size
     }
     let dtype_name = entry.get("dtype").and_then(Json::as_str)
         .ok_or_else(|| bad("field `dtype` is missing or not a string".into()))?;
-    let dtype = DType::from_name(dtype_name)
+    let dtype = DType::from_name(dtype_name).filter(|&d| d != DType::F8B32)
         .ok_or_else(|| bad(format!("field `dtype`: unknown dtype `{dtype_name}`")))?;
     let shape_json = entry.get("shape").and_then(Json::as_array)
         .ok_or_else(|| bad("field `shape` is missing or not an array".into()))?;

@@ -199,6 +199,30 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> [__m256; 4] {
     }
 }
 
+/// F8B32 (`format::fp8`): the f32 scale, then 32 e4m3fn codes. A code's bits shifted into a
+/// binary16 (sign to bit 15, exponent and mantissa to bits 13..7) are the binary16 of the
+/// code's value times 2⁻⁸ — normal and subnormal codes alike, as both formats put the same
+/// mantissa after an exponent whose bias differs by 8 — so `vcvtph2ps` decodes eight codes
+/// exactly and 2⁸ goes into the scale (an exact power-of-two product). The shift is three
+/// operations per eight codes: interleaving with zero bytes puts code `c` at `c << 8`, an
+/// arithmetic shift right by one moves the magnitude to bits 13..7 while the sign stays in bit
+/// 15 (and is copied into bit 14), and a mask clears bit 14. The NaN codes (0x7f, 0xff) would
+/// decode as ±480 here: they never reach a kernel, refused where the source is read
+/// (`format::fp8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn decode_f8(p: *const u8) -> [__m256; 4] {
+    // SAFETY: the caller guarantees the 36-byte block at p.
+    unsafe {
+        let scale = f32::from_le_bytes((p as *const [u8; 4]).read_unaligned());
+        let s = _mm256_set1_ps(scale * 256.0);
+        let (zero, keep) = (_mm_setzero_si128(), _mm_set1_epi16(0xBF80u16 as i16));
+        let (lo, hi) = (_mm_loadu_si128(p.add(4) as *const __m128i), _mm_loadu_si128(p.add(20) as *const __m128i));
+        let f = |shifted: __m128i| _mm256_mul_ps(_mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16::<1>(shifted), keep)), s);
+        [f(_mm_unpacklo_epi8(zero, lo)), f(_mm_unpackhi_epi8(zero, lo)), f(_mm_unpacklo_epi8(zero, hi)), f(_mm_unpackhi_epi8(zero, hi))]
+    }
+}
+
 /// A block's 32 inputs in position order.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -222,6 +246,7 @@ pub(crate) unsafe fn x_q4(p: *const f32) -> [__m256; 4] {
 
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
 block_tile!(tile_q4b32, 18, decode_q4, x_q4);
+block_tile!(tile_f8b32, 36, decode_f8, x_in_order);
 // Q4B32 against inputs already in the order of [`decode_q4`] (see [`rows_q4b32`]): the same
 // values in the same order, so the same bits, without a permutation per block and tile.
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
@@ -267,6 +292,7 @@ rows_fn!(rows_f32, tile_f32, 4);
 rows_fn!(rows_bf16, tile_bf16, 4);
 rows_fn!(rows_f16, tile_f16, 4);
 rows_fn!(rows_q8b32, tile_q8b32, 4);
+rows_fn!(rows_f8b32, tile_f8b32, 4);
 rows_fn!(rows_q4b32_unordered, tile_q4b32, 4);
 rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4);
 

@@ -287,6 +287,13 @@ fn fill(buf: &mut [u8], dtype: DType, row_bytes: usize) {
                 b[2..].iter_mut().for_each(|v| *v = (next() >> 56) as u8);
             }
         }
+        DType::F8B32 => {
+            for b in pattern.chunks_exact_mut(crate::format::fp8::F8B32_BYTES) {
+                b[..4].copy_from_slice(&(0.01 + unit(next()).abs() * 0.01).to_le_bytes());
+                // Every e4m3fn code but the two NaNs (refused before a record is written).
+                b[4..].iter_mut().for_each(|v| *v = match (next() >> 56) as u8 { c if c & 0x7f == 0x7f => c ^ 1, c => c });
+            }
+        }
         _ => {}
     }
     for chunk in buf.chunks_mut(pattern.len()) {

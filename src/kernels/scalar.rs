@@ -7,6 +7,7 @@
 
 use super::MatRef;
 use crate::format::dtype::BLOCK;
+use crate::format::fp8::{f8b32_scale, E4M3_TO_F32, F8B32_BYTES};
 
 /// Signature shared by every row-dot kernel: rows `r0..r1` of `w` against the `n` vectors of
 /// `x` (each `w.cols` long), writing `y[t * y_stride + r]`.
@@ -131,6 +132,21 @@ fn row_q4(row: &[u8], x: &[f32]) -> f32 {
     s
 }
 
+/// An F8B32 row (`format::fp8`): per 32-column block, the 32 e4m3 codes decoded through the
+/// exact table and multiplied with the inputs, then the sum times the block's f32 scale — the
+/// Q8B32 order, with the code's value in place of the level.
+fn row_f8(row: &[u8], x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (b, xb) in row.chunks_exact(F8B32_BYTES).zip(x.chunks_exact(BLOCK)) {
+        let mut acc = 0.0f32;
+        for k in 0..BLOCK {
+            acc += E4M3_TO_F32[b[4 + k] as usize] * xb[k];
+        }
+        s += acc * f8b32_scale(b);
+    }
+    s
+}
+
 /// The k-th signed nibble of a Q4B32 block: low nibble = even position (seed 000, "The payload").
 #[inline]
 pub fn q4_at(block: &[u8], k: usize) -> i8 {
@@ -143,6 +159,26 @@ rows_kernel!(rows_bf16, row_bf16);
 rows_kernel!(rows_f16, row_f16);
 rows_kernel!(rows_q8b32, row_q8);
 rows_kernel!(rows_q4b32, row_q4);
+rows_kernel!(rows_f8b32, row_f8);
+rows_kernel!(rows_mxfp4, row_mxfp4);
+
+/// MXFP4 blocks (17 bytes: e8m0 scale, then 32 e2m1 codes, low nibble first): each block's
+/// codes against the inputs, times the block's power of two (exact). A NaN scale (0xFF; the
+/// converter never writes one) gives NaN, never a panic. Scalar only: no SIMD twin yet.
+fn row_mxfp4(row: &[u8], x: &[f32]) -> f32 {
+    use crate::format::mxfp4::{e8m0, E2M1};
+    let mut s = 0.0f32;
+    for (b, xb) in row.chunks_exact(17).zip(x.chunks_exact(BLOCK)) {
+        let scale = e8m0(b[0]).unwrap_or(f32::NAN);
+        let mut acc = 0.0f32;
+        for (pair, &byte) in xb.chunks_exact(2).zip(&b[1..17]) {
+            acc += E2M1[(byte & 0x0F) as usize] * pair[0];
+            acc += E2M1[(byte >> 4) as usize] * pair[1];
+        }
+        s += acc * scale;
+    }
+    s
+}
 
 /// Widens one row of any compute dtype to f32 (embedding lookups, tests).
 pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
@@ -165,6 +201,16 @@ pub fn row_to_f32(w: &MatRef, r: usize, out: &mut [f32]) {
             for (b, ob) in row.chunks_exact(18).zip(out.chunks_exact_mut(BLOCK)) {
                 let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
                 ob.iter_mut().enumerate().for_each(|(k, o)| *o = q4_at(b, k) as f32 * scale);
+            }
+        }
+        DType::F8B32 => crate::format::fp8::decode_f8b32_row(row, out),
+        DType::MXFP4 => {
+            for (b, ob) in row.chunks_exact(17).zip(out.chunks_exact_mut(BLOCK)) {
+                let scale = crate::format::mxfp4::e8m0(b[0]).unwrap_or(f32::NAN);
+                for (pair, &byte) in ob.chunks_exact_mut(2).zip(&b[1..17]) {
+                    pair[0] = crate::format::mxfp4::E2M1[(byte & 0x0F) as usize] * scale;
+                    pair[1] = crate::format::mxfp4::E2M1[(byte >> 4) as usize] * scale;
+                }
             }
         }
         _ => out.fill(0.0),
@@ -217,6 +263,32 @@ const fn f16_bits_to_f32(h: u16) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The MXFP4 row dot decodes every code and scale as `row_to_f32` does (each product is
+    /// exact, so block sums of products by powers of two agree with the widened row's sums up
+    /// to order: checked on values where every partial sum is exact too), and a NaN scale gives
+    /// NaN.
+    #[test]
+    fn the_mxfp4_dot_agrees_with_its_decode() {
+        use crate::format::dtype::DType;
+        // Two blocks: every code twice, scales 2^1 and 2^-3; inputs small powers of two.
+        let mut row = vec![0u8; 34];
+        row[0] = 128;
+        row[17] = 124;
+        for k in 0..16 {
+            row[1 + k] = (k as u8) | (((15 - k) as u8) << 4);
+            row[18 + k] = (((k + 3) % 16) as u8) | ((k as u8) << 4);
+        }
+        let x: Vec<f32> = (0..64).map(|c| [1.0, 0.5, 2.0, 0.25][c % 4]).collect();
+        let mut w = vec![0.0f32; 64];
+        row_to_f32(&MatRef { dtype: DType::MXFP4, rows: 1, cols: 64, data: &row }, 0, &mut w);
+        assert_eq!(&w[..4], &[0.0, -12.0, 1.0, -8.0]);
+        assert_eq!(w[33], 0.0f32 * 2f32.powi(-3));
+        let want: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        assert_eq!(row_mxfp4(&row, &x), want);
+        row[17] = 0xFF;
+        assert!(row_mxfp4(&row, &x).is_nan());
+    }
 
     #[test]
     fn the_f16_table_is_the_exact_conversion() {

@@ -7,6 +7,7 @@ use crate::cache::ExpertCache;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::config::ModelConfig;
 use crate::format::container::{RecordLayout, HEADER_BYTES};
+use crate::format::dtype::DType;
 use crate::sys::AlignedBuf;
 
 /// All experts of one MoE layer held in RAM, record after record.
@@ -70,14 +71,27 @@ impl Experts {
 /// checks every tensor and counts the banks' bytes in `loader.bytes` without allocating them.
 pub fn load_resident(loader: &mut super::weights::Loader, cfg: &ModelConfig) -> Result<Experts> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(Experts::None) };
+    loader.fp8_block = cfg.fp8_block();
     let mut banks = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         if !cfg.is_moe_layer(l) {
             banks.push(None);
             continue;
         }
+        if cfg.gpt_oss.is_some() {
+            // Fused (and possibly MXFP4) tensors, not one tensor per expert matrix.
+            banks.push(Some(super::gpt_oss::load_bank(loader, cfg, l)?));
+            continue;
+        }
         let prefix = |j: usize, i: usize| format!("model.layers.{l}.{}.experts.{j}.{}.weight", moe.layout.block, moe.layout.names[i]);
-        let dtype = loader.dtype_of(&prefix(0, 0))?;
+        // FP8 experts (spec §3.9) are kept as they are, in the F8B32 records of the container's
+        // `--experts fp8` (same bytes, same products), or decoded to f32 where the widths or the
+        // block size do not fit 32-column blocks.
+        let dtype = match loader.dtype_of(&prefix(0, 0))? {
+            DType::F8E4M3 if loader.fp8_keeps(cfg.hidden, moe.expert_intermediate) => DType::F8B32,
+            DType::F8E4M3 => DType::F32,
+            d => d,
+        };
         let layout = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate)?;
         let bank_bytes = layout.record_bytes * moe.experts;
         let mut records = AlignedBuf::zeroed(if loader.is_counting() { 0 } else { bank_bytes }, 64)?;

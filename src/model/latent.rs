@@ -223,7 +223,7 @@ supported; save the checkpoint with per-expert tensors", ld.dir().display())));
     } else {
         None
     };
-    Ok(Ffn::Moe(MoeWeights { router, bias, shared }))
+    Ok(Ffn::Moe(MoeWeights { router, bias, shared, router_bias: None, expert_bias: None }))
 }
 
 /// The tensors a checkpoint of a latent family holds (spec §3.2, §4.2, original key names), in

@@ -9,6 +9,7 @@
 
 pub(crate) mod experts;
 pub(crate) mod gdn;
+pub(crate) mod gpt_oss;
 pub mod kda;
 pub(crate) mod latent;
 pub(crate) mod mla;
@@ -225,6 +226,7 @@ impl Model {
                 verify: opts.verify,
                 policy: None,
                 direct_io: opts.direct_io,
+                purgeable: opts.purgeable_slots,
             })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,
@@ -235,6 +237,8 @@ impl Model {
             notes.extend(preload_hotlist(path, m, &identity, cache));
         }
         weights.params = loader.params + manifest.map_or(0, expert_params);
+        // The experts' stored dtypes too (gpt-oss's MXFP4 blocks are U8).
+        weights.dtypes.clone_from(&loader.dtypes);
         drop(loader);
         drop(ckpt);
         let threads = opts.resolved_threads();
@@ -672,6 +676,12 @@ impl Model {
             w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
             rope::angles(inv_freq, pos0 + t, &mut st.cos[t * half..(t + 1) * half], &mut st.sin[t * half..(t + 1) * half]);
         }
+        // gpt-oss's YaRN multiplies cos and sin by its attention factor (f32, as the reference).
+        if let Some(g) = cfg.gpt_oss.as_ref().filter(|g| g.rope_attention_factor != 1.0) {
+            for c in st.cos[..n * half].iter_mut().chain(st.sin[..n * half].iter_mut()) {
+                *c *= g.rope_attention_factor;
+            }
+        }
         record(&mut trace, 0, start, &st.x[..n * h])?;
         for (l, layer) in w.layers.iter().enumerate() {
             for t in 0..n {
@@ -824,6 +834,7 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
         head_dim: hd,
         scale: 1.0 / (hd as f32).sqrt(),
         window: cfg.sliding_window[l],
+        sinks: a.sinks.as_deref(),
     };
     let keys = &st.cache.k.as_f32()[base..base + layer_len];
     let values = &st.cache.v.as_f32()[base..base + layer_len];

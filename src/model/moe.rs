@@ -24,6 +24,10 @@ pub struct MoeWeights {
     /// The shared expert, with Qwen2-MoE's sigmoid gate ([1, hidden]); DeepSeek's and Kimi's
     /// `shared_experts` have no gate (spec §3.6 step 8).
     pub shared: Option<(Mlp, Option<Matrix>)>,
+    /// gpt-oss: the router's bias [experts], added to its logits before the top-k.
+    pub router_bias: Option<Vec<f32>>,
+    /// gpt-oss: the experts' biases; with them the experts use the clamped SwiGLU.
+    pub expert_bias: Option<super::gpt_oss::ExpertBias>,
 }
 
 /// The matrices of one expert record.
@@ -54,6 +58,11 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
     let (h, top_k, ne, layer) = (cfg.hidden, moe.top_k, moe.experts, step.layer);
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
+    if let Some(b) = &w.router_bias {
+        for row in st.router[..n * ne].chunks_exact_mut(ne) {
+            super::add_rows(row, b, ne);
+        }
+    }
     route::route(moe, w.bias.as_deref(), &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w, &mut st.latent.route_scratch);
     step.routing.replay(step.pos0, step.moe_index, ne, n, top_k, &mut st.route_ids[..n * top_k]);
     step.routing.record(step.moe_index, n, top_k, &st.route_ids[..n * top_k]);
@@ -87,8 +96,16 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
         }
         let [gate, up, down] = record_matrices(layout, rec);
         k.matmul_group(pool, &st.xs, m, &mut [(gate, &mut st.gate[..]), (up, &mut st.up[..])]);
-        kernels::swiglu(&mut st.gate[..m * inter], &st.up[..m * inter]);
+        match (&w.expert_bias, &cfg.gpt_oss) {
+            (Some(b), Some(g)) => super::gpt_oss::expert_activation(g, b, expert, &mut st.gate[..m * inter], &st.up[..m * inter]),
+            _ => kernels::swiglu(&mut st.gate[..m * inter], &st.up[..m * inter]),
+        }
         k.matmul(pool, down, &st.gate, m, &mut st.ys);
+        if let Some(b) = &w.expert_bias {
+            for row in st.ys[..m * h].chunks_exact_mut(h) {
+                super::add_rows(row, b.down(expert), h);
+            }
+        }
         for i in 0..m {
             let s = st.xs_slot[i];
             st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);

@@ -9,7 +9,7 @@ use crate::kernels;
 /// Floats of scratch [`route`] needs: selection scores and group scores.
 pub fn scratch_len(moe: &MoeConfig) -> usize {
     match moe.routing {
-        Routing::SoftmaxTopK { .. } => 0,
+        Routing::SoftmaxTopK { .. } | Routing::TopKSoftmax => 0,
         Routing::Sigmoid { groups, .. } | Routing::SoftmaxGroups { groups, .. } => moe.experts + groups,
     }
 }
@@ -33,6 +33,13 @@ pub fn route(moe: &MoeConfig, bias: Option<&[f32]>, logits: &mut [f32], n: usize
                     let sum: f32 = tw.iter().sum();
                     tw.iter_mut().for_each(|w| *w /= sum);
                 }
+            }
+            // gpt-oss: the k largest logits (the router's bias already added), softmaxed among
+            // themselves.
+            Routing::TopKSoftmax => {
+                top_k(p, ti);
+                gather(p, ti, tw);
+                kernels::softmax(tw);
             }
             Routing::Sigmoid { groups, topk_group, renormalize, scale } => {
                 let (choice, group_scores) = scratch[..e + groups].split_at_mut(e);

@@ -8,9 +8,6 @@
 //! nothing allocated) and `heap_bytes` sums the capacities of the buffers actually allocated.
 //! `tests/budget.rs` checks that they agree for every model.
 
-// Not every public field here has its rustdoc yet (issue 14: `#![warn(missing_docs)]` is on
-// for the crate; this file is on the list still to document).
-#![allow(missing_docs)]
 
 use super::latent::{LatentState, Sizes as LatentSizes};
 use crate::error::Result;
@@ -79,56 +76,56 @@ impl SessionCache {
 pub struct State {
     /// The cache of the session being run, lent for the duration of a call (`Model::run`);
     /// empty otherwise.
-    pub cache: SessionCache,
+    pub(crate) cache: SessionCache,
     /// Positions a session's cache holds (every session of a model has the same context).
-    pub ctx: usize,
+    pub(crate) ctx: usize,
     /// Tokens a forward pass processes at once (prefill chunk).
-    pub chunk: usize,
+    pub(crate) chunk: usize,
     /// Residual stream, chunk × hidden.
-    pub x: Vec<f32>,
+    pub(crate) x: Vec<f32>,
     /// Normed input of a sublayer, chunk × hidden.
-    pub h: Vec<f32>,
+    pub(crate) h: Vec<f32>,
     /// chunk × q_dim.
-    pub q: Vec<f32>,
+    pub(crate) q: Vec<f32>,
     /// chunk × kv_dim.
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
     /// Attention output before o_proj, chunk × q_dim.
-    pub att: Vec<f32>,
+    pub(crate) att: Vec<f32>,
     /// Sublayer output, chunk × hidden.
-    pub out: Vec<f32>,
+    pub(crate) out: Vec<f32>,
     /// FFN gate and up, chunk × ffn width.
-    pub gate: Vec<f32>,
-    pub up: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
     /// Attention scores, one row of `ctx` per pool participant.
-    pub scores: Vec<f32>,
+    pub(crate) scores: Vec<f32>,
     /// RoPE tables for the chunk's positions, chunk × rope_dim/2 each.
-    pub cos: Vec<f32>,
-    pub sin: Vec<f32>,
+    pub(crate) cos: Vec<f32>,
+    pub(crate) sin: Vec<f32>,
     /// Logits: `logit_rows` rows of vocab; row 0 holds the last position's after a pass.
-    pub logits: Vec<f32>,
+    pub(crate) logits: Vec<f32>,
     /// Rows of `logits` (the prefill chunk, capped so the buffer stays near 8 MiB).
-    pub logit_rows: usize,
+    pub(crate) logit_rows: usize,
     /// MoE: router logits (chunk × experts), then each token's chosen experts and weights
     /// (chunk × top_k), the distinct experts of the chunk, the rows gathered for one expert
     /// and the (token, slot) they came from, that expert's output, and every (token, slot)
     /// output (chunk × top_k × hidden).
-    pub router: Vec<f32>,
-    pub route_ids: Vec<u32>,
-    pub route_w: Vec<f32>,
-    pub wanted: Vec<u32>,
-    pub xs: Vec<f32>,
-    pub xs_slot: Vec<usize>,
-    pub ys: Vec<f32>,
-    pub expert_out: Vec<f32>,
+    pub(crate) router: Vec<f32>,
+    pub(crate) route_ids: Vec<u32>,
+    pub(crate) route_w: Vec<f32>,
+    pub(crate) wanted: Vec<u32>,
+    pub(crate) xs: Vec<f32>,
+    pub(crate) xs_slot: Vec<usize>,
+    pub(crate) ys: Vec<f32>,
+    pub(crate) expert_out: Vec<f32>,
     /// Router look-ahead: the next MoE layer's logits for this layer's input, and the experts
     /// they pick.
-    pub ahead_logits: Vec<f32>,
-    pub ahead_ids: Vec<u32>,
+    pub(crate) ahead_logits: Vec<f32>,
+    pub(crate) ahead_ids: Vec<u32>,
     /// One q/k norm group, for normalising in place (head_dim, or q/k width for a whole norm).
-    pub norm_tmp: Vec<f32>,
+    pub(crate) norm_tmp: Vec<f32>,
     /// DeepSeek / Kimi: the scratch of the MLA and KDA layers.
-    pub latent: LatentState,
+    pub(crate) latent: LatentState,
 }
 
 /// The logits buffer is at most about this large: a pass over a prefill chunk computes every

@@ -55,6 +55,8 @@ pub struct Attention {
     /// Qwen3-Next: the output gate's rows of q_proj [q_dim, hidden] (the attention output is
     /// multiplied by σ(h·Wᵀ) before o_proj).
     pub gate: Option<Matrix>,
+    /// gpt-oss's attention sinks: one logit per head in the softmax's denominator.
+    pub sinks: Option<Vec<f32>>,
 }
 
 /// A SwiGLU MLP (spec §0.4).
@@ -121,11 +123,15 @@ pub struct Loader<'a> {
     pub bytes: u64,
     pub params: u64,
     pub dtypes: Vec<DType>,
+    /// The FP8 block size from the config (`quantization_config.weight_block_size`): F8_E4M3
+    /// weights are read with their scales and decoded to f32, or kept as F8B32 expert records
+    /// (`format::fp8`); without it they are refused.
+    pub fp8_block: Option<[usize; 2]>,
 }
 
 impl<'a> Loader<'a> {
     pub fn new(ckpt: &'a Checkpoint) -> Loader<'a> {
-        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new() }
+        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new(), fp8_block: None }
     }
 
     /// A loader that checks and counts without reading (for the memory plan).
@@ -160,7 +166,10 @@ impl<'a> Loader<'a> {
             return Err(Error::new(ErrorKind::Tensor, format!(
                 "{}: tensor `{name}` has shape {:?}, the config needs [{rows}, {cols}]", file.path.display(), t.shape)));
         }
-        if !t.dtype.is_compute() {
+        if t.dtype == DType::F8E4M3 {
+            return self.fp8_matrix(name, rows, cols);
+        }
+        if !t.dtype.is_compute() || t.dtype == DType::F8B32 {
             return Err(Error::new(ErrorKind::Unsupported, format!(
                 "{}: tensor `{name}` has dtype {}, which the engine does not compute with (F32, BF16, F16, Q8B32, Q4B32)",
                 file.path.display(), t.dtype)));
@@ -182,8 +191,68 @@ impl<'a> Loader<'a> {
         Ok(Matrix { dtype: t.dtype, rows, cols, buf })
     }
 
+    /// An F8_E4M3 weight and its `_scale_inv` (spec §3.9), checked against the config's block
+    /// size and decoded exactly to f32: `[rows, cols]` f32 is what is held (and counted).
+    fn fp8_matrix(&mut self, name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let bytes = rows * cols * 4;
+        let buf = if self.counting {
+            self.fp8_source(name, rows, cols, DType::F32, &mut [])?;
+            AlignedBuf::zeroed(0, 64)?
+        } else {
+            let mut buf = AlignedBuf::zeroed(bytes, 64)?;
+            self.fp8_source(name, rows, cols, DType::F32, buf.as_mut_slice())?;
+            buf
+        };
+        self.bytes += bytes as u64;
+        self.params += (rows * cols) as u64;
+        self.note_dtype(DType::F8E4M3);
+        Ok(Matrix { dtype: DType::F32, rows, cols, buf })
+    }
+
+    /// True when F8_E4M3 expert matrices of these widths can be kept as F8B32 records
+    /// (`format::fp8`): the config gives a block size, and both widths and the block's columns
+    /// are whole 32-column blocks.
+    pub fn fp8_keeps(&self, hidden: usize, inter: usize) -> bool {
+        self.fp8_block.is_some_and(|b| [hidden, inter].iter().all(|&c| crate::format::fp8::f8b32_problem("", c, b).is_none()))
+    }
+
+    /// Checks F8_E4M3 weight `name` ([rows, cols]) and its scale tensor, and unless counting
+    /// writes it into `out`: as F8B32 rows when `dtype` is F8B32, else decoded to little-endian f32.
+    fn fp8_source(&self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
+        use crate::format::fp8;
+        let (file, t) = self.find(name)?;
+        let block = self.fp8_block.ok_or_else(|| Error::new(ErrorKind::Unsupported, format!(
+            "{}: tensor `{name}` has dtype F8_E4M3, but config.json has no FP8 quantization_config (weight_block_size) to read it with",
+            file.path.display())))?;
+        let (sfile, s) = self.ckpt.get(&fp8::scale_name(name)).ok_or_else(|| fp8::missing_scale(&self.ckpt.dir, name))?;
+        fp8::check_scale_tensor(&sfile.path, name, rows, cols, block, s)?;
+        if self.counting {
+            return Ok(());
+        }
+        let mut codes = vec![0u8; t.len as usize];
+        file.read_into(t, &mut codes)?;
+        let mut raw = vec![0u8; s.len as usize];
+        sfile.read_into(s, &mut raw)?;
+        let scales = fp8::scales_of(&raw);
+        let src = fp8::Fp8Tensor { path: &file.path, name, rows, cols, block, codes: &codes, scales: &scales };
+        if dtype == DType::F8B32 {
+            return fp8::encode_f8b32(&src, out);
+        }
+        let mut values = vec![0f32; rows * cols];
+        fp8::dequantize(&src, &mut values)?;
+        for (o, v) in out.chunks_exact_mut(4).zip(&values) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    /// The checkpoint being read (gpt-oss reads its fused experts through it).
+    pub fn checkpoint(&self) -> &'a Checkpoint {
+        self.ckpt
+    }
+
     /// Records a stored dtype (once, in the order first met).
-    fn note_dtype(&mut self, d: DType) {
+    pub(crate) fn note_dtype(&mut self, d: DType) {
         if !self.dtypes.contains(&d) {
             self.dtypes.push(d);
         }
@@ -198,6 +267,14 @@ impl<'a> Loader<'a> {
     /// by a counting loader).
     pub fn read_matrix_into(&mut self, name: &str, rows: usize, cols: usize, dtype: DType, out: &mut [u8]) -> Result<()> {
         let (file, t) = self.find(name)?;
+        // FP8 experts of a Hugging Face directory are held as F8B32 records, or decoded to f32
+        // where F8B32 cannot hold them (`experts::load_resident`).
+        if t.dtype == DType::F8E4M3 && matches!(dtype, DType::F8B32 | DType::F32) && t.shape == [rows as u64, cols as u64] {
+            self.fp8_source(name, rows, cols, dtype, out)?;
+            self.params += t.elements();
+            self.note_dtype(t.dtype);
+            return Ok(());
+        }
         if t.shape != [rows as u64, cols as u64] || t.dtype != dtype {
             return Err(Error::new(ErrorKind::Tensor, format!(
                 "{}: tensor `{name}` is {} {:?}, expected {dtype} [{rows}, {cols}] like the layer's other experts",
@@ -278,6 +355,7 @@ impl<'a> Loader<'a> {
 
 /// Loads the resident weights of a decoder (spec §1.2, §2): everything but the routed experts.
 pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
+    ld.fp8_block = cfg.fp8_block();
     let h = cfg.hidden;
     let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
     let mut layers = Vec::with_capacity(cfg.layers);
@@ -355,6 +433,7 @@ fn load_ffn(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -> Result<Ffn
         // GLM-4.5's MoE layer has DeepSeek-V3's tensors (router with its correction bias,
         // gate-less `shared_experts`): read by the same code.
         Some(_) if cfg.arch == Arch::Glm4Moe => super::latent::load_ffn(ld, cfg, l)?,
+        Some(moe) if cfg.gpt_oss.is_some() => Ffn::Moe(super::gpt_oss::load_moe(ld, cfg, &format!("{p}.{}", moe.layout.block))?),
         Some(moe) => {
             let b = format!("{p}.{}", moe.layout.block);
             let router = ld.matrix(&format!("{b}.gate.weight"), moe.experts, h)?;
@@ -364,7 +443,7 @@ fn load_ffn(ld: &mut Loader, cfg: &ModelConfig, p: &str, l: usize) -> Result<Ffn
             } else {
                 None
             };
-            Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))) })
+            Ffn::Moe(MoeWeights { router, bias: None, shared: shared.map(|(m, g)| (m, Some(g))), router_bias: None, expert_bias: None })
         }
         None => Ffn::Dense(ld.mlp(&format!("{p}.mlp"), ["gate_proj", "up_proj", "down_proj"], h, cfg.intermediate, cfg.mlp_bias)?),
     })
@@ -396,6 +475,10 @@ fn load_attention(ld: &mut Loader, cfg: &ModelConfig, p: &str) -> Result<Attenti
         q_norm: qn,
         k_norm: kn,
         gate,
+        sinks: match cfg.gpt_oss {
+            Some(_) => Some(ld.vector(&format!("{p}.self_attn.sinks"), cfg.heads)?),
+            None => None,
+        },
     })
 }
 

@@ -555,7 +555,55 @@ impl Slot {
         // SAFETY: as above, with exclusive access through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
+
+    /// Lets the kernel take back the pages holding the first `len` bytes under memory
+    /// pressure (`MADV_FREE`) instead of killing the process: until it does they keep their
+    /// bytes, and a page it takes reads as zeros afterwards. [`Slot::keep_pages`] must come
+    /// before the bytes are used again. Returns false where the advice is not available (the
+    /// pages then simply stay).
+    pub fn allow_purge(&self, len: usize) -> bool {
+        let len = len.min(self.len).next_multiple_of(PAGE).min(self.len);
+        if len == 0 {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: the range is page-aligned (slots start on 2 MiB and are multiples of 4096
+            // bytes), inside the live mapping, and owned by this handle alone; MADV_FREE only
+            // lets the kernel drop the pages' contents, which reads then see as zeros — no
+            // reference into them is held (the caller holds &self only for this call).
+            let r = unsafe { libc::madvise(self.ptr.as_ptr() as *mut libc::c_void, len, libc::MADV_FREE) };
+            r == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
+    /// Takes back the first `len` bytes from the kernel after [`Slot::allow_purge`]: writes
+    /// to every page (a written page can no longer be taken), then reports whether every page
+    /// still holds what it held. A page the kernel took reads as zeros — except the one byte
+    /// just written back, which may have landed on the fresh page — so a page whose bytes
+    /// after its first are all zero counts as lost. A page of the record that really is zero
+    /// there is counted lost too: only a needless re-read, never wrong bytes.
+    pub fn keep_pages(&mut self, len: usize) -> bool {
+        let len = len.min(self.len);
+        let bytes = self.as_mut_slice();
+        let mut kept = true;
+        for page in bytes[..len].chunks_mut(PAGE) {
+            let first = page.as_mut_ptr();
+            // SAFETY: `first` points at the page's first byte, inside the slice; volatile so
+            // the read-and-write-back is not elided (it is what stops the kernel taking the page).
+            unsafe { std::ptr::write_volatile(first, std::ptr::read_volatile(first)) };
+            if page.len() > 1 && page[1..].iter().all(|&b| b == 0) {
+                kept = false;
+            }
+        }
+        kept
+    }
 }
+
+/// The page size the slots are cut in (slot sizes are multiples of it).
+const PAGE: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -563,6 +611,34 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    /// A purgeable slot the kernel has not touched keeps its bytes; one whose pages were taken
+    /// (here forced with MADV_DONTNEED, which drops them as reclaim of MADV_FREE pages does)
+    /// is reported lost, page by page, and can be filled again.
+    #[test]
+    fn a_purged_slot_is_detected_and_refillable() {
+        let mut slots = SlotArena::slots(4 * 4096, 2).unwrap();
+        let pattern: Vec<u8> = (0..4 * 4096u32).map(|i| (i % 251) as u8 | 1).collect();
+        for s in &mut slots {
+            s.as_mut_slice().copy_from_slice(&pattern);
+        }
+        let len = 3 * 4096 + 100; // the record: three pages and a bit of a fourth
+        if !slots[0].allow_purge(len) || !slots[1].allow_purge(len) {
+            println!("SKIP: purgeable slots: MADV_FREE is not available here");
+            return;
+        }
+        // Untouched by the kernel (no pressure): kept, bytes intact.
+        assert!(slots[0].keep_pages(len));
+        assert_eq!(slots[0].as_slice(), &pattern[..]);
+        // The second page of the second slot taken by the kernel.
+        // SAFETY: a page-aligned page inside the slot's live mapping, no reference held.
+        let r = unsafe { libc::madvise(slots[1].as_mut_slice()[4096..].as_mut_ptr() as *mut libc::c_void, 4096, libc::MADV_DONTNEED) };
+        assert_eq!(r, 0);
+        assert!(!slots[1].keep_pages(len), "a dropped page went unnoticed");
+        slots[1].as_mut_slice().copy_from_slice(&pattern);
+        assert!(slots[1].keep_pages(len));
+        assert_eq!(slots[1].as_slice(), &pattern[..]);
+    }
 
     /// The f32 views check alignment in release builds too (issue 14): a buffer made with a
     /// smaller alignment is refused with a panic instead of an unsound view.

@@ -34,10 +34,16 @@ pub enum Encoding {
     Q8,
     /// Q4B32 (seed 000).
     Q4,
+    /// F8B32: FP8 source experts kept as they are, codes and block scales (`format::fp8`);
+    /// experts only.
+    Fp8,
+    /// MXFP4 as gpt-oss ships it (routed experts only, from MXFP4 sources: copied, not
+    /// re-quantized).
+    Mxfp4,
 }
 
 impl Encoding {
-    /// Parses `f32`, `bf16`, `f16`, `q8` or `q4`.
+    /// Parses `f32`, `bf16`, `f16`, `q8`, `q4`, `fp8` or `mxfp4`.
     pub fn parse(s: &str) -> Option<Encoding> {
         Some(match s {
             "f32" => Encoding::F32,
@@ -45,6 +51,8 @@ impl Encoding {
             "f16" => Encoding::F16,
             "q8" => Encoding::Q8,
             "q4" => Encoding::Q4,
+            "fp8" => Encoding::Fp8,
+            "mxfp4" => Encoding::Mxfp4,
             _ => return None,
         })
     }
@@ -57,6 +65,8 @@ impl Encoding {
             Encoding::F16 => "f16",
             Encoding::Q8 => "q8",
             Encoding::Q4 => "q4",
+            Encoding::Fp8 => "fp8",
+            Encoding::Mxfp4 => "mxfp4",
         }
     }
 
@@ -68,6 +78,8 @@ impl Encoding {
             Encoding::F16 => DType::F16,
             Encoding::Q8 => DType::Q8B32,
             Encoding::Q4 => DType::Q4B32,
+            Encoding::Fp8 => DType::F8B32,
+            Encoding::Mxfp4 => DType::MXFP4,
         }
     }
 }
@@ -218,6 +230,13 @@ fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> R
     let config_bytes = crate::format::read_bounded(&config_path, 4 << 20)?;
     let config_json = crate::format::json::parse(&config_bytes).map_err(|e| Error::format(&config_path, e))?;
     let cfg = ModelConfig::from_json(&config_path, &config_json)?;
+    if opts.trunk == Encoding::Fp8 || opts.embeddings == Some(Encoding::Fp8) {
+        return Err(Error::new(ErrorKind::Arg, "the fp8 encoding is for routed experts only (--experts fp8); \
+the trunk and embeddings take f32, bf16, f16, q8 or q4"));
+    }
+    if opts.trunk == Encoding::Mxfp4 || opts.embeddings == Some(Encoding::Mxfp4) {
+        return Err(Error::unsupported("mxfp4 is an encoding for routed experts only (gpt-oss's, as they ship)"));
+    }
     let src = Checkpoint::open(&opts.input)?;
     // Detected before anything is written: a tokenizer the engine would refuse at open stops
     // the conversion here.
@@ -226,7 +245,7 @@ fn convert_into(opts: &ConvertOptions, progress: &mut dyn FnMut(&Progress)) -> R
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, "create directory", e))?;
     let (trunk, experts) = classify(&cfg, &src, opts)?;
     let banks = bank_plan(&cfg, opts)?;
-    let mut job = Job { opts, src: &src, done: 0, total: 0, units: 0, resumed: 0, writes: 0, written: 0, state: State::default(), progress };
+    let mut job = Job { opts, src: &src, fp8_block: cfg.fp8_block(), done: 0, total: 0, units: 0, resumed: 0, writes: 0, written: 0, state: State::default(), progress };
     job.total = trunk.iter().map(|f| trunk_file_bytes(&src, f)).sum::<u64>()
         + banks.iter().map(|b| (b.experts * b.layout.record_bytes) as u64).sum::<u64>();
     let finished_before = crate::format::container::is_container(out);
@@ -350,6 +369,15 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
         if cfg.arch == crate::format::config::Arch::Qwen3Next && t.name.starts_with("mtp.") {
             continue;
         }
+        // An FP8 weight's scales travel with it (`encode_tensor`); a scale without its weight
+        // means nothing.
+        if let Some(weight) = t.name.strip_suffix("_scale_inv") {
+            if src.get(weight).is_some_and(|(_, w)| w.dtype == DType::F8E4M3) {
+                continue;
+            }
+            return Err(Error::new(ErrorKind::Tensor, format!(
+                "{}: tensor `{}` has no F8_E4M3 weight `{weight}` to scale", st.path.display(), t.name)));
+        }
         if let Some(l) = layer_of(&t.name) {
             if l >= cfg.layers {
                 continue; // spec §0.2.5: layers past num_hidden_layers (MTP) are not part of the model
@@ -361,6 +389,8 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
         }
         let (encoding, dtype) = match t.shape.len() {
             1 => (opts.trunk, DType::F32),
+            // gpt-oss's expert biases [experts, width]: small vectors, kept in f32 like the others.
+            2 if is_expert_bias(cfg, &t.name) => (opts.trunk, DType::F32),
             2 => {
                 let enc = if is_embedding_like(&t.name) { opts.embedding_encoding() } else { opts.trunk };
                 if enc.dtype().row_bytes(t.shape[1]).is_none() {
@@ -391,7 +421,12 @@ fn layer_of(name: &str) -> Option<usize> {
 
 fn is_routed_expert(cfg: &ModelConfig, name: &str) -> bool {
     let Some(moe) = &cfg.moe else { return false };
-    name.contains(&format!(".{}.experts.", moe.layout.block))
+    name.contains(&format!(".{}.experts.", moe.layout.block)) && !is_expert_bias(cfg, name)
+}
+
+/// gpt-oss's per-expert biases, which stay in the trunk beside the router.
+fn is_expert_bias(cfg: &ModelConfig, name: &str) -> bool {
+    cfg.gpt_oss.is_some() && name.contains(".mlp.experts.") && name.ends_with("_bias")
 }
 
 /// KDA's convolution kernels and per-head decay logs (`…conv1d.weight`, `…A_log`).
@@ -402,6 +437,7 @@ fn is_kda_parameter(name: &str) -> bool {
 /// Embeddings, the LM head, routers and the shared-expert gate: kept at the higher precision.
 fn is_embedding_like(name: &str) -> bool {
     name == "model.embed_tokens.weight" || name == "lm_head.weight" || name.ends_with(".gate.weight") || name.ends_with("shared_expert_gate.weight")
+        || name.ends_with(".router.weight")
 }
 
 fn bank_plan(cfg: &ModelConfig, opts: &ConvertOptions) -> Result<Vec<Bank>> {
@@ -419,6 +455,8 @@ fn trunk_file_bytes(src: &Checkpoint, f: &TrunkFile) -> u64 {
 struct Job<'a> {
     opts: &'a ConvertOptions,
     src: &'a Checkpoint,
+    /// `quantization_config.weight_block_size` of an FP8 source.
+    fp8_block: Option<[usize; 2]>,
     done: u64,
     total: u64,
     units: u64,
@@ -565,7 +603,7 @@ impl Job<'_> {
         let mut w = Writer::create(&path, &specs, &metadata)?;
         for spec in &specs {
             let (st, t) = self.src.get(&spec.name).ok_or_else(|| Error::new(ErrorKind::Tensor, format!("tensor `{}` vanished", spec.name)))?;
-            let bytes = encode_tensor(st, t, spec.dtype)?;
+            let bytes = encode_tensor(self.src, self.fp8_block, st, t, spec.dtype)?;
             w.write(&bytes)?;
             if let Err(e) = self.unit(bytes.len() as u64, &f.name) {
                 std::mem::forget(w); // as if killed: the temporary file stays as it is
@@ -602,7 +640,41 @@ impl Job<'_> {
             .map_err(|e| Error::io(&tmp, "open", e))?;
         let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Config, "no MoE config"))?;
         let mut rec = vec![0u8; rb];
+        // gpt-oss: every expert of the layer is in two fused tensors (float or MXFP4).
+        let fused = match cfg.gpt_oss {
+            Some(_) => Some(crate::format::mxfp4::FusedExperts::open(self.src, &format!("model.layers.{}.mlp.experts", b.layer),
+                b.experts, cfg.hidden, moe.expert_intermediate)?),
+            None => None,
+        };
+        let mut mats = fused.as_ref().map(|_| b.layout.matrices.map(|m| vec![0.0f32; m.rows * m.cols]));
         for e in start..b.experts {
+            if let (Some(f), true) = (&fused, b.layout.matrices[0].dtype == DType::MXFP4) {
+                // The source's MXFP4 codes and scales, copied as they are.
+                rec.fill(0);
+                let [g, u, d] = b.layout.matrices;
+                let (head, rest) = rec.split_at_mut(u.offset);
+                let (up_bytes, down_bytes) = rest.split_at_mut(d.offset - u.offset);
+                f.read_mxfp4(e, &mut head[g.offset..g.offset + g.bytes], &mut up_bytes[..u.bytes], &mut down_bytes[..d.bytes])?;
+                b.layout.write_header(&mut rec, b.layer, e);
+                file.write_all(&rec).map_err(|e| Error::io(&tmp, "write", e))?;
+                self.unit(rb as u64, &b.file)?;
+                continue;
+            }
+            if let (Some(f), Some([gate, up, down])) = (&fused, &mut mats) {
+                rec.fill(0);
+                f.read(e, gate, up, down)?;
+                for ((m, src), what) in b.layout.matrices.iter().zip([&*gate, &*up, &*down]).zip(["gate", "up", "down"]) {
+                    let out_row = m.bytes / m.rows;
+                    for (r, row) in src.chunks_exact(m.cols).enumerate() {
+                        encode_row_as(m.dtype, row, &mut rec[m.offset + r * out_row..m.offset + (r + 1) * out_row]).map_err(|why| Error::new(
+                            ErrorKind::Tensor, format!("layer {} expert {e}, {what} matrix, row {r}, {why}", b.layer)))?;
+                    }
+                }
+                b.layout.write_header(&mut rec, b.layer, e);
+                file.write_all(&rec).map_err(|e| Error::io(&tmp, "write", e))?;
+                self.unit(rb as u64, &b.file)?;
+                continue;
+            }
             rec.fill(0);
             for (i, m) in b.layout.matrices.iter().enumerate() {
                 let name = format!("model.layers.{}.{}.experts.{e}.{}.weight", b.layer, moe.layout.block, moe.layout.names[i]);
@@ -612,7 +684,7 @@ impl Job<'_> {
                     return Err(Error::new(ErrorKind::Tensor, format!("{}: tensor `{name}` has shape {:?}, the config needs [{}, {}]",
                         st.path.display(), t.shape, m.rows, m.cols)));
                 }
-                let bytes = encode_tensor(st, t, m.dtype)?;
+                let bytes = encode_tensor(self.src, self.fp8_block, st, t, m.dtype)?;
                 rec[m.offset..m.offset + m.bytes].copy_from_slice(&bytes);
             }
             b.layout.write_header(&mut rec, b.layer, e);
@@ -673,8 +745,18 @@ fn resume_bank(tmp: &Path, layout: &RecordLayout, layer: usize, experts: usize) 
 }
 
 /// Reads a source tensor and encodes it as `dtype` (float casts round to nearest even; the
-/// block widths use the Q4B32/Q8B32 codec). Same-dtype tensors are copied byte for byte.
-fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u8>> {
+/// block widths use the Q4B32/Q8B32 codec). Same-dtype tensors are copied byte for byte; FP8
+/// sources are read with their scales (`block`, from the config) and either kept as F8B32 or
+/// decoded exactly and encoded like a float source.
+fn encode_tensor(src: &Checkpoint, block: Option<[usize; 2]>, st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u8>> {
+    if t.dtype == DType::F8E4M3 {
+        return encode_fp8(src, block, st, t, dtype);
+    }
+    if dtype == DType::F8B32 {
+        return Err(Error::unsupported(format!(
+            "{}: tensor `{}` is {}: --experts fp8 keeps FP8 (F8_E4M3) source weights as they are and does not quantize others \
+(use q8, q4, bf16 or f32)", st.path.display(), t.name, t.dtype)));
+    }
     let mut raw = vec![0u8; t.len as usize];
     st.read_into(t, &mut raw)?;
     if t.dtype == dtype {
@@ -684,14 +766,59 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
         return Ok(raw);
     }
     if !matches!(t.dtype, DType::F32 | DType::BF16 | DType::F16) {
-        return Err(Error::unsupported(format!("{}: tensor `{}` is {}; the converter reads F32, BF16 and F16", st.path.display(), t.name, t.dtype)));
+        return Err(Error::unsupported(format!("{}: tensor `{}` is {}; the converter reads F32, BF16, F16 and F8_E4M3",
+            st.path.display(), t.name, t.dtype)));
     }
     let (rows, cols) = match t.shape.as_slice() {
         [n] => (1, *n as usize),
         [r, c] => (*r as usize, *c as usize),
         _ => (1, t.elements() as usize),
     };
-    let src = MatRef { dtype: t.dtype, rows, cols, data: &raw };
+    encode_rows(st, t, MatRef { dtype: t.dtype, rows, cols, data: &raw }, dtype)
+}
+
+/// An F8_E4M3 source weight with its `_scale_inv`: kept as F8B32, or decoded to f32 and
+/// encoded as `dtype`.
+fn encode_fp8(src: &Checkpoint, block: Option<[usize; 2]>, st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u8>> {
+    use crate::format::fp8;
+    let [rows, cols] = match t.shape[..] {
+        [r, c] => [r as usize, c as usize],
+        _ => return Err(Error::unsupported(format!("{}: F8_E4M3 tensor `{}` has shape {:?}; FP8 weights are matrices",
+            st.path.display(), t.name, t.shape))),
+    };
+    let block = block.ok_or_else(|| Error::unsupported(format!(
+        "{}: tensor `{}` has dtype F8_E4M3, but config.json has no FP8 quantization_config (weight_block_size) to read it with",
+        st.path.display(), t.name)))?;
+    let (sfile, s) = src.get(&fp8::scale_name(&t.name)).ok_or_else(|| fp8::missing_scale(&src.dir, &t.name))?;
+    fp8::check_scale_tensor(&sfile.path, &t.name, rows, cols, block, s)?;
+    if dtype == DType::F8B32 {
+        if let Some(p) = fp8::f8b32_problem(&t.name, cols, block) {
+            return Err(Error::unsupported(format!("{}: {p}", st.path.display())));
+        }
+    }
+    let mut codes = vec![0u8; t.len as usize];
+    st.read_into(t, &mut codes)?;
+    let mut raw = vec![0u8; s.len as usize];
+    sfile.read_into(s, &mut raw)?;
+    let scales = fp8::scales_of(&raw);
+    let f8 = fp8::Fp8Tensor { path: &st.path, name: &t.name, rows, cols, block, codes: &codes, scales: &scales };
+    if dtype == DType::F8B32 {
+        let mut out = vec![0u8; rows * (cols / fp8::F8B32_COLS) * fp8::F8B32_BYTES];
+        fp8::encode_f8b32(&f8, &mut out)?;
+        return Ok(out);
+    }
+    let mut values = vec![0f32; rows * cols];
+    fp8::dequantize(&f8, &mut values)?;
+    if dtype == DType::F32 {
+        return Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    encode_rows(st, t, MatRef { dtype: DType::F32, rows, cols, data: &bytes }, dtype)
+}
+
+/// Encodes the rows of a float matrix `src` (the source tensor `t`) as `dtype`.
+fn encode_rows(st: &SafeTensors, t: &TensorInfo, src: MatRef, dtype: DType) -> Result<Vec<u8>> {
+    let (rows, cols) = (src.rows, src.cols);
     let out_row = dtype.row_bytes(cols as u64).ok_or_else(|| Error::new(ErrorKind::Tensor, format!(
         "{}: tensor `{}` has {cols} columns, which {dtype} cannot hold", st.path.display(), t.name)))? as usize;
     let mut out = vec![0u8; rows * out_row];
@@ -699,17 +826,24 @@ fn encode_tensor(st: &SafeTensors, t: &TensorInfo, dtype: DType) -> Result<Vec<u
     for r in 0..rows {
         scalar::row_to_f32(&src, r, &mut row);
         let o = &mut out[r * out_row..(r + 1) * out_row];
-        match dtype {
-            DType::F32 => o.chunks_exact_mut(4).zip(&row).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
-            DType::BF16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
-            DType::F16 => o.chunks_exact_mut(2).zip(&row).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
-            DType::Q8B32 | DType::Q4B32 => {
-                let width = if dtype == DType::Q8B32 { crate::format::quant::Width::Q8 } else { crate::format::quant::Width::Q4 };
-                crate::format::quant::encode_row(width, &row, o).map_err(|(b, e)| Error::format(&st.path, format!(
-                    "tensor `{}`: row {r}, block {b}: {e}; the block cannot be quantized", t.name)))?;
-            }
-            _ => return Err(Error::unsupported(format!("tensor `{}`: {dtype} encoding is not available yet", t.name))),
-        }
+        encode_row_as(dtype, &row, o).map_err(|why| Error::format(&st.path, format!("tensor `{}`: row {r}, {why}", t.name)))?;
     }
     Ok(out)
+}
+
+/// Encodes one row of f32 values as `dtype` into `o` (its row bytes): float casts round to
+/// nearest even, the block widths use the Q4B32/Q8B32 codec.
+fn encode_row_as(dtype: DType, row: &[f32], o: &mut [u8]) -> std::result::Result<(), String> {
+    match dtype {
+        DType::F32 => o.chunks_exact_mut(4).zip(row).for_each(|(b, v)| b.copy_from_slice(&v.to_le_bytes())),
+        DType::BF16 => o.chunks_exact_mut(2).zip(row).for_each(|(b, v)| b.copy_from_slice(&half::bf16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::F16 => o.chunks_exact_mut(2).zip(row).for_each(|(b, v)| b.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes())),
+        DType::Q8B32 | DType::Q4B32 => {
+            let width = if dtype == DType::Q8B32 { crate::format::quant::Width::Q8 } else { crate::format::quant::Width::Q4 };
+            crate::format::quant::encode_row(width, row, o).map_err(|(b, e)| format!("block {b}: {e}; the block cannot be quantized"))?;
+        }
+        DType::MXFP4 => return Err("mxfp4 keeps MXFP4 sources as they are; it does not quantize float values".into()),
+        _ => return Err(format!("{dtype} encoding is not available yet")),
+    }
+    Ok(())
 }
