@@ -68,9 +68,8 @@ fn same(a: &[f32], b: &[f32]) -> bool {
 /// `tests/kernels.rs` (both multiply the same decoded weights by the same inputs and add them
 /// in different orders), plus four subnormal spacings (2⁻¹⁴⁹) per term (a product and an
 /// addition on each side): the small scales make products and partial sums subnormal, where
-/// rounding is absolute, not relative. Scales stop
-/// at 2¹¹³ here so that no sum overflows in one order and not in another; the huge and NaN
-/// scales are checked exactly below.
+/// rounding is absolute, not relative. Scales stop at 2¹¹³ here so that no sum overflows in
+/// one order and not in another; the huge and NaN scales are checked exactly below.
 #[test]
 fn mxfp4_simd_kernels_match_the_scalar_twin() {
     let scalar = Kernels::scalar();

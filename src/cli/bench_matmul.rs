@@ -66,8 +66,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
         o.dtypes = list
             .split(',')
             .map(|d| match d.trim().to_ascii_uppercase().as_str() {
-                // The record-only encodings have no safetensors name.
-                "F8B32" => Ok(DType::F8B32),
+                // A record-only encoding that no safetensors header may name.
                 "MXFP4" => Ok(DType::MXFP4),
                 name => match DType::from_name(name) {
                     Some(t) if t.is_compute() => Ok(t),
