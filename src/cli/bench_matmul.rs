@@ -27,7 +27,7 @@ to fit).",
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("tokens", "N", "vectors per product: 1 is decode (default), more a prefill chunk (GMAC/s printed too)"),
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
-        val("dtype", "LIST", "comma-separated dtypes to measure (default: the five above; F8B32 on request)"),
+        val("dtype", "LIST", "comma-separated dtypes to measure (default: the five above; F8B32 and MXFP4 on request)"),
         flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
         flag("json", "print JSON"),
     ], HELP_OPT],
@@ -65,9 +65,13 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
             .split(',')
-            .map(|d| match DType::from_name(&d.trim().to_ascii_uppercase()) {
-                Some(t) if t.is_compute() => Ok(t),
-                _ => Err(Failure::Usage(format!("option `--dtype`: `{d}` is not one of F32, BF16, F16, Q8B32, Q4B32, F8B32"))),
+            .map(|d| match d.trim().to_ascii_uppercase().as_str() {
+                // A record-only encoding that no safetensors header may name.
+                "MXFP4" => Ok(DType::MXFP4),
+                name => match DType::from_name(name) {
+                    Some(t) if t.is_compute() => Ok(t),
+                    _ => Err(Failure::Usage(format!("option `--dtype`: `{d}` is not one of F32, BF16, F16, Q8B32, Q4B32, F8B32, MXFP4"))),
+                },
             })
             .collect::<Result<_, _>>()?;
     }

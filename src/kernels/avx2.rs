@@ -223,6 +223,53 @@ pub(crate) unsafe fn decode_f8(p: *const u8) -> [__m256; 4] {
     }
 }
 
+/// 2^(s − 128) for every e8m0 byte `s`: the MXFP4 block scale 2^(s − 127) of
+/// [`crate::format::mxfp4::e8m0`] halved, because [`decode_mx`] looks each code up as twice
+/// its e2m1 value. Built from the exponent bits: s ≥ 2 is the normal float of biased exponent
+/// s − 1; s = 1 and 0 (2⁻¹²⁷, 2⁻¹²⁸) are the subnormals of one mantissa bit; 0xFF is the
+/// format's NaN, kept NaN so a block under it multiplies to NaN as in the scalar twin.
+pub(crate) static MXFP4_HALF_SCALE: [f32; 256] = mxfp4_half_scales();
+
+const fn mxfp4_half_scales() -> [f32; 256] {
+    let mut t = [0f32; 256];
+    let mut s = 0usize;
+    while s < 256 {
+        t[s] = f32::from_bits(match s {
+            0 => 0x0020_0000,
+            1 => 0x0040_0000,
+            255 => 0x7FC0_0000,
+            s => ((s - 1) as u32) << 23,
+        });
+        s += 1;
+    }
+    t
+}
+
+/// MXFP4 (`format::mxfp4`): the e8m0 scale byte, then 16 bytes of e2m1 codes, the low nibble
+/// the even position. Every e2m1 value is a multiple of 0.5 in [−6, 6], so `vpshufb` looks a
+/// nibble up as the int8 of twice its value (the sign code 8, −0, becomes +0: a zero weight
+/// either way, and the twin's sums start at +0, so no result changes); interleaving the low-
+/// and high-nibble lookups puts the 32 values in position order, and each 8 are widened to f32
+/// (exact) and multiplied by the halved scale of [`MXFP4_HALF_SCALE`]. The product is the
+/// scalar decode's `E2M1[c] × e8m0(s)` bit for bit: both are exact (a value of two significant
+/// bits times a power of two, subnormals included) or overflow to the same infinity (s ≥ 253).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn decode_mx(p: *const u8) -> [__m256; 4] {
+    // SAFETY: the caller guarantees the 17-byte block at p.
+    unsafe {
+        let s = _mm256_set1_ps(MXFP4_HALF_SCALE[*p as usize]);
+        let twice = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        let codes = _mm_loadu_si128(p.add(1) as *const __m128i);
+        let m = _mm_set1_epi8(0x0F);
+        let lo = _mm_shuffle_epi8(twice, _mm_and_si128(codes, m));
+        let hi = _mm_shuffle_epi8(twice, _mm_and_si128(_mm_srli_epi16::<4>(codes), m));
+        let (first, second) = (_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi));
+        let f = |q: __m128i| _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s);
+        [f(first), f(_mm_srli_si128::<8>(first)), f(second), f(_mm_srli_si128::<8>(second))]
+    }
+}
+
 /// A block's 32 inputs in position order.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -247,6 +294,7 @@ pub(crate) unsafe fn x_q4(p: *const f32) -> [__m256; 4] {
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
 block_tile!(tile_q4b32, 18, decode_q4, x_q4);
 block_tile!(tile_f8b32, 36, decode_f8, x_in_order);
+block_tile!(tile_mxfp4, 17, decode_mx, x_in_order);
 // Q4B32 against inputs already in the order of [`decode_q4`] (see [`rows_q4b32`]): the same
 // values in the same order, so the same bits, without a permutation per block and tile.
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
@@ -293,6 +341,7 @@ rows_fn!(rows_bf16, tile_bf16, 4);
 rows_fn!(rows_f16, tile_f16, 4);
 rows_fn!(rows_q8b32, tile_q8b32, 4);
 rows_fn!(rows_f8b32, tile_f8b32, 4);
+rows_fn!(rows_mxfp4, tile_mxfp4, 4);
 rows_fn!(rows_q4b32_unordered, tile_q4b32, 4);
 rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4);
 

@@ -19,7 +19,7 @@
 //! other inside it. Stack use: 24 KiB of panel, 32 KiB of packed inputs and 96 KiB of
 //! accumulators per call.
 
-use super::avx2::{decode_f8, decode_q4, decode_q8, hsum8, load_bf16, load_f16, prefetch_l2, x_q4};
+use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, prefetch_l2, x_q4};
 use super::MatRef;
 use crate::format::dtype::DType;
 use std::arch::x86_64::*;
@@ -162,13 +162,14 @@ unsafe fn decode_panel(w: &MatRef, rg: usize, rn: usize, c0: usize, kn: usize, p
         unsafe {
             let dst = (*panel).0[i].as_mut_ptr();
             match w.dtype {
-                DType::Q8B32 | DType::Q4B32 | DType::F8B32 => {
+                DType::Q8B32 | DType::Q4B32 | DType::F8B32 | DType::MXFP4 => {
                     let bytes = w.dtype.block_bytes().unwrap_or(34);
                     let src = row.add(c0 / 32 * bytes);
                     for b in 0..kn / 32 {
                         let q = match w.dtype {
                             DType::Q4B32 => decode_q4(src.add(b * bytes)),
                             DType::F8B32 => decode_f8(src.add(b * bytes)),
+                            DType::MXFP4 => decode_mx(src.add(b * bytes)),
                             _ => decode_q8(src.add(b * bytes)),
                         };
                         for (k, v) in q.iter().enumerate() {

@@ -294,6 +294,13 @@ fn fill(buf: &mut [u8], dtype: DType, row_bytes: usize) {
                 b[4..].iter_mut().for_each(|v| *v = match (next() >> 56) as u8 { c if c & 0x7f == 0x7f => c ^ 1, c => c });
             }
         }
+        DType::MXFP4 => {
+            for b in pattern.chunks_exact_mut(17) {
+                // Scales 2^-8 .. 2^-5 (gpt-oss's are small powers of two), random codes.
+                b[0] = 119 + (next() >> 62) as u8;
+                b[1..].iter_mut().for_each(|v| *v = (next() >> 56) as u8);
+            }
+        }
         _ => {}
     }
     for chunk in buf.chunks_mut(pattern.len()) {

@@ -3,8 +3,8 @@
 //! features (`is_x86_feature_detected!`: AVX-512, else AVX2; NEON on AArch64), or forced to
 //! the scalar reference by `Options::force_scalar`; [`Kernels::isa`] says which.
 //!
-//! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32, and F8B32 for FP8 experts
-//! kept as they are) and are widened to f32
+//! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32, and F8B32 and MXFP4 for
+//! FP8 and gpt-oss MXFP4 experts kept as they are) and are widened to f32
 //! inside the dot product, a quantized block at a time; activations are f32 — unless the
 //! opt-in int8 path is on ([`Kernels::with_int8_activations`], [`int8`]), which quantizes the
 //! inputs of Q8B32 and Q4B32 products to int8 blocks. Every SIMD kernel has a scalar twin in
@@ -228,8 +228,8 @@ type SumFn = unsafe fn(&[f32]) -> f32;
 #[derive(Clone)]
 pub struct Kernels {
     isa: Isa,
-    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 (AVX2 on x86, scalar elsewhere), MXFP4
-    /// (scalar on every ISA).
+    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 and MXFP4 (the last two AVX2 on x86,
+    /// AVX-512 included; scalar elsewhere).
     rows: [RowsFn; 7],
     dot: DotFn,
     sum: SumFn,
@@ -328,7 +328,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some(Kernels {
                 isa,
-                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32, scalar::rows_mxfp4],
+                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx2::dot,
                 sum: avx2::sum,
                 int8: None,
@@ -336,7 +336,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Some(Kernels {
                 isa,
-                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32, scalar::rows_mxfp4],
+                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx512::dot,
                 sum: avx512::sum,
                 int8: None,

@@ -162,20 +162,22 @@ rows_kernel!(rows_q4b32, row_q4);
 rows_kernel!(rows_f8b32, row_f8);
 rows_kernel!(rows_mxfp4, row_mxfp4);
 
-/// MXFP4 blocks (17 bytes: e8m0 scale, then 32 e2m1 codes, low nibble first): each block's
-/// codes against the inputs, times the block's power of two (exact). A NaN scale (0xFF; the
-/// converter never writes one) gives NaN, never a panic. Scalar only: no SIMD twin yet.
+/// MXFP4 blocks (17 bytes: e8m0 scale, then 32 e2m1 codes, low nibble first): each code
+/// decoded as `row_to_f32` does (its value times the block's power of two, exact, or the same
+/// infinity where 6 × 2¹²⁷ leaves f32) times its input, added in column order with one
+/// accumulator — the F32/BF16 twin's sequence over the decoded row, so an MXFP4 row gives the
+/// bits of the same weights stored as BF16 (which holds every MXFP4 value). The SIMD twin
+/// (`avx2::decode_mx`) decodes the same weights. A NaN scale (0xFF; the converter never writes
+/// one) gives NaN, never a panic.
 fn row_mxfp4(row: &[u8], x: &[f32]) -> f32 {
     use crate::format::mxfp4::{e8m0, E2M1};
     let mut s = 0.0f32;
     for (b, xb) in row.chunks_exact(17).zip(x.chunks_exact(BLOCK)) {
         let scale = e8m0(b[0]).unwrap_or(f32::NAN);
-        let mut acc = 0.0f32;
         for (pair, &byte) in xb.chunks_exact(2).zip(&b[1..17]) {
-            acc += E2M1[(byte & 0x0F) as usize] * pair[0];
-            acc += E2M1[(byte >> 4) as usize] * pair[1];
+            s += E2M1[(byte & 0x0F) as usize] * scale * pair[0];
+            s += E2M1[(byte >> 4) as usize] * scale * pair[1];
         }
-        s += acc * scale;
     }
     s
 }
@@ -264,9 +266,8 @@ const fn f16_bits_to_f32(h: u16) -> f32 {
 mod tests {
     use super::*;
 
-    /// The MXFP4 row dot decodes every code and scale as `row_to_f32` does (each product is
-    /// exact, so block sums of products by powers of two agree with the widened row's sums up
-    /// to order: checked on values where every partial sum is exact too), and a NaN scale gives
+    /// The MXFP4 row dot decodes every code and scale as `row_to_f32` does and adds the
+    /// products in column order (the same bits as the widened row's dot), and a NaN scale gives
     /// NaN.
     #[test]
     fn the_mxfp4_dot_agrees_with_its_decode() {
