@@ -565,8 +565,18 @@ fn fuzz_usage() {
     let seeds = vec![seed, hot.encode(&identity), Usage::new(layers, experts).encode(&identity)];
     let dir = temp_dir("fuzz-usage");
     let path = dir.join(waste::cache::usage::FILE_NAME);
+    let mut n = 0u64;
     finish(engine::run("usage", seeds, Shape::Binary, engine::seconds(SHORT), |input| {
-        std::fs::write(&path, input).unwrap();
+        // Every other input gets its CRC-32 made right, so its edits reach the identity,
+        // shape and count checks behind it.
+        n += 1;
+        let mut bytes = input.to_vec();
+        if n % 2 == 0 && bytes.len() >= 4 {
+            let body = bytes.len() - 4;
+            let crc = waste::format::crc32::crc32(&bytes[..body]);
+            bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
         parsed(&path, || {
             let u = Usage::read(&path, &identity, layers, experts)?;
             // What the cache does with a file it accepted.
