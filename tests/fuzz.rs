@@ -514,7 +514,10 @@ fn checkpoint_target(name: &'static str, fixture_dir: &str, part: Part) {
         }
         parsed(&dir, || {
             let mut m = waste::Model::open(&dir, &opts)?;
-            Ok(m.eval(&[0, 33, 71])?.len())
+            // No more tokens than the context a mutated `max_position_embeddings` allows: a
+            // request past it is refused for the request, not for the file.
+            let n = m.context().min(3);
+            Ok(if n == 0 { 0 } else { m.eval(&[0, 33, 71][..n])?.len() })
         })
     }));
     let _ = std::fs::remove_dir_all(&dir);
