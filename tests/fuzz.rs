@@ -2,7 +2,9 @@
 //! and body, a quantized checkpoint's metadata, config.json, tokenizer.json, tiktoken rank
 //! files, llama2.c tok*.bin, the container manifest, expert banks (read by a generation),
 //! session state files, chat templates (parsed and rendered), HTTP requests (to a running
-//! `waste serve`) and CLI argument vectors (to the binary). The engine is tests/fuzz/engine.rs.
+//! `waste serve`), CLI argument vectors (to the binary), the learned hotlist's usage file, and
+//! FP8 (block-scaled e4m3) and MXFP4 checkpoints opened and evaluated. The engine is
+//! tests/fuzz/engine.rs.
 //!
 //! `cargo test --test fuzz` runs each target for a few seconds (`make test`); `FUZZ_SECONDS=N`
 //! runs each for N seconds (`make fuzz`). Each prints its executions; a finding (a panic, a
