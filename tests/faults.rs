@@ -295,3 +295,83 @@ fn kill_9_during_a_state_save_leaves_the_old_state_or_the_new_one() {
     println!("state save ({full:?} clean): {killed} of 30 runs killed; {olds} left the old state, {news} the new one");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench --learn` on a MoE container (a random one has no tokenizer, so not `run`): it
+/// counts the experts its tokens use and adds them to `usage.waste` beside the container.
+fn learning_run(container: &Path, prompt_tokens: &str, tokens: &str) -> Command {
+    let mut c = bin();
+    c.args(["bench", s(container), "--prompt-tokens", prompt_tokens, "-n", tokens, "--threads", "1", "--learn"]);
+    c
+}
+
+#[test]
+fn kill_9_during_a_hotlist_write_leaves_the_old_file_or_the_new_one() {
+    let container = random_model("faults-kill-usage", MOE, true);
+    let usage = container.join(waste::cache::usage::FILE_NAME);
+    // The old file: a short learning run.
+    assert!(learning_run(&container, "2", "2").stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success());
+    let old = std::fs::read(&usage).unwrap();
+    // The new one: the old counts plus a longer run's (greedy, so every run counts the same).
+    let long = || learning_run(&container, "8", "120");
+    let full = timed(long());
+    let new = std::fs::read(&usage).unwrap();
+    assert_ne!(old, new, "the longer run counted nothing");
+    let (mut killed, mut olds, mut news, mut temps) = (0, 0, 0, 0);
+    for at in offsets(full, 30) {
+        std::fs::write(&usage, &old).unwrap();
+        killed += kill_after(long(), at) as u32;
+        let got = std::fs::read(&usage).unwrap();
+        if got == old {
+            olds += 1;
+        } else {
+            assert!(got == new, "kill at {at:?}: usage.waste is neither the old file nor the new one ({} bytes)", got.len());
+            news += 1;
+        }
+        // A kill inside the write may leave its hidden temp file (as the state writer's does),
+        // never anything else that could be taken for the hotlist.
+        let stray: Vec<String> = listing(&container).into_iter().filter(|n| n.contains("usage") && n != waste::cache::usage::FILE_NAME).collect();
+        assert!(stray.iter().all(|n| n.starts_with(".usage.waste.") && n.ends_with(".tmp")), "kill at {at:?}: {stray:?} left beside usage.waste");
+        temps += stray.len();
+        for n in stray {
+            let _ = std::fs::remove_file(container.join(n));
+        }
+    }
+    println!("hotlist write ({full:?} clean): {killed} of 30 runs killed; {olds} left the old file, {news} the new one; {temps} temp files left");
+    let _ = std::fs::remove_dir_all(container.parent().unwrap());
+}
+
+#[test]
+fn a_full_disk_under_the_hotlist_writer_is_a_clear_error_and_keeps_the_old_file() {
+    let Some(fs) = Tmpfs::mount("faults-full-usage", "1m") else {
+        skip("a_full_disk_under_the_hotlist_writer", "cannot mount a tmpfs here (not root, or no mount permission)");
+        return;
+    };
+    let container = random_model("faults-full-usage-model", MOE, true);
+    let mut m = streamed(&container);
+    m.learn_usage(true).unwrap();
+    m.eval(&[1, 2, 3, 4]).unwrap();
+    // The old file, on the small disk.
+    let usage = fs.0.join(waste::cache::usage::FILE_NAME);
+    m.write_usage(Some(&usage)).unwrap();
+    let old = std::fs::read(&usage).unwrap();
+    // The disk filled to the last byte, then more usage written.
+    let filler = fs.0.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        while f.write_all(&[0]).is_ok() {}
+    }
+    m.eval(&[5, 6, 7, 8, 9]).unwrap();
+    let e = m.write_usage(Some(&usage)).unwrap_err().to_string();
+    println!("hotlist write onto a full disk: {e}");
+    assert!(e.contains("usage.waste") && e.contains("No space left"), "{e}");
+    assert!(std::fs::read(&usage).unwrap() == old, "the old usage.waste changed");
+    assert_eq!(listing(&fs.0), vec!["filler".to_string(), "usage.waste".to_string()], "something was left beside them");
+    // Nothing counted was lost: once there is room, the write holds the new counts too.
+    std::fs::remove_file(&filler).unwrap();
+    m.write_usage(Some(&usage)).unwrap();
+    assert!(std::fs::read(&usage).unwrap() != old, "the counts of the failed write were lost");
+    let _ = std::fs::remove_dir_all(container.parent().unwrap());
+}

@@ -2,7 +2,9 @@
 //! and body, a quantized checkpoint's metadata, config.json, tokenizer.json, tiktoken rank
 //! files, llama2.c tok*.bin, the container manifest, expert banks (read by a generation),
 //! session state files, chat templates (parsed and rendered), HTTP requests (to a running
-//! `waste serve`) and CLI argument vectors (to the binary). The engine is tests/fuzz/engine.rs.
+//! `waste serve`), CLI argument vectors (to the binary), the learned hotlist's usage file, and
+//! FP8 (block-scaled e4m3) and MXFP4 checkpoints opened and evaluated. The engine is
+//! tests/fuzz/engine.rs.
 //!
 //! `cargo test --test fuzz` runs each target for a few seconds (`make test`); `FUZZ_SECONDS=N`
 //! runs each for N seconds (`make fuzz`). Each prints its executions; a finding (a panic, a
@@ -117,6 +119,13 @@ fn config_seeds() -> Vec<Vec<u8>> {
         let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("model/config.json")).filter(|p| p.is_file()).collect();
         dirs.sort();
         seeds.extend(dirs.iter().take(12).map(read));
+        // The families whose readers came later (config_glm.rs, config_gptoss.rs) and the
+        // quantized checkpoints' `quantization_config` (FP8 blocks, MXFP4), past the first 12.
+        let later = |p: &&PathBuf| p.parent().and_then(|m| m.parent()).and_then(|d| d.file_name()).is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("glm4_moe_") || n.starts_with("gpt_oss_") || n.ends_with("_fp8")
+        });
+        seeds.extend(dirs.iter().skip(12).filter(later).map(read));
     }
     seeds
 }
@@ -455,6 +464,129 @@ fn fuzz_cli_arguments() {
             Ok(())
         };
         (outcome, 0, !status.success())
+    }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Which part of a checkpoint directory a target mutates.
+#[derive(Clone, Copy)]
+enum Part {
+    /// `config.json` (its `quantization_config` among the rest).
+    Config,
+    /// The safetensors header's JSON text: the file is rebuilt around it with the original
+    /// tensor bytes, so JSON-aware edits reach dtypes, shapes and offsets.
+    Header,
+    /// The whole `model.safetensors`, binary edits (codes, scales, length fields).
+    File,
+}
+
+/// Splits a safetensors file into its header text and its tensor bytes.
+fn split_safetensors(bytes: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    (bytes[8..8 + n].to_vec(), bytes[8 + n..].to_vec())
+}
+
+/// A Hugging Face checkpoint fixture copied to a scratch directory, one part of it mutated,
+/// then opened (`Model::open`: the FP8 / MXFP4 decoding happens there) and evaluated on a few
+/// tokens. An error must name the file (any path in the scratch directory names it).
+fn checkpoint_target(name: &'static str, fixture_dir: &str, part: Part) {
+    let src = fixture(fixture_dir);
+    let dir = temp_dir(&format!("fuzz-{name}"));
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let weights = read(src.join("model.safetensors"));
+    let (header, body) = split_safetensors(&weights);
+    let (seed, shape, file) = match part {
+        Part::Config => (read(src.join("config.json")), Shape::Json, "config.json"),
+        Part::Header => (header, Shape::Json, "model.safetensors"),
+        Part::File => (weights, Shape::Binary, "model.safetensors"),
+    };
+    let path = dir.join(file);
+    let opts = waste::Options { threads: 1, ..waste::Options::default() };
+    finish(engine::run(name, vec![seed], shape, engine::seconds(SHORT), |input| {
+        match part {
+            Part::Header => {
+                let mut bytes = (input.len() as u64).to_le_bytes().to_vec();
+                bytes.extend_from_slice(input);
+                bytes.extend_from_slice(&body);
+                std::fs::write(&path, bytes).unwrap();
+            }
+            Part::Config | Part::File => std::fs::write(&path, input).unwrap(),
+        }
+        parsed(&dir, || {
+            let mut m = waste::Model::open(&dir, &opts)?;
+            // No more tokens than the context a mutated `max_position_embeddings` allows: a
+            // request past it is refused for the request, not for the file.
+            let n = m.context().min(3);
+            Ok(if n == 0 { 0 } else { m.eval(&[0, 33, 71][..n])?.len() })
+        })
+    }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fuzz_fp8_config() {
+    checkpoint_target("fp8_config", "oracles/deepseek_v3_fp8/model", Part::Config);
+}
+
+#[test]
+fn fuzz_fp8_header() {
+    checkpoint_target("fp8_header", "oracles/deepseek_v3_fp8/model", Part::Header);
+}
+
+#[test]
+fn fuzz_fp8_file() {
+    checkpoint_target("fp8_file", "oracles/deepseek_v3_fp8/model", Part::File);
+}
+
+#[test]
+fn fuzz_mxfp4_header() {
+    checkpoint_target("mxfp4_header", "oracles/gpt_oss_mxfp4/model", Part::Header);
+}
+
+#[test]
+fn fuzz_mxfp4_file() {
+    checkpoint_target("mxfp4_file", "oracles/gpt_oss_mxfp4/model", Part::File);
+}
+
+/// The learned hotlist's file (`usage.waste`): `Usage::read` for the model the seed was
+/// written for. The seed is a file `Model::write_usage` wrote for a random 2-layer, 4-expert
+/// container (kept in tests/fixtures/fuzz/usage/, so it also runs first); its identity and
+/// shape are the ones the reader is asked for, so mutants get past the size check and reach
+/// the magic, CRC, identity and shape checks.
+#[test]
+fn fuzz_usage() {
+    use waste::cache::usage::Usage;
+    let seed = read(fixture("fuzz/usage/written-by-write_usage.waste"));
+    let identity: [u8; 32] = seed[8..40].try_into().unwrap();
+    let layers = u32::from_le_bytes(seed[40..44].try_into().unwrap()) as usize;
+    let experts = u32::from_le_bytes(seed[44..48].try_into().unwrap()) as usize;
+    assert_eq!(seed.len() as u64, Usage::file_bytes(layers, experts), "the seed's size");
+    // More valid files of the same model: counts at the extremes.
+    let mut hot = Usage::new(layers, experts);
+    hot.tokens = u64::MAX;
+    hot.counts.iter_mut().enumerate().for_each(|(k, c)| *c = if k % 2 == 0 { u32::MAX } else { 0 });
+    let seeds = vec![seed, hot.encode(&identity), Usage::new(layers, experts).encode(&identity)];
+    let dir = temp_dir("fuzz-usage");
+    let path = dir.join(waste::cache::usage::FILE_NAME);
+    let mut n = 0u64;
+    finish(engine::run("usage", seeds, Shape::Binary, engine::seconds(SHORT), |input| {
+        // Every other input gets its CRC-32 made right, so its edits reach the identity,
+        // shape and count checks behind it.
+        n += 1;
+        let mut bytes = input.to_vec();
+        if n % 2 == 0 && bytes.len() >= 4 {
+            let body = bytes.len() - 4;
+            let crc = waste::format::crc32::crc32(&bytes[..body]);
+            bytes[body..].copy_from_slice(&crc.to_le_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        parsed(&path, || {
+            let u = Usage::read(&path, &identity, layers, experts)?;
+            // What the cache does with a file it accepted.
+            Ok(u.map_or(0, |u| u.ranked().len()))
+        })
     }));
     let _ = std::fs::remove_dir_all(&dir);
 }
