@@ -164,6 +164,26 @@ pub fn dequantize(t: &Fp8Tensor, out: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// [`dequantize`] in place: `buf` holds `rows × cols` little-endian f32 values' bytes, whose last
+/// quarter are the codes as read. The codes are checked (NaN, scales) before anything is
+/// written, then widened front to back: value i's bytes end at 4i + 4 ≤ 3n + i + 1 for every
+/// i < n, so they never overwrite a code not yet read. Loading needs no copy of the codes.
+pub fn dequantize_widen(path: &Path, name: &str, [rows, cols]: [usize; 2], block: [usize; 2], scales: &[f32], buf: &mut [u8]) -> Result<()> {
+    let n = rows * cols;
+    if buf.len() != 4 * n {
+        return Err(Error::format(path, format!("tensor `{name}`: {} bytes for {n} f32 values", buf.len())));
+    }
+    Fp8Tensor { path, name, rows, cols, block, codes: &buf[3 * n..], scales }.check()?;
+    let per_row = cols.div_ceil(block[1].max(1));
+    for i in 0..n {
+        let code = buf[3 * n + i];
+        let (r, c) = (i / cols, i % cols);
+        let v = E4M3_TO_F32[code as usize] * scales[(r / block[0]) * per_row + c / block[1]];
+        buf[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    Ok(())
+}
+
 /// Why a tensor cannot be kept as `F8B32`, or `None` when it can: whole 32-column blocks per
 /// row, and source column blocks that are whole multiples of them.
 pub fn f8b32_problem(name: &str, cols: usize, block: [usize; 2]) -> Option<String> {

@@ -307,6 +307,7 @@ fn decode_checked(blocks: &[u8], scales: &[u8], r: usize, out: &mut [f32], parts
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::Must;
 
     /// Every e2m1 code against its bit fields, and e8m0 across its range.
     #[test]
@@ -331,7 +332,7 @@ mod tests {
         blocks[0] = 0x71; // values 0: code 1 (0.5), 1: code 7 (6.0)
         blocks[16] = 0xF2; // block 1, values 0: 1.0, 1: -6.0
         let mut out = [0.0f32; 64];
-        decode_row(&blocks, &[128, 126], &mut out).unwrap();
+        decode_row(&blocks, &[128, 126], &mut out).must();
         assert_eq!(&out[..2], &[1.0, 12.0]);
         assert_eq!(&out[32..34], &[0.5, -3.0]);
         assert_eq!(decode_row(&blocks, &[127, 0xFF], &mut out), Err(1));

@@ -229,21 +229,25 @@ impl<'a> Loader<'a> {
         if self.counting {
             return Ok(());
         }
-        let mut codes = vec![0u8; t.len as usize];
-        file.read_into(t, &mut codes)?;
         let mut raw = vec![0u8; s.len as usize];
         sfile.read_into(s, &mut raw)?;
         let scales = fp8::scales_of(&raw);
+        drop(raw);
+        if dtype != DType::F8B32 {
+            // Decoded to f32: the codes are read into the last quarter of `out` and widened in
+            // place, so no copy of them is held beside the matrix (the open's peak stays under
+            // the plan's floor, tests/accounting.rs).
+            let n = rows * cols;
+            if out.len() != 4 * n {
+                return Err(Error::new(ErrorKind::Tensor, format!("{}: tensor `{name}`: buffer of {} bytes for {n} f32 values", file.path.display(), out.len())));
+            }
+            file.read_into(t, &mut out[3 * n..])?;
+            return fp8::dequantize_widen(&file.path, name, [rows, cols], block, &scales, out);
+        }
+        let mut codes = vec![0u8; t.len as usize];
+        file.read_into(t, &mut codes)?;
         let src = fp8::Fp8Tensor { path: &file.path, name, rows, cols, block, codes: &codes, scales: &scales };
-        if dtype == DType::F8B32 {
-            return fp8::encode_f8b32(&src, out);
-        }
-        let mut values = vec![0f32; rows * cols];
-        fp8::dequantize(&src, &mut values)?;
-        for (o, v) in out.chunks_exact_mut(4).zip(&values) {
-            o.copy_from_slice(&v.to_le_bytes());
-        }
-        Ok(())
+        fp8::encode_f8b32(&src, out)
     }
 
     /// The checkpoint being read (gpt-oss reads its fused experts through it).
