@@ -106,13 +106,7 @@ fn the_allocator_sees_what_the_model_reports() {
             assert!(held >= reported, "reported {reported} > allocated {held}: {what}");
             assert!(held - reported <= allowance, "{} bytes of metadata, over the {allowance} counted: {what}", held - reported);
             // Opening never holds more than the floor, even for a moment.
-            // Known finding (issue 17, cause not yet found): opening the FP8 fixtures peaks 12 KB
-            // (DeepSeek-V3) and 68 KB (Kimi-K2) above the floor with one thread; reported, not hidden.
-            if peak > m.plan().floor_bytes() && dir.parent().is_some_and(|d| d.to_string_lossy().ends_with("_fp8")) {
-                println!("SKIP: peak-at-open check for {what}: {peak} > floor {} (known FP8 load transient, issue 17)", m.plan().floor_bytes());
-            } else {
-                assert!(peak <= m.plan().floor_bytes(), "peak while opening {peak} > floor {}: {what}", m.plan().floor_bytes());
-            }
+            assert!(peak <= m.plan().floor_bytes(), "peak while opening {peak} > floor {}: {what}", m.plan().floor_bytes());
 
             // Decoding allocates nothing with inline reads (I/O threads pass records through a
             // channel, whose blocks come and go).

@@ -51,6 +51,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("scratch_bytes", plan.scratch_bytes),
             ("tokenizer_bytes", plan.tokenizer_bytes),
             ("min_expert_cache_bytes", plan.min_expert_cache_bytes),
+            ("open_extra_bytes", plan.open_extra_bytes),
             ("floor_bytes", plan.floor_bytes()),
             ("working_set_bytes", plan.working_set_bytes),
             ("recommended_bytes", plan.recommended_bytes()),
@@ -96,6 +97,9 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
     row("scratch", plan.scratch_bytes)?;
     row("tokenizer (allowance)", plan.tokenizer_bytes)?;
     row("minimum expert cache", plan.min_expert_cache_bytes)?;
+    if plan.open_extra_bytes > 0 {
+        row("opening (tensor index)", plan.open_extra_bytes)?;
+    }
     outln!("  {}", "-".repeat(62));
     row("FLOOR", plan.floor_bytes())?;
     row("working set (1 token)", plan.working_set_bytes)?;

@@ -96,6 +96,17 @@ impl SafeTensors {
         Ok(SafeTensors { path: path.to_path_buf(), file, file_size, tensors, metadata, width, by_name })
     }
 
+    /// Heap bytes of the header as held: the entries (names, shapes), the name lookup (its
+    /// keys are copies of the names) and the metadata pairs.
+    pub fn index_bytes(&self) -> u64 {
+        use crate::sys::{hash_map_bytes, vec_bytes};
+        let names: u64 = self.tensors.iter().map(|t| t.name.capacity() as u64).sum();
+        let shapes: u64 = self.tensors.iter().map(|t| vec_bytes(&t.shape)).sum();
+        let metadata: u64 = self.metadata.iter().map(|(k, v)| (k.capacity() + v.capacity()) as u64).sum();
+        vec_bytes(&self.tensors) + 2 * names + shapes + vec_bytes(&self.metadata) + metadata
+            + hash_map_bytes(self.by_name.capacity(), std::mem::size_of::<(String, usize)>())
+    }
+
     /// The entry named `name`.
     pub fn get(&self, name: &str) -> Option<&TensorInfo> {
         self.by_name.get(name).map(|&i| &self.tensors[i])
@@ -246,7 +257,6 @@ pub struct Checkpoint {
     pub dir: PathBuf,
     /// Its safetensors files (one, or the shards in index order).
     pub files: Vec<SafeTensors>,
-    by_name: HashMap<String, (usize, usize)>,
 }
 
 impl Checkpoint {
@@ -282,24 +292,29 @@ impl Checkpoint {
     }
 
     /// One checkpoint of files whose headers are already read; a tensor name may appear in
-    /// only one of them.
+    /// only one of them. Names are looked up in each file's own index, not copied into a
+    /// second one: the index is what opening a model holds beside its weights.
     pub(crate) fn from_files(dir: &Path, files: Vec<SafeTensors>) -> Result<Checkpoint> {
-        let mut by_name = HashMap::new();
         for (fi, st) in files.iter().enumerate() {
-            for (ti, t) in st.tensors.iter().enumerate() {
-                if let Some((other, _)) = by_name.insert(t.name.clone(), (fi, ti)) {
+            for t in &st.tensors {
+                if let Some(other) = files[..fi].iter().find(|f| f.get(&t.name).is_some()) {
                     return Err(Error::format(&st.path, format!(
-                        "tensor `{}` also appears in {}", t.name, files[other].path.display())));
+                        "tensor `{}` also appears in {}", t.name, other.path.display())));
                 }
             }
         }
-        Ok(Checkpoint { dir: dir.to_path_buf(), files, by_name })
+        Ok(Checkpoint { dir: dir.to_path_buf(), files })
     }
 
     /// The entry named `name` and the file it lives in.
     pub fn get(&self, name: &str) -> Option<(&SafeTensors, &TensorInfo)> {
-        let &(f, t) = self.by_name.get(name)?;
-        Some((&self.files[f], &self.files[f].tensors[t]))
+        self.files.iter().find_map(|f| f.get(name).map(|t| (f, t)))
+    }
+
+    /// Heap bytes of the tensor index (every file's entries and name lookup): what a model's
+    /// open holds beside its weights while they load (`MemoryPlan::open_index_bytes`).
+    pub fn index_bytes(&self) -> u64 {
+        crate::sys::vec_bytes(&self.files) + self.files.iter().map(SafeTensors::index_bytes).sum::<u64>()
     }
 
     /// Every tensor, file by file, in header order.

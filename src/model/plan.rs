@@ -71,6 +71,8 @@ pub struct Footprint {
     /// Streamed routed experts; `None` when there are none (a dense model, or a Hugging Face
     /// MoE checkpoint whose experts are resident and counted in `trunk_bytes`).
     pub experts: Option<ExpertShape>,
+    /// The tensor index held while the weights load ([`Checkpoint::index_bytes`]).
+    pub index_bytes: u64,
 }
 
 /// A model's memory plan for one context length, thread count and prefill chunk.
@@ -113,6 +115,13 @@ pub struct MemoryPlan {
     pub expert_cache_fixed_bytes: u64,
     /// Expert records in the model: the cache never holds more.
     pub expert_records: u64,
+    /// What opening holds beyond the model's steady state: the checkpoint's tensor index
+    /// ([`Checkpoint::index_bytes`]) lives while the weights load and a container's expert
+    /// cache is made, before the state and the scratch (all but the metadata, which the layers
+    /// being built already hold) are allocated; only the part larger than those adds to the
+    /// peak. 0 unless the context is short and the checkpoint has many tensors. Part of the
+    /// floor, not of what an open model holds.
+    pub open_extra_bytes: u64,
 }
 
 /// What an open model holds, part by part ([`crate::Model::memory_use`]), or what a plan says
@@ -230,7 +239,8 @@ impl Footprint {
                 (ModelKind::HfCheckpoint, None)
             }
         };
-        Ok(Footprint { path: path.to_path_buf(), kind, cfg: h.cfg.clone(), trunk_bytes: ld.bytes, tokenizer_bytes, experts })
+        Ok(Footprint { path: path.to_path_buf(), kind, cfg: h.cfg.clone(), trunk_bytes: ld.bytes, tokenizer_bytes, experts,
+            index_bytes: h.ckpt.index_bytes() })
     }
 }
 
@@ -292,6 +302,8 @@ impl MemoryPlan {
             expert_slot_bytes: slot,
             expert_cache_fixed_bytes: fixed,
             expert_records: records,
+            open_extra_bytes: m.index_bytes.saturating_sub(session.saturating_mul(sessions as u64)
+                .saturating_add(scratch).saturating_sub(metadata_bytes(m.cfg.layers))),
         }
     }
 
@@ -307,10 +319,12 @@ impl MemoryPlan {
         resolve_budget_opts(self, usable_ram, opts)
     }
 
-    /// Trunk + state + scratch + tokenizer + minimum expert cache: nothing runs in less.
+    /// Trunk + state + scratch + tokenizer + minimum expert cache, and what opening needs
+    /// beyond that (`open_extra_bytes`): nothing runs in less.
     pub fn floor_bytes(&self) -> u64 {
-        self.resident_bytes().saturating_add(self.min_expert_cache_bytes)
+        self.resident_bytes().saturating_add(self.open_extra_bytes).saturating_add(self.min_expert_cache_bytes)
     }
+
 
     /// Everything except the expert cache.
     pub fn resident_bytes(&self) -> u64 {
@@ -348,7 +362,7 @@ impl MemoryPlan {
     /// floor is an error (see [`MemoryPlan::check_budget`]).
     pub fn expert_cache_bytes(&self, budget: u64) -> Result<u64> {
         self.check_budget(budget)?;
-        Ok(self.cache_within(budget - self.resident_bytes()))
+        Ok(self.cache_within(budget - self.resident_bytes() - self.open_extra_bytes))
     }
 
     /// What an open model holds under this plan with `expert_cache_bytes` of cache, part by
@@ -386,9 +400,9 @@ impl MemoryPlan {
         }
         Err(Error::new(ErrorKind::RamBudget, format!(
             "a budget of {budget} bytes is under this model's floor of {floor} bytes \
-(trunk {} + state {} + scratch {} + tokenizer {} + minimum expert cache {} at a context of {} tokens); \
-see `{}`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.tokenizer_bytes, self.min_expert_cache_bytes,
-            self.ctx, self.command())))
+(trunk {} + state {} + scratch {} + tokenizer {} + opening {} + minimum expert cache {} at a context of {} tokens); \
+see `{}`", self.trunk_bytes, self.state_bytes, self.scratch_bytes, self.tokenizer_bytes, self.open_extra_bytes,
+            self.min_expert_cache_bytes, self.ctx, self.command())))
     }
 }
 
@@ -443,7 +457,7 @@ fn resolve_budget_opts(plan: &MemoryPlan, usable_ram: u64, opts: &Options) -> Re
     }
     budget.expert_cache_bytes = plan.cache_within(opts.cache_bytes);
     if opts.budget.is_none() {
-        budget.bytes = plan.resident_bytes() + budget.expert_cache_bytes;
+        budget.bytes = plan.resident_bytes() + plan.open_extra_bytes + budget.expert_cache_bytes;
         budget.source = BudgetSource::Cache;
         let cap = seven_eighths(usable_ram);
         budget.warning = (budget.bytes > cap).then(|| format!(
@@ -463,7 +477,7 @@ mod tests {
         MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
             io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
             tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
-            expert_cache_fixed_bytes: 0, expert_records: 1000 }
+            expert_cache_fixed_bytes: 0, expert_records: 1000, open_extra_bytes: 0 }
     }
 
     #[test]
