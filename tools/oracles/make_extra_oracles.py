@@ -48,8 +48,8 @@ import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
-from oracle_common import (cached_decode, file_digests, output_digests, overwrite_from_seed, prompt_ids,  # noqa: E402
-                           reference_run, rel_diff, reload, reload_with, run_variants, sha256_of, tensors_of,
+from oracle_common import (cached_decode, digests_meta, forward_watching_routers, overwrite_from_seed,  # noqa: E402
+                           prompt_ids, reference_run, rel_diff, reload, reload_with, run_variants, sha256_of,
                            tiny_model, write_f32, write_meta, write_reference, zero_bias_logits)
 
 SEED = 20240605
@@ -357,7 +357,7 @@ def cached_decode_record(model, x, d, prefill):
 def bias_contrast_of(model, x, logits):
     """The same weights with every e_score_correction_bias zeroed: how far the logits move, and on
     how many (layer, token) pairs the selected expert set changes."""
-    changed, hooks, busy = [], [], []
+    changed, busy = [], []
 
     def watch(module, inputs, output):
         if busy:
@@ -373,14 +373,7 @@ def bias_contrast_of(model, x, logits):
         a, b = idx.sort(-1).values, other.sort(-1).values
         changed.append(int((a != b).any(-1).sum()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None and hasattr(gate, "e_score_correction_bias"):
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
+    forward_watching_routers(model, x, watch, biased_only=True)
     rel = rel_diff(zero_bias_logits(model, x), logits)
     return dict(logits_rel_diff=rel, tokens_with_other_experts=sum(changed),
                 note="max|ref - zero-bias| / max|ref|, and the (MoE layer, token) pairs whose selected "
@@ -480,9 +473,7 @@ def build(name, spec, out_root):
         logits_absmax=float(np.abs(logits).max()),
         greedy_matches_uncached_argmax=True, min_router_topk_gap=router_gap,
         config=kwargs, stripped_from_saved_config=strip or None, layers=structure, n_params=int(sum(p.numel() for p in model.parameters())),
-        files=file_digests(mdir),
-        outputs=output_digests(vdir, ("logits.f32", "hidden_states.npy", "input_ids.json")),
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
     if contrast is not None:

@@ -42,9 +42,9 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
-from oracle_common import (cached_decode, contrast_of, file_digests, output_digests, overwrite_from_seed,  # noqa: E402
-                           prompt_ids, reference_run, rel_diff, reload, run_variants, tensors_of, tiny_model,
-                           write_f32, write_meta, write_reference, zero_bias_logits)
+from oracle_common import (cached_decode, contrast_of, digests_meta, forward_watching_routers,  # noqa: E402
+                           overwrite_from_seed, prompt_ids, reference_run, rel_diff, reload, run_variants,
+                           tiny_model, write_f32, write_meta, write_reference, zero_bias_logits)
 
 SEED = 4505
 VOCAB = 256
@@ -125,7 +125,7 @@ def router_gaps(model, x):
     """Smallest gap over the prompt between the k-th and (k+1)-th biased score after the group
     mask, and between the last kept and first dropped group: near-ties would make the expert
     choice fragile under f32 summation-order noise."""
-    gaps, group_gaps, hooks = [], [], []
+    gaps, group_gaps = [], []
 
     def watch(module, inputs, _out):
         logits = inputs[0].reshape(-1, module.weight.shape[1]).float() @ module.weight.float().T
@@ -141,14 +141,7 @@ def router_gaps(model, x):
         top = choice.sort(-1, descending=True).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None and hasattr(gate, "e_score_correction_bias"):
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
+    forward_watching_routers(model, x, watch, biased_only=True)
     return min(gaps), (min(group_gaps) if group_gaps else None)
 
 
@@ -234,9 +227,7 @@ def build(name, spec, out_root):
                     rel_diff_vs_prefill=dec_rel),
         min_router_topk_gap=gap, min_router_group_gap=group_gap, bias_contrast=bias, contrasts=contrasts,
         n_params=int(sum(p.numel() for p in model.parameters())),
-        files=file_digests(mdir),
-        outputs=output_digests(vdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
     write_meta(vdir, meta)

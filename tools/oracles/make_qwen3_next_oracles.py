@@ -38,9 +38,9 @@ import transformers
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
-from oracle_common import (cached_decode, contrast_of, file_digests, output_digests, overwrite_from_seed,  # noqa: E402
-                           prompt_ids, reference_run, reload, run_variants, tensors_of, tiny_model, write_f32,
-                           write_meta, write_reference)
+from oracle_common import (cached_decode, contrast_of, digests_meta, forward_watching_routers,  # noqa: E402
+                           overwrite_from_seed, prompt_ids, reference_run, reload, run_variants, tiny_model,
+                           write_f32, write_meta, write_reference)
 
 SEED = 3803
 VOCAB = 256
@@ -96,21 +96,14 @@ def randomise(model, seed):
 
 def router_gap(model, x):
     """Smallest gap over the prompt between the k-th and (k+1)-th routing probability."""
-    gaps, hooks = [], []
+    gaps = []
 
     def watch(module, inputs, _out):
         p = torch.softmax(inputs[0].reshape(-1, module.hidden_dim).float() @ module.weight.float().T, -1)
         top = p.sort(-1, descending=True).values
         gaps.append(float((top[:, module.top_k - 1] - top[:, module.top_k]).min()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None:
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
+    forward_watching_routers(model, x, watch)
     return min(gaps)
 
 
@@ -154,9 +147,7 @@ def build(name, spec, out_root):
                     rel_diff_vs_prefill=dec_rel),
         min_router_topk_gap=gap, contrasts=contrasts,
         n_params=int(sum(p.numel() for p in model.parameters())),
-        files=file_digests(mdir),
-        outputs=output_digests(vdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
     write_meta(vdir, meta)

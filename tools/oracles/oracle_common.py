@@ -116,6 +116,21 @@ def zero_bias_logits(model, x):
     return alt
 
 
+def forward_watching_routers(model, x, watch, biased_only=False):
+    """One uncached forward over `x` with the forward hook `watch` on every layer's router
+    (`layer.mlp.gate`; with `biased_only`, the routers with an e_score_correction_bias), removed
+    after."""
+    hooks = []
+    for layer in model.model.layers:
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is not None and (not biased_only or hasattr(gate, "e_score_correction_bias")):
+            hooks.append(gate.register_forward_hook(watch))
+    with torch.no_grad():
+        model(x, use_cache=False)
+    for h in hooks:
+        h.remove()
+
+
 class Reference:
     """What `reference_run` computed: the prompt tensor `x`, the prompt's `logits` [T, vocab] and
     `hidden` states [layers + 1, T, hidden], the greedy `new_ids`, the uncached `full` forward's
@@ -204,6 +219,12 @@ def file_digests(mdir):
 
 def output_digests(vdir, names):
     return {fn: sha256_of(os.path.join(vdir, fn)) for fn in names}
+
+
+def digests_meta(vdir, mdir, outputs):
+    """meta.json's `files` (model files: size, sha256), `outputs` (sha256 of the fixture files
+    named) and `tensors` (names, shapes, dtypes, file), in that order."""
+    return dict(files=file_digests(mdir), outputs=output_digests(vdir, outputs), tensors=tensors_of(mdir))
 
 
 def tensors_of(model_dir, with_file=True):
