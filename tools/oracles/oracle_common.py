@@ -2,7 +2,7 @@
 
 The generators differ in their models, their randomisation rules and what they record; what they
 have in common lives here so that the fixtures come out of one recipe: the randomisation loop
-(one generator, parameters then buffers in name order), building a tiny model from a config,
+(one generator, parameters then buffers in the model's registration order), building a tiny model from a config,
 reloading the saved checkpoint with a check of what transformers could not read, the reference
 run (an uncached forward over the prompt, the greedy continuation with the KV cache, an uncached
 forward over both), transformers' cached decode, and the files written (logits.f32,
@@ -33,7 +33,8 @@ def prompt_ids(n, vocab, a, b, c, bos):
 
 def overwrite_from_seed(model, seed, value, buffers=True):
     """Overwrites every floating parameter (and, with `buffers`, every floating buffer) from one
-    generator seeded with `seed`, in name order, parameters first; rotary tables are left alone.
+    generator seeded with `seed`, in named_parameters() then named_buffers() order; rotary tables
+    (inv_freq) are left alone.
     Each tensor draws N(0,1) noise of its shape (f32) whether or not it is overwritten, so the
     values of the others do not depend on which ones are kept; `value(name, tensor, noise)` gives
     the new value, or None to keep the library's initialisation. Returns the generator, for draws
