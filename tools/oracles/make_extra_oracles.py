@@ -32,20 +32,25 @@ Usage:
   <venv>/bin/python tools/oracles/make_extra_oracles.py --out tests/fixtures/oracles [--only NAME ...]
 
 Reproducibility: the weights (model.safetensors, config.json) come out byte-identical on any
-machine; the reference logits can move in the last bits with the CPU's kernels (1e-6 relative
-seen between two x86 machines), far inside the engine tests' 2e-5.
+machine, except the ones a variant keeps at the library initialisation (kimi_linear_decode_f32's
+dt_bias, an inverse softplus computed with the CPU's exp/log: 2e-7..5e-7 apart between two x86
+machines); the reference logits can move in the last bits with the CPU's kernels (up to 1e-6
+relative seen between two x86 machines, 3.3e-6 for kimi_linear_decode_f32), far inside the engine
+tests' 2e-5.
 """
-import argparse
-import hashlib
 import json
 import os
+import sys
 import time
 
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
+from oracle_common import (cached_decode, digests_meta, forward_watching_routers, overwrite_from_seed,  # noqa: E402
+                           prompt_ids, reference_run, rel_diff, reload, reload_with, run_variants, sha256_of,
+                           tiny_model, write_f32, write_meta, write_reference, zero_bias_logits)
 
 SEED = 20240605
 VOCAB = 512
@@ -234,50 +239,17 @@ def randomise(model, seed, keep=(), bias_sd=None):
     """Overwrites every floating parameter from one generator, in named_parameters order; the
     parameters whose name contains one of `keep` keep their library initialisation. With
     `bias_sd`, the routers' e_score_correction_bias buffers are then drawn as bias_sd*N(0,1)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if not torch.is_floating_point(p):
-                continue
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if any(k in name for k in keep):
-                continue
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * noise)
-            else:
-                p.copy_(0.15 * noise)
-        if bias_sd is not None:
+    def weight(name, _p, noise):
+        if any(k in name for k in keep):
+            return None
+        return 1.0 + 0.2 * noise if "norm" in name else 0.15 * noise
+
+    g = overwrite_from_seed(model, seed, weight, buffers=False)
+    if bias_sd is not None:
+        with torch.no_grad():
             for name, b in model.named_buffers():
                 if name.endswith("e_score_correction_bias"):
                     b.copy_(bias_sd * torch.randn(b.shape, generator=g, dtype=torch.float32))
-
-
-def prompt_ids(n):
-    """A fixed, non-repeating-looking id sequence starting with BOS."""
-    ids = [(11 * i * i + 5 * i + 17) % VOCAB for i in range(n)]
-    ids[0] = 1
-    return ids
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tensors_of(model_dir):
-    """Tensor name → shape and stored dtype, read back from the safetensors headers."""
-    out = {}
-    for fn in sorted(os.listdir(model_dir)):
-        if not fn.endswith(".safetensors"):
-            continue
-        with safe_open(os.path.join(model_dir, fn), "pt") as f:
-            for key in f.keys():
-                s = f.get_slice(key)
-                out[key] = dict(shape=list(s.get_shape()), dtype=s.get_dtype(), file=fn)
-    return out
 
 
 def structure_of(model):
@@ -351,11 +323,7 @@ def contrast_of(mdir, overrides, x, logits, window):
     """Logits of the saved bytes reloaded with `overrides` applied to the config; their distance
     from the reference, and (for a sliding window W) the agreement of the first W positions,
     where a window cannot change anything."""
-    cfg = AutoConfig.from_pretrained(mdir)
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    other = AutoModelForCausalLM.from_pretrained(mdir, config=cfg, dtype=torch.float32, attn_implementation="eager")
-    other.eval()
+    other = reload_with(mdir, overrides)
     for k, v in overrides.items():
         got = getattr(other.config, k)
         if isinstance(v, dict):
@@ -378,21 +346,9 @@ def contrast_of(mdir, overrides, x, logits, window):
     return out
 
 
-def cached_decode(model, x, d, prefill):
-    """transformers' cached path (spec §4.6): a d-token prefill with use_cache, then the rest of the
-    prompt one token at a time through the cache. Returns the logits of positions d-1 .. T-1 and
-    their distance from the uncached prefill's."""
-    with torch.no_grad():
-        out = model(x[:, :d], use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
-        rows = [out.logits[0, -1]]
-        for i in range(d, x.shape[1]):
-            out = model(x[:, i:i + 1], cache=cache, use_cache=True)
-            cache = getattr(out, "cache", None) or out.past_key_values
-            rows.append(out.logits[0, -1])
-    dec = torch.stack(rows).float().numpy()
-    ref = prefill[d - 1:]
-    rel = float(np.abs(dec - ref).max() / np.abs(ref).max())
+def cached_decode_record(model, x, d, prefill):
+    """transformers' cached path (spec §4.6, oracle_common.cached_decode) with what meta.json says of it."""
+    dec, rel = cached_decode(model, x, d, prefill)
     return dict(logits=dec, prefill_len=d, positions=[d - 1, int(x.shape[1]) - 1], rel_diff_vs_prefill=rel,
                 note="decode_logits.f32 rows are positions d-1 .. T-1 from the cached decode; "
                      "rel_diff_vs_prefill is max|decode - prefill| / max|prefill| over those rows")
@@ -401,7 +357,7 @@ def cached_decode(model, x, d, prefill):
 def bias_contrast_of(model, x, logits):
     """The same weights with every e_score_correction_bias zeroed: how far the logits move, and on
     how many (layer, token) pairs the selected expert set changes."""
-    changed, hooks, busy = [], [], []
+    changed, busy = [], []
 
     def watch(module, inputs, output):
         if busy:
@@ -417,24 +373,8 @@ def bias_contrast_of(model, x, logits):
         a, b = idx.sort(-1).values, other.sort(-1).values
         changed.append(int((a != b).any(-1).sum()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None and hasattr(gate, "e_score_correction_bias"):
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
-    saved = []
-    with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                saved.append((b, b.clone()))
-                b.zero_()
-        alt = model(x, use_cache=False).logits[0].float().numpy()
-        for b, v in saved:
-            b.copy_(v)
-    rel = float(np.abs(alt - logits).max() / np.abs(logits).max())
+    forward_watching_routers(model, x, watch, biased_only=True)
+    rel = rel_diff(zero_bias_logits(model, x), logits)
     return dict(logits_rel_diff=rel, tokens_with_other_experts=sum(changed),
                 note="max|ref - zero-bias| / max|ref|, and the (MoE layer, token) pairs whose selected "
                      "experts differ without the bias (the bias is for selection only, spec §3.6)")
@@ -442,11 +382,8 @@ def bias_contrast_of(model, x, logits):
 
 def build(name, spec, out_root):
     started = time.time()
-    kwargs = dict(spec["config"])
-    model_type = kwargs.pop("model_type")
-    config = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    model_type, _, model = tiny_model(spec["config"], SEED)
+    kwargs = {k: v for k, v in spec["config"].items() if k != "model_type"}
     randomise(model, SEED, **spec.get("randomise", {}))
 
     vdir = os.path.join(out_root, name)
@@ -466,11 +403,7 @@ def build(name, spec, out_root):
             f.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
     # Reload: the reference is computed from what is on disk, nothing else.
-    model, info = AutoModelForCausalLM.from_pretrained(
-        mdir, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    assert not problems, f"{name}: the saved checkpoint does not reload cleanly: {problems}"
-    model.eval()
+    model, _ = reload(mdir, name)
 
     # Smallest gap between the k-th and (k+1)-th router probability over every MoE layer and
     # prompt token, captured from the routers' own inputs: a gap near f32 noise would make the
@@ -503,26 +436,15 @@ def build(name, spec, out_root):
     clip = getattr(model.config, "clip_qkv", None)
     clip_counts, clip_hooks = watch_clipping(model, clip) if clip else ([], [])
 
-    ids = prompt_ids(spec["prompt_len"])
-    x = torch.tensor([ids], dtype=torch.long)
-    with torch.no_grad():
-        out = model(x, output_hidden_states=True, use_cache=False)
-        for h in hooks + clip_hooks:
-            h.remove()
-        logits = out.logits[0].float().numpy()
-        hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
-        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
-                             pad_token_id=0, eos_token_id=None)
-        new_ids = gen[0, len(ids):].tolist()
-        # The cached decode must agree with one uncached forward over prompt + continuation.
-        full = model(gen, use_cache=False).logits[0].float().numpy()
-    argmax_full = full[len(ids) - 1:-1].argmax(-1).tolist()
-    assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
+    ids = prompt_ids(spec["prompt_len"], VOCAB, 11, 5, 17, bos=1)
+    # The hooks watch the prompt's forward only; the cached greedy decode must agree with one
+    # uncached forward over prompt + continuation.
+    ref = reference_run(model, name, ids, NEW_TOKENS, remove_after_forward=hooks + clip_hooks)
+    x, logits, hidden, new_ids = ref.x, ref.logits, ref.hidden, ref.new_ids
     decode = None
     if spec.get("decode_from"):
-        decode = cached_decode(model, x, spec["decode_from"], logits)
-        decode["logits"].astype("<f4").tofile(os.path.join(vdir, "decode_logits.f32"))
-        del decode["logits"]
+        decode = cached_decode_record(model, x, spec["decode_from"], logits)
+        write_f32(os.path.join(vdir, "decode_logits.f32"), decode.pop("logits"))
     bias_contrast = None
     if spec.get("bias_contrast"):
         bias_contrast = bias_contrast_of(model, x, logits)
@@ -539,10 +461,7 @@ def build(name, spec, out_root):
     if clip:
         assert all(0.05 < c[t] < 0.95 for c in clip_counts for t in "qkv"), f"{name}: clip fractions {clip_counts}"
 
-    logits.astype("<f4").tofile(os.path.join(vdir, "logits.f32"))
-    np.save(os.path.join(vdir, "hidden_states.npy"), hidden.astype("<f4"))
-    with open(os.path.join(vdir, "input_ids.json"), "w") as f:
-        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
+    write_reference(vdir, ids, new_ids, logits, hidden)
 
     meta = dict(
         name=name, model_type=model_type, architecture=model.config.architectures[0],
@@ -554,10 +473,7 @@ def build(name, spec, out_root):
         logits_absmax=float(np.abs(logits).max()),
         greedy_matches_uncached_argmax=True, min_router_topk_gap=router_gap,
         config=kwargs, stripped_from_saved_config=strip or None, layers=structure, n_params=int(sum(p.numel() for p in model.parameters())),
-        files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
-               for fn in sorted(os.listdir(mdir))},
-        outputs={fn: sha256_of(os.path.join(vdir, fn)) for fn in ("logits.f32", "hidden_states.npy", "input_ids.json")},
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
     if contrast is not None:
@@ -574,23 +490,11 @@ def build(name, spec, out_root):
             clip_qkv=clip, per_layer=clip_counts,
             note="share of q (after q_norm), k (after k_norm) and v entries with |x| > clip_qkv, "
                  "i.e. changed by the clamp, over the prompt")
-    with open(os.path.join(vdir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_meta(vdir, meta)
     print(f"{name:18s} params={meta['n_params']} tensors={len(meta['tensors'])} T={len(ids)} "
           f"greedy={new_ids} router_gap={router_gap} "
           f"contrast={contrast and contrast['logits_rel_diff']} {meta['seconds']}s")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    args = ap.parse_args()
-    assert transformers.__version__ == "5.24.0", f"fixtures are pinned to transformers 5.24.0, found {transformers.__version__}"
-    torch.set_num_threads(1)
-    for name in args.only:
-        build(name, VARIANTS[name], args.out)
-
-
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, build)

@@ -42,20 +42,22 @@ the independent reference of the engine's decoder test.
 Usage: /work/pyenv/venv/bin/python tools/oracles/make_fp8_oracles.py --out tests/fixtures/oracles
 """
 import argparse
-import hashlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
+from oracle_common import (file_digests, overwrite_from_seed, prompt_ids, reload, tensors_of, tiny_model,  # noqa: E402
+                           write_meta, write_reference)
 
 SEED = 1717
 VOCAB = 256
@@ -66,29 +68,28 @@ E4M3_MAX = 448.0
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
 
+# What the two fixtures share: MLA with q-LoRA, 3 layers of which layer 0 is dense, one shared
+# expert, top-k renormalised, interleaved RoPE, untied.
+DSV3_TINY = dict(
+    model_type="deepseek_v3", vocab_size=VOCAB, moe_intermediate_size=32, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, topk_group=1, first_k_dense_replace=1,
+    norm_topk_prob=True, q_lora_rank=48, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    max_position_embeddings=512, rms_norm_eps=1e-6, rope_interleave=True, tie_word_embeddings=False,
+    bos_token_id=0, eos_token_id=1)
+
 FIXTURES = {
     # DeepSeek-V3 shape: 8 experts in 2 groups, top-2, 1 shared, layer 0 dense; hidden 96 under
     # 64-wide blocks ends every hidden-wide row and column in a partial block of 32.
     "deepseek_v3_fp8": dict(block=[64, 64], cfg=dict(
-        model_type="deepseek_v3", vocab_size=VOCAB, hidden_size=96, intermediate_size=160,
-        moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-        n_shared_experts=1, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
-        first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, q_lora_rank=48,
-        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-        max_position_embeddings=512, rms_norm_eps=1e-6, rope_interleave=True, rope_parameters=YARN,
-        tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)),
+        DSV3_TINY, hidden_size=96, intermediate_size=160, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
+        routed_scaling_factor=2.5, rope_parameters=YARN)),
     # Kimi-K2 values (n_group 1, top-k 8 of 384 -> 4 of 16 here, routed_scaling_factor 2.827,
     # YaRN with beta_fast = beta_slow = 1), [32, 32] blocks: kv_a_proj's 24 rows, q_b_proj's 48
     # columns and kv_b_proj's 16 are partial blocks.
     "kimi_k2_fp8": dict(block=[32, 32], cfg=dict(
-        model_type="deepseek_v3", vocab_size=VOCAB, hidden_size=64, intermediate_size=96,
-        moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
-        n_shared_experts=1, n_routed_experts=16, num_experts_per_tok=4, n_group=1, topk_group=1,
-        first_k_dense_replace=1, routed_scaling_factor=2.827, norm_topk_prob=True, q_lora_rank=48,
-        kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
-        max_position_embeddings=512, rms_norm_eps=1e-6, rope_interleave=True,
-        rope_parameters=dict(YARN, factor=8.0, original_max_position_embeddings=64, beta_fast=1.0, beta_slow=1.0),
-        tie_word_embeddings=False, bos_token_id=0, eos_token_id=1)),
+        DSV3_TINY, hidden_size=64, intermediate_size=96, n_routed_experts=16, num_experts_per_tok=4, n_group=1,
+        routed_scaling_factor=2.827,
+        rope_parameters=dict(YARN, factor=8.0, original_max_position_embeddings=64, beta_fast=1.0, beta_slow=1.0))),
 }
 
 # The linear weights real checkpoints store as FP8 (DeepSeek's and Moonshot's release files).
@@ -96,23 +97,16 @@ FP8_WEIGHT = re.compile(r"^model\.layers\.\d+\.(self_attn\.(q_proj|q_a_proj|q_b_
                         r"|mlp\.(shared_experts\.|experts\.\d+\.)?(gate_proj|up_proj|down_proj))\.weight$")
 
 
-def randomise(model, seed):
-    """Every floating parameter from one generator: norms 1 + 0.2 N, weights N / sqrt(fan_in),
-    the router's correction bias 0.1 N (buffers included)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if not torch.is_floating_point(p) or "inv_freq" in name or "rotary" in name:
-                continue
-            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if name.endswith("e_score_correction_bias"):
-                p.copy_(0.1 * noise)
-            elif "norm" in name:
-                p.copy_(1.0 + 0.2 * noise)
-            elif "embed_tokens" in name:
-                p.copy_(0.5 * noise)
-            else:
-                p.copy_(noise / (p.shape[-1] ** 0.5))
+def weight(name, p, noise):
+    """Every floating parameter and buffer (overwrite_from_seed): norms 1 + 0.2 N, embeddings
+    0.5 N, weights N / sqrt(fan_in), the router's correction bias 0.1 N."""
+    if name.endswith("e_score_correction_bias"):
+        return 0.1 * noise
+    if "norm" in name:
+        return 1.0 + 0.2 * noise
+    if "embed_tokens" in name:
+        return 0.5 * noise
+    return noise / (p.shape[-1] ** 0.5)
 
 
 def quantize(w, block):
@@ -139,39 +133,11 @@ def dequantize(q, s, block):
     return q.to(torch.float32) * full
 
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def tensors_of(model_dir):
-    out = {}
-    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
-        for key in f.keys():
-            sl = f.get_slice(key)
-            out[key] = dict(shape=list(sl.get_shape()), dtype=sl.get_dtype())
-    return out
-
-
-def prompt_ids(n):
-    ids = [(11 * i * i + 5 * i + 17) % VOCAB for i in range(n)]
-    ids[0] = 0
-    return ids
-
-
 def build(name, spec, out_root, scratch):
     t0 = time.time()
-    kw = dict(spec["cfg"])
-    model_type = kw.pop("model_type")
     block = spec["block"]
-    config = AutoConfig.for_model(model_type, **kw)
-    config._attn_implementation = "eager"
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    randomise(model, SEED)
+    model_type, _, model = tiny_model(spec["cfg"], SEED)
+    overwrite_from_seed(model, SEED, weight)
     float_dir = os.path.join(scratch, name + "-float")
     model.save_pretrained(float_dir)
     del model
@@ -219,13 +185,10 @@ def build(name, spec, out_root, scratch):
     os.makedirs(deq_dir, exist_ok=True)
     save_file(deq, os.path.join(deq_dir, "model.safetensors"), metadata={"format": "pt"})
     shutil.copy(os.path.join(float_dir, "config.json"), deq_dir)
-    model, info = AutoModelForCausalLM.from_pretrained(deq_dir, dtype=torch.float32, attn_implementation="eager",
-                                                       output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    assert not bad, f"{name}: the dequantized checkpoint does not load: {bad}"
-    model.eval()
+    model, _ = reload(deq_dir, name)
 
-    ids = prompt_ids(PROMPT_LEN)
+    # BOS is 0 here (the other fixtures' 1).
+    ids = prompt_ids(PROMPT_LEN, VOCAB, 11, 5, 17, bos=0)
     x = torch.tensor([ids], dtype=torch.long)
     with torch.no_grad():
         logits = model(x, use_cache=False).logits[0].float().numpy()
@@ -235,9 +198,7 @@ def build(name, spec, out_root, scratch):
                              use_cache=True, pad_token_id=0, eos_token_id=None)
     new_ids = gen[0, PROMPT_LEN:].tolist()
     assert new_ids[0] == int(logits[-1].argmax()), f"{name}: greedy does not continue the full forward"
-    logits.astype("<f4").tofile(os.path.join(odir, "logits.f32"))
-    with open(os.path.join(odir, "input_ids.json"), "w") as f:
-        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
+    write_reference(odir, ids, new_ids, logits)
 
     all_codes = torch.cat(codes)
     magnitude = all_codes & 0x7F
@@ -250,13 +211,11 @@ def build(name, spec, out_root, scratch):
                         zero=int((magnitude == 0).sum()), distinct=int(torch.unique(all_codes).numel())),
         logits_stats=dict(mean=float(logits.mean()), std=float(logits.std()), absmax=float(np.abs(logits).max())),
         config=cfg_json,
-        files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
-               for fn in sorted(os.listdir(mdir))},
-        tensors=tensors_of(mdir),
+        files=file_digests(mdir),
+        tensors=tensors_of(mdir, with_file=False),
         seconds=round(time.time() - t0, 2),
     )
-    with open(os.path.join(odir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_meta(odir, meta)
     print(f"{name}: {meta['files']['model.safetensors']['bytes']} bytes, partial blocks in {len(partial)} matrices, "
           f"codes {meta['e4m3_codes']}, greedy {new_ids}")
 

@@ -31,18 +31,20 @@ transformers reports them as unexpected keys and never runs them; the engine mus
 Usage (the pinned reference environment, transformers 5.24.0):
   /work/pyenv/venv/bin/python tools/oracles/make_glm_oracles.py --out tests/fixtures/oracles [--only NAME ...]
 """
-import argparse
-import hashlib
 import json
 import os
+import sys
 import time
 
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig, AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
+from oracle_common import (cached_decode, contrast_of, digests_meta, forward_watching_routers,  # noqa: E402
+                           overwrite_from_seed, prompt_ids, reference_run, rel_diff, reload, run_variants,
+                           tiny_model, write_f32, write_meta, write_reference, zero_bias_logits)
 
 SEED = 4505
 VOCAB = 256
@@ -54,28 +56,25 @@ TINY = dict(model_type="glm4_moe", vocab_size=VOCAB, hidden_size=64, intermediat
             max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
             bos_token_id=1, eos_token_id=2, pad_token_id=0, hidden_act="silu")
 
+# GLM-4.5's switches (attention_bias, use_qk_norm, partial rotary 0.5 of a head_dim of 32 = 8
+# rotated pairs of 16 channels, the other 16 pass), layer 0 dense, 8 experts in 4 groups of which
+# the best 2 are kept, top-3 renormalised x2.5, one shared expert, one MTP layer declared.
+GLM45 = dict(TINY, num_hidden_layers=3, head_dim=32, attention_bias=True, use_qk_norm=True,
+             rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
+             n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
+             first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+             num_nextn_predict_layers=1)
+
 VARIANTS = {
-    # GLM-4.5's switches (attention_bias, use_qk_norm, partial rotary 0.5 of a head_dim of 32 = 8
-    # rotated pairs of 16 channels, the other 16 pass), layer 0 dense, 8 experts in 4 groups of
-    # which the best 2 are kept, top-3 renormalised x2.5, one shared expert. The config declares
-    # one MTP layer whose tensors this checkpoint lacks (as save_pretrained writes it; the bf16
-    # twin carries them). 32-token prompt; cached decode from 12 tokens on.
+    # GLM45 as save_pretrained writes it: the config declares one MTP layer whose tensors this
+    # checkpoint lacks (the bf16 twin carries them). 32-token prompt; cached decode from 12 tokens on.
     "glm4_moe_f32": dict(dtype="float32", prompt_len=32, decode_from=12,
         contrasts=dict(groups=dict(n_group=1, topk_group=1),
                        full_rotary=dict(rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=1.0))),
-        config=dict(TINY, num_hidden_layers=3, head_dim=32, attention_bias=True, use_qk_norm=True,
-                    rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
-                    n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
-                    first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
-                    num_nextn_predict_layers=1)),
+        config=GLM45),
     # The same model stored as BF16 (router correction bias kept in F32, as released), with an
     # MTP layer's tensors added to the checkpoint.
-    "glm4_moe_bf16": dict(dtype="bfloat16", prompt_len=32, decode_from=12, mtp_tensors=True,
-        config=dict(TINY, num_hidden_layers=3, head_dim=32, attention_bias=True, use_qk_norm=True,
-                    rope_parameters=dict(rope_type="default", rope_theta=1e6, partial_rotary_factor=0.5),
-                    n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2, n_shared_experts=1,
-                    first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
-                    num_nextn_predict_layers=1)),
+    "glm4_moe_bf16": dict(dtype="bfloat16", prompt_len=32, decode_from=12, mtp_tensors=True, config=GLM45),
     # No q/k norm, head_dim = hidden / heads = 16 (4 rotated pairs), two dense layers, one group,
     # raw top-2 weights (norm_topk_prob false) x1.5, two shared experts (64 wide), dense width 64,
     # no MTP layer.
@@ -91,25 +90,17 @@ VARIANTS = {
 }
 
 
-def randomise(model, seed):
-    """Deterministic, well-scaled values for every floating parameter and buffer, in name order."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if not torch.is_floating_point(p) or "inv_freq" in name or "rotary" in name:
-                continue
-            v = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if name.endswith("e_score_correction_bias"):
-                v = 0.3 * v
-            elif name.endswith(".bias"):
-                v = 0.1 * v
-            elif p.dim() == 1 or "norm" in name:
-                v = 1.0 + 0.1 * v
-            elif "embed_tokens" in name:
-                v = 0.5 * v
-            else:
-                v = v / (p.shape[-1] ** 0.5)
-            p.copy_(v.to(p.dtype))
+def weight(name, p, v):
+    """Deterministic, well-scaled values for every floating parameter and buffer (overwrite_from_seed)."""
+    if name.endswith("e_score_correction_bias"):
+        return 0.3 * v
+    if name.endswith(".bias"):
+        return 0.1 * v
+    if p.dim() == 1 or "norm" in name:
+        return 1.0 + 0.1 * v
+    if "embed_tokens" in name:
+        return 0.5 * v
+    return v / (p.shape[-1] ** 0.5)
 
 
 def mtp_tensors(saved, h, layers, seed, dtype):
@@ -130,30 +121,11 @@ def mtp_tensors(saved, h, layers, seed, dtype):
     return out
 
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tensors_of(model_dir):
-    out = {}
-    for fn in sorted(os.listdir(model_dir)):
-        if fn.endswith(".safetensors"):
-            with safe_open(os.path.join(model_dir, fn), "pt") as f:
-                for key in f.keys():
-                    s = f.get_slice(key)
-                    out[key] = dict(shape=list(s.get_shape()), dtype=s.get_dtype(), file=fn)
-    return out
-
-
 def router_gaps(model, x):
     """Smallest gap over the prompt between the k-th and (k+1)-th biased score after the group
     mask, and between the last kept and first dropped group: near-ties would make the expert
     choice fragile under f32 summation-order noise."""
-    gaps, group_gaps, hooks = [], [], []
+    gaps, group_gaps = [], []
 
     def watch(module, inputs, _out):
         logits = inputs[0].reshape(-1, module.weight.shape[1]).float() @ module.weight.float().T
@@ -169,57 +141,14 @@ def router_gaps(model, x):
         top = choice.sort(-1, descending=True).values
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None and hasattr(gate, "e_score_correction_bias"):
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
+    forward_watching_routers(model, x, watch, biased_only=True)
     return min(gaps), (min(group_gaps) if group_gaps else None)
 
 
-def contrast_of(mdir, overrides, x, logits):
-    cfg = AutoConfig.from_pretrained(mdir)
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    other = AutoModelForCausalLM.from_pretrained(mdir, config=cfg, dtype=torch.float32, attn_implementation="eager")
-    other.eval()
-    with torch.no_grad():
-        alt = other(x, use_cache=False).logits[0].float().numpy()
-    rel = float(np.abs(alt - logits).max() / np.abs(logits).max())
-    assert rel >= MIN_CONTRAST, f"contrast {overrides}: {rel} below {MIN_CONTRAST}"
-    return dict(overrides=overrides, logits_rel_diff=rel)
-
-
 def bias_contrast_of(model, x, logits):
-    saved = []
-    with torch.no_grad():
-        for name, b in model.named_buffers():
-            if name.endswith("e_score_correction_bias"):
-                saved.append((b, b.clone()))
-                b.zero_()
-        alt = model(x, use_cache=False).logits[0].float().numpy()
-        for b, v in saved:
-            b.copy_(v)
-    rel = float(np.abs(alt - logits).max() / np.abs(logits).max())
+    rel = rel_diff(zero_bias_logits(model, x), logits)
     assert rel >= MIN_CONTRAST, f"the correction bias hardly matters: {rel}"
     return dict(logits_rel_diff=rel, note="max|ref - zero-bias| / max|ref|: the bias chooses experts")
-
-
-def cached_decode(model, x, d, prefill):
-    with torch.no_grad():
-        out = model(x[:, :d], use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
-        rows = [out.logits[0, -1]]
-        for i in range(d, x.shape[1]):
-            out = model(x[:, i:i + 1], cache=cache, use_cache=True)
-            cache = getattr(out, "cache", None) or out.past_key_values
-            rows.append(out.logits[0, -1])
-    dec = torch.stack(rows).float().numpy()
-    ref = prefill[d - 1:]
-    return dec, float(np.abs(dec - ref).max() / np.abs(ref).max())
 
 
 def release_spelling(mdir):
@@ -237,13 +166,9 @@ def release_spelling(mdir):
 
 def build(name, spec, out_root):
     started = time.time()
-    kwargs = dict(spec["config"])
-    model_type = kwargs.pop("model_type")
     storage = dict(float32=torch.float32, bfloat16=torch.bfloat16)[spec["dtype"]]
-    config = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
-    randomise(model, SEED)
+    model_type, config, model = tiny_model(spec["config"], SEED)
+    overwrite_from_seed(model, SEED, weight)
     vdir = os.path.join(out_root, name)
     mdir = os.path.join(vdir, "model")
     os.makedirs(mdir, exist_ok=True)
@@ -267,43 +192,26 @@ def build(name, spec, out_root):
     if spec.get("release_spelling"):
         release_spelling(mdir)
 
-    model, info = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager",
-                                                       output_loading_info=True)
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "mismatched_keys")}
-    assert not problems, f"{name}: the saved checkpoint does not reload cleanly: {problems}"
+    model, info = reload(mdir, name, tolerate_unexpected=True)
     unexpected = sorted(info.get("unexpected_keys") or [])
     # Only the MTP layer is left unread (transformers builds num_hidden_layers layers).
     assert all(k.startswith(f"model.layers.{layers}.") for k in unexpected), unexpected
     assert bool(unexpected) == bool(mtp), (unexpected, mtp)
-    model.eval()
     rp = model.config.rope_parameters
     assert rp["partial_rotary_factor"] == 0.5, rp
     assert model.model.rotary_emb.inv_freq.numel() * 2 == int(model.config.head_dim * 0.5)
 
     n = spec["prompt_len"]
-    ids = [(13 * i * i + 7 * i + 5) % VOCAB for i in range(n)]
-    ids[0] = 1
-    x = torch.tensor([ids], dtype=torch.long)
-    with torch.no_grad():
-        out = model(x, output_hidden_states=True, use_cache=False)
-        logits = out.logits[0].float().numpy()
-        hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
-        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
-                             pad_token_id=0, eos_token_id=None)
-        new_ids = gen[0, n:].tolist()
-        full = model(gen, use_cache=False).logits[0].float().numpy()
-    argmax_full = full[n - 1:-1].argmax(-1).tolist()
-    assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
+    ids = prompt_ids(n, VOCAB, 13, 7, 5, bos=1)
+    ref = reference_run(model, name, ids, NEW_TOKENS)
+    x, logits, new_ids = ref.x, ref.logits, ref.new_ids
     dec, dec_rel = cached_decode(model, x, spec["decode_from"], logits)
     gap, group_gap = router_gaps(model, x)
     bias = bias_contrast_of(model, x, logits)
-    contrasts = {k: contrast_of(mdir, v, x, logits) for k, v in spec.get("contrasts", {}).items()}
+    contrasts = {k: contrast_of(mdir, v, x, logits, MIN_CONTRAST) for k, v in spec.get("contrasts", {}).items()}
 
-    logits.astype("<f4").tofile(os.path.join(vdir, "logits.f32"))
-    dec.astype("<f4").tofile(os.path.join(vdir, "decode_logits.f32"))
-    np.save(os.path.join(vdir, "hidden_states.npy"), hidden.astype("<f4"))
-    with open(os.path.join(vdir, "input_ids.json"), "w") as f:
-        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
+    write_reference(vdir, ids, new_ids, logits, ref.hidden)
+    write_f32(os.path.join(vdir, "decode_logits.f32"), dec)
     meta = dict(
         name=name, model_type=model_type, architecture=model.config.architectures[0],
         transformers=transformers.__version__, torch=torch.__version__, numpy=np.__version__,
@@ -319,30 +227,14 @@ def build(name, spec, out_root):
                     rel_diff_vs_prefill=dec_rel),
         min_router_topk_gap=gap, min_router_group_gap=group_gap, bias_contrast=bias, contrasts=contrasts,
         n_params=int(sum(p.numel() for p in model.parameters())),
-        files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
-               for fn in sorted(os.listdir(mdir))},
-        outputs={fn: sha256_of(os.path.join(vdir, fn))
-                 for fn in ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")},
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
-    with open(os.path.join(vdir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_meta(vdir, meta)
     print(f"{name}: params={meta['n_params']} tensors={len(meta['tensors'])} T={n} greedy={new_ids} "
           f"gap={gap:.3g} group_gap={group_gap} decode_rel={dec_rel:.2e} bias={bias['logits_rel_diff']:.3g} "
           f"contrasts={ {k: round(v['logits_rel_diff'], 4) for k, v in contrasts.items()} } {meta['seconds']}s")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    args = ap.parse_args()
-    assert transformers.__version__ == "5.24.0", f"fixtures are pinned to transformers 5.24.0, found {transformers.__version__}"
-    torch.set_num_threads(1)
-    for name in args.only:
-        build(name, VARIANTS[name], args.out)
-
-
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, build)

@@ -24,16 +24,19 @@ decode_logits.f32 (the cached decode's logits for each generated step), meta.jso
 Usage: /work/pyenv/venv/bin/python tools/oracles/make_gptoss_oracles.py --out tests/fixtures/oracles
 """
 import argparse
-import hashlib
 import json
 import os
+import sys
 
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, GptOssConfig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
+from oracle_common import (file_digests, overwrite_from_seed, prompt_ids, reference_run, reload,  # noqa: E402
+                           tensors_of, write_f32, write_meta, write_reference)
 
 VOCAB = 512
 SEED = 1234
@@ -54,28 +57,27 @@ FP4 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1
 
 
 def randomise_(model, seed):
-    """Deterministic, well-scaled values: matrices ~ 1/sqrt(fan-in), biases and sinks != 0."""
-    g = torch.Generator().manual_seed(seed)
+    """Deterministic, well-scaled values for the parameters (not the buffers): matrices ~
+    1/sqrt(fan-in), biases and sinks != 0."""
     h = model.config.hidden_size
     inter = model.config.intermediate_size
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            shape = p.shape
-            if name.endswith("experts.gate_up_proj"):
-                v = torch.randn(shape, generator=g) / h ** 0.5
-            elif name.endswith("experts.down_proj"):
-                v = torch.randn(shape, generator=g) / inter ** 0.5
-            elif name.endswith("_bias") or name.endswith(".bias"):
-                v = (0.5 if "router" in name else 0.1) * torch.randn(shape, generator=g)
-            elif name.endswith("sinks"):
-                v = torch.randn(shape, generator=g)
-            elif "norm" in name:
-                v = 1.0 + 0.1 * torch.randn(shape, generator=g)
-            elif "embed_tokens" in name:
-                v = 0.5 * torch.randn(shape, generator=g)
-            else:
-                v = torch.randn(shape, generator=g) / shape[-1] ** 0.5
-            p.copy_(v.to(p.dtype))
+
+    def weight(name, p, noise):
+        if name.endswith("experts.gate_up_proj"):
+            return noise / h ** 0.5
+        if name.endswith("experts.down_proj"):
+            return noise / inter ** 0.5
+        if name.endswith("_bias") or name.endswith(".bias"):
+            return (0.5 if "router" in name else 0.1) * noise
+        if name.endswith("sinks"):
+            return noise
+        if "norm" in name:
+            return 1.0 + 0.1 * noise
+        if "embed_tokens" in name:
+            return 0.5 * noise
+        return noise / p.shape[-1] ** 0.5
+
+    overwrite_from_seed(model, seed, weight, buffers=False)
 
 
 def quantize_mxfp4(w):
@@ -94,44 +96,13 @@ def quantize_mxfp4(w):
     return blocks, scales, deq.reshape(*lead, rows, cols)
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        h.update(f.read())
-    return h.hexdigest()
-
-
-def tensor_index(model_dir):
-    out = {}
-    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            sl = f.get_slice(k)
-            out[k] = dict(shape=list(sl.get_shape()), dtype=sl.get_dtype())
-    return out
-
-
-def reference(model, ids):
-    x = torch.tensor([ids], dtype=torch.long)
-    with torch.no_grad():
-        out = model(x, output_hidden_states=True, use_cache=False)
-        logits = out.logits[0].float().numpy()
-        hs = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
-        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True, pad_token_id=0,
-                             eos_token_id=None, output_logits=True, return_dict_in_generate=True)
-        new_ids = gen.sequences[0, PROMPT_LEN:].tolist()
-        decode = torch.stack([l[0] for l in gen.logits]).float().numpy()
-        full = model(gen.sequences, use_cache=False).logits[0].float().numpy()
-    return logits, hs, new_ids, decode, full
-
-
 def write(odir, name, mdir, model, ids, extra):
-    logits, hs, new_ids, decode, full = reference(model, ids)
-    argmax_full = full[PROMPT_LEN - 1:-1].argmax(-1).tolist()
-    logits.astype("<f4").tofile(os.path.join(odir, "logits.f32"))
-    decode.astype("<f4").tofile(os.path.join(odir, "decode_logits.f32"))
-    np.save(os.path.join(odir, "hidden_states.npy"), hs)
-    with open(os.path.join(odir, "input_ids.json"), "w") as f:
-        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids, argmax_of_full_forward=argmax_full), f)
+    # The greedy continuation's agreement with the full forward is recorded, not required.
+    ref = reference_run(model, name, ids, NEW_TOKENS, step_logits=True, strict=False)
+    logits, hs, new_ids, decode, full, argmax_full = (ref.logits, ref.hidden, ref.new_ids, ref.step_logits, ref.full,
+                                                      ref.argmax_full)
+    write_reference(odir, ids, new_ids, logits, hs, argmax_of_full_forward=argmax_full)
+    write_f32(os.path.join(odir, "decode_logits.f32"), decode)
     rel = float(np.abs(decode - full[PROMPT_LEN - 1:-1]).max() / np.abs(full).max())
     meta = dict(arch="gpt_oss", model_type="gpt_oss", torch=torch.__version__, transformers=transformers.__version__,
                 compute_dtype="float32", attn="eager", seed=SEED, prompt_len=PROMPT_LEN, new_tokens=NEW_TOKENS,
@@ -140,21 +111,10 @@ def write(odir, name, mdir, model, ids, extra):
                 greedy_matches_full_forward_argmax=(new_ids == argmax_full),
                 decode=dict(rows=len(new_ids), rel_diff_vs_full_forward=rel),
                 logits_stats=dict(mean=float(logits.mean()), std=float(logits.std()), absmax=float(np.abs(logits).max())),
-                files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256(os.path.join(mdir, fn)))
-                       for fn in sorted(os.listdir(mdir))},
-                tensors=tensor_index(mdir), **extra)
-    with open(os.path.join(odir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+                files=file_digests(mdir), tensors=tensors_of(mdir, with_file=False), **extra)
+    write_meta(odir, meta)
     print(f"{name}: greedy={new_ids} consistent={meta['greedy_matches_full_forward_argmax']} decode-vs-full={rel:.2e} "
           f"absmax={meta['logits_stats']['absmax']:.3f}")
-
-
-def load(mdir):
-    model, info = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager",
-                                                       output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-    assert not bad, f"checkpoint does not round-trip: {bad}"
-    return model.eval()
 
 
 def main():
@@ -162,8 +122,7 @@ def main():
     ap.add_argument("--out", default="tests/fixtures/oracles")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    ids = [(7 * i * i + 13 * i + 3) % VOCAB for i in range(PROMPT_LEN)]
-    ids[0] = 1
+    ids = prompt_ids(PROMPT_LEN, VOCAB, 7, 13, 3, bos=1)
 
     config = GptOssConfig(**CONFIG)
     config._attn_implementation = "eager"
@@ -179,7 +138,7 @@ def main():
         m = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         m.load_state_dict(base.state_dict())
         m.to(dtype).save_pretrained(mdir)
-        write(odir, name, mdir, load(mdir), ids, dict(storage_dtype=str(dtype).replace("torch.", "")))
+        write(odir, name, mdir, reload(mdir, name)[0], ids, dict(storage_dtype=str(dtype).replace("torch.", "")))
 
     # MXFP4: quantize the f32 experts, run transformers on the dequantized values, store blocks/scales.
     name = "gpt_oss_mxfp4"

@@ -28,18 +28,19 @@ Each variant writes, in the layout of the other oracle fixtures:
 Usage (the pinned reference environment, transformers 5.24.0):
   /work/pyenv/venv/bin/python tools/oracles/make_qwen3_next_oracles.py --out tests/fixtures/oracles [--only NAME ...]
 """
-import argparse
-import hashlib
-import json
 import os
+import sys
 import time
 
 import numpy as np
 import torch
 import transformers
-from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.qwen3_next import modeling_qwen3_next as qn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # oracle_common.py, from any working directory
+from oracle_common import (cached_decode, contrast_of, digests_meta, forward_watching_routers,  # noqa: E402
+                           overwrite_from_seed, prompt_ids, reference_run, reload, run_variants, tiny_model,
+                           write_f32, write_meta, write_reference)
 
 SEED = 3803
 VOCAB = 256
@@ -69,107 +70,47 @@ VARIANTS = {
 
 
 def randomise(model, seed):
-    g = torch.Generator().manual_seed(seed)
+    """The rules of the module docstring, through overwrite_from_seed."""
     centred = set()
     for mname, m in model.named_modules():
         if isinstance(m, qn.Qwen3NextRMSNorm):
             centred.add(mname + ".weight")
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if not torch.is_floating_point(p) or "inv_freq" in name or "rotary" in name:
-                continue
-            v = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if name in centred:
-                v = 0.1 * v
-            elif name.endswith("A_log"):
-                v = -1.0 + 0.5 * v
-            elif name.endswith("dt_bias"):
-                v = 0.5 * v
-            elif name.endswith(".bias"):
-                v = 0.1 * v
-            elif p.dim() == 1 or "norm" in name:
-                v = 1.0 + 0.1 * v
-            elif "embed_tokens" in name:
-                v = 0.5 * v
-            else:
-                v = v / (p.shape[-1] ** 0.5)
-            p.copy_(v.to(p.dtype))
 
+    def weight(name, p, v):
+        if name in centred:
+            return 0.1 * v
+        if name.endswith("A_log"):
+            return -1.0 + 0.5 * v
+        if name.endswith("dt_bias"):
+            return 0.5 * v
+        if name.endswith(".bias"):
+            return 0.1 * v
+        if p.dim() == 1 or "norm" in name:
+            return 1.0 + 0.1 * v
+        if "embed_tokens" in name:
+            return 0.5 * v
+        return v / (p.shape[-1] ** 0.5)
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tensors_of(model_dir):
-    out = {}
-    for fn in sorted(os.listdir(model_dir)):
-        if fn.endswith(".safetensors"):
-            with safe_open(os.path.join(model_dir, fn), "pt") as f:
-                for key in f.keys():
-                    s = f.get_slice(key)
-                    out[key] = dict(shape=list(s.get_shape()), dtype=s.get_dtype(), file=fn)
-    return out
+    overwrite_from_seed(model, seed, weight)
 
 
 def router_gap(model, x):
     """Smallest gap over the prompt between the k-th and (k+1)-th routing probability."""
-    gaps, hooks = [], []
+    gaps = []
 
     def watch(module, inputs, _out):
         p = torch.softmax(inputs[0].reshape(-1, module.hidden_dim).float() @ module.weight.float().T, -1)
         top = p.sort(-1, descending=True).values
         gaps.append(float((top[:, module.top_k - 1] - top[:, module.top_k]).min()))
 
-    for layer in model.model.layers:
-        gate = getattr(layer.mlp, "gate", None)
-        if gate is not None:
-            hooks.append(gate.register_forward_hook(watch))
-    with torch.no_grad():
-        model(x, use_cache=False)
-    for h in hooks:
-        h.remove()
+    forward_watching_routers(model, x, watch)
     return min(gaps)
-
-
-def contrast_of(mdir, overrides, x, logits):
-    cfg = AutoConfig.from_pretrained(mdir)
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    other = AutoModelForCausalLM.from_pretrained(mdir, config=cfg, dtype=torch.float32, attn_implementation="eager")
-    other.eval()
-    with torch.no_grad():
-        alt = other(x, use_cache=False).logits[0].float().numpy()
-    rel = float(np.abs(alt - logits).max() / np.abs(logits).max())
-    assert rel >= MIN_CONTRAST, f"contrast {overrides}: {rel} below {MIN_CONTRAST}"
-    return dict(overrides=overrides, logits_rel_diff=rel)
-
-
-def cached_decode(model, x, d, prefill):
-    with torch.no_grad():
-        out = model(x[:, :d], use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
-        rows = [out.logits[0, -1]]
-        for i in range(d, x.shape[1]):
-            out = model(x[:, i:i + 1], cache=cache, use_cache=True)
-            cache = getattr(out, "cache", None) or out.past_key_values
-            rows.append(out.logits[0, -1])
-    dec = torch.stack(rows).float().numpy()
-    ref = prefill[d - 1:]
-    return dec, float(np.abs(dec - ref).max() / np.abs(ref).max())
 
 
 def build(name, spec, out_root):
     started = time.time()
-    kwargs = dict(spec["config"])
-    model_type = kwargs.pop("model_type")
     storage = dict(float32=torch.float32, bfloat16=torch.bfloat16)[spec["dtype"]]
-    config = AutoConfig.for_model(model_type, **kwargs)
-    torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+    model_type, config, model = tiny_model(spec["config"], SEED)
     randomise(model, SEED)
     vdir = os.path.join(out_root, name)
     mdir = os.path.join(vdir, "model")
@@ -178,37 +119,20 @@ def build(name, spec, out_root):
     model.save_pretrained(mdir)
     del model
 
-    model, info = AutoModelForCausalLM.from_pretrained(mdir, dtype=torch.float32, attn_implementation="eager",
-                                                       output_loading_info=True)
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "mismatched_keys", "unexpected_keys")}
-    assert not problems, f"{name}: the saved checkpoint does not reload cleanly: {problems}"
-    model.eval()
+    model, _ = reload(mdir, name)
     types = model.config.layer_types
     assert "linear_attention" in types and "full_attention" in types, types
 
     n = spec["prompt_len"]
-    ids = [(13 * i * i + 7 * i + 5) % VOCAB for i in range(n)]
-    ids[0] = 1
-    x = torch.tensor([ids], dtype=torch.long)
-    with torch.no_grad():
-        out = model(x, output_hidden_states=True, use_cache=False)
-        logits = out.logits[0].float().numpy()
-        hidden = torch.stack([h[0] for h in out.hidden_states]).float().numpy()
-        gen = model.generate(x, max_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
-                             pad_token_id=0, eos_token_id=None)
-        new_ids = gen[0, n:].tolist()
-        full = model(gen, use_cache=False).logits[0].float().numpy()
-    argmax_full = full[n - 1:-1].argmax(-1).tolist()
-    assert new_ids == argmax_full, f"{name}: cached greedy {new_ids} != uncached argmax {argmax_full}"
+    ids = prompt_ids(n, VOCAB, 13, 7, 5, bos=1)
+    ref = reference_run(model, name, ids, NEW_TOKENS)
+    x, logits, new_ids = ref.x, ref.logits, ref.new_ids
     dec, dec_rel = cached_decode(model, x, spec["decode_from"], logits)
     gap = router_gap(model, x)
-    contrasts = {k: contrast_of(mdir, v, x, logits) for k, v in spec.get("contrasts", {}).items()}
+    contrasts = {k: contrast_of(mdir, v, x, logits, MIN_CONTRAST) for k, v in spec.get("contrasts", {}).items()}
 
-    logits.astype("<f4").tofile(os.path.join(vdir, "logits.f32"))
-    dec.astype("<f4").tofile(os.path.join(vdir, "decode_logits.f32"))
-    np.save(os.path.join(vdir, "hidden_states.npy"), hidden.astype("<f4"))
-    with open(os.path.join(vdir, "input_ids.json"), "w") as f:
-        json.dump(dict(prompt_ids=ids, greedy_new_ids=new_ids), f)
+    write_reference(vdir, ids, new_ids, logits, ref.hidden)
+    write_f32(os.path.join(vdir, "decode_logits.f32"), dec)
     meta = dict(
         name=name, model_type=model_type, architecture=model.config.architectures[0],
         transformers=transformers.__version__, torch=torch.__version__, numpy=np.__version__,
@@ -223,30 +147,14 @@ def build(name, spec, out_root):
                     rel_diff_vs_prefill=dec_rel),
         min_router_topk_gap=gap, contrasts=contrasts,
         n_params=int(sum(p.numel() for p in model.parameters())),
-        files={fn: dict(bytes=os.path.getsize(os.path.join(mdir, fn)), sha256=sha256_of(os.path.join(mdir, fn)))
-               for fn in sorted(os.listdir(mdir))},
-        outputs={fn: sha256_of(os.path.join(vdir, fn))
-                 for fn in ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")},
-        tensors=tensors_of(mdir),
+        **digests_meta(vdir, mdir, ("logits.f32", "decode_logits.f32", "hidden_states.npy", "input_ids.json")),
         seconds=round(time.time() - started, 2),
     )
-    with open(os.path.join(vdir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_meta(vdir, meta)
     print(f"{name}: params={meta['n_params']} tensors={len(meta['tensors'])} T={n} greedy={new_ids} "
           f"gap={gap:.3g} decode_rel={dec_rel:.2e} "
           f"contrasts={ {k: round(v['logits_rel_diff'], 4) for k, v in contrasts.items()} } {meta['seconds']}s")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    args = ap.parse_args()
-    assert transformers.__version__ == "5.24.0", f"fixtures are pinned to transformers 5.24.0, found {transformers.__version__}"
-    torch.set_num_threads(1)
-    for name in args.only:
-        build(name, VARIANTS[name], args.out)
-
-
 if __name__ == "__main__":
-    main()
+    run_variants(__doc__, VARIANTS, build)
