@@ -580,7 +580,7 @@ mod tests {
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
         let e = ExpertShape { top_k: 4, experts: 8, moe_layers: 2, layers: 2, largest_record_bytes: 1000, records: 16 };
         let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
-            experts: Some(e) };
+            experts: Some(e), index_bytes: 0 };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
