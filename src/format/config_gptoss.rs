@@ -173,28 +173,9 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize, refuse: &dyn Fn(&str
         Some(x) => x,
         None => f.usize_opt("max_position_embeddings")?.unwrap_or(131072) as f64,
     };
-    let factor = match num("factor")? {
-        Some(x) => x,
-        None => f.usize_opt("max_position_embeddings")?.unwrap_or(131072) as f64 / original_max,
-    };
-    if !(factor > 0.0 && original_max >= 1.0) {
-        return Err(Error::config(f.path, section, "yarn needs factor > 0 and original_max_position_embeddings >= 1"));
-    }
-    let get_mscale = |s: f64, m: f64| if s <= 1.0 { 1.0 } else { 0.1 * m * s.ln() + 1.0 };
-    let (mscale, mscale_all) = (num("mscale")?.unwrap_or(0.0), num("mscale_all_dim")?.unwrap_or(0.0));
-    let attention_factor = match num("attention_factor")? {
-        Some(a) => a,
-        None if mscale != 0.0 && mscale_all != 0.0 => get_mscale(factor, mscale) / get_mscale(factor, mscale_all),
-        None => get_mscale(factor, 1.0),
-    };
-    // `or 32` / `or 1`: a zero beta takes the default, as in the reference.
-    let beta = |key: &str, default: f64| -> Result<f64> { Ok(num(key)?.filter(|&b| b != 0.0).unwrap_or(default)) };
-    let truncate = match p.get("truncate").filter(|v| !v.is_null()) {
-        None => true,
-        Some(v) => v.as_bool().ok_or_else(|| Error::config(f.path, &format!("{section}.truncate"), "expected a boolean"))?,
-    };
-    let scaling = RopeScaling::Yarn { factor, original_max, beta_fast: beta("beta_fast", 32.0)?, beta_slow: beta("beta_slow", 1.0)?, truncate };
-    Ok((RopeConfig { theta, dim: head_dim, scaling }, attention_factor))
+    let lookup = |key: &str| p.get(key);
+    let y = super::mla::parse_yarn(f, section, &lookup, original_max, 131072)?;
+    Ok((RopeConfig { theta, dim: head_dim, scaling: y.scaling }, y.attention_factor))
 }
 
 #[cfg(test)]

@@ -380,30 +380,56 @@ fn parse_rope(f: &Fields, rope_dim: usize) -> Result<(RopeConfig, f64, f64)> {
     }
     let original_max = num("original_max_position_embeddings")?.ok_or_else(|| Error::config(f.path,
         &format!("{section}.original_max_position_embeddings"), "missing for rope_type `yarn`"))?;
-    // transformers derives a missing factor from the context lengths (spec §0.5).
+    let y = parse_yarn(f, section, &lookup, original_max, 4096)?;
+    Ok((RopeConfig { scaling: y.scaling, ..plain }, y.attention_factor, y.softmax_mscale))
+}
+
+/// YaRN's parameters once the original context is known (spec §0.5, transformers'
+/// `_compute_yarn_parameters`): the factor (derived from the context lengths when missing),
+/// the ramp's betas (a zero takes the default, as `or 32` / `or 1` do), `truncate` (default
+/// true), and the attention factor — `attention_factor` when given, else the ratio of the two
+/// mscales when both are set, else `0.1·ln(factor) + 1`. `lookup` finds a field of `section`;
+/// `max_position_default` stands in for a missing `max_position_embeddings`.
+pub(super) fn parse_yarn<'j>(f: &Fields, section: &str, lookup: &dyn Fn(&str) -> Option<&'j Json>, original_max: f64,
+    max_position_default: usize) -> Result<Yarn> {
+    let num = |key: &str| f64_of(f.path, &format!("{section}.{key}"), lookup(key));
     let factor = match num("factor")? {
         Some(x) => x,
-        None => f.usize_opt("max_position_embeddings")?.unwrap_or(4096) as f64 / original_max,
+        None => f.usize_opt("max_position_embeddings")?.unwrap_or(max_position_default) as f64 / original_max,
     };
     if !(factor > 0.0 && original_max >= 1.0) {
         return Err(Error::config(f.path, section, "yarn needs factor > 0 and original_max_position_embeddings >= 1"));
     }
-    let get_mscale = |s: f64, m: f64| if s <= 1.0 { 1.0 } else { 0.1 * m * s.ln() + 1.0 };
     let (mscale, mscale_all) = (num("mscale")?.unwrap_or(0.0), num("mscale_all_dim")?.unwrap_or(0.0));
     let attention_factor = match num("attention_factor")? {
         Some(a) => a,
-        None if mscale != 0.0 && mscale_all != 0.0 => get_mscale(factor, mscale) / get_mscale(factor, mscale_all),
-        None => get_mscale(factor, 1.0),
+        None if mscale != 0.0 && mscale_all != 0.0 => yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all),
+        None => yarn_mscale(factor, 1.0),
     };
-    // `or 32` / `or 1`: a zero beta takes the default, as in the reference.
     let beta = |key: &str, default: f64| -> Result<f64> { Ok(num(key)?.filter(|&b| b != 0.0).unwrap_or(default)) };
-    let truncate = match lookup("truncate") {
+    let truncate = match lookup("truncate").filter(|v| !v.is_null()) {
         None => true,
         Some(v) => v.as_bool().ok_or_else(|| Error::config(f.path, &format!("{section}.truncate"), "expected a boolean"))?,
     };
-    let yarn = RopeScaling::Yarn { factor, original_max, beta_fast: beta("beta_fast", 32.0)?, beta_slow: beta("beta_slow", 1.0)?, truncate };
-    let softmax_mscale = if mscale_all != 0.0 { get_mscale(factor, mscale_all) } else { 1.0 };
-    Ok((RopeConfig { scaling: yarn, ..plain }, attention_factor, softmax_mscale))
+    let scaling = RopeScaling::Yarn { factor, original_max, beta_fast: beta("beta_fast", 32.0)?, beta_slow: beta("beta_slow", 1.0)?, truncate };
+    let softmax_mscale = if mscale_all != 0.0 { yarn_mscale(factor, mscale_all) } else { 1.0 };
+    Ok(Yarn { scaling, attention_factor, softmax_mscale })
+}
+
+/// What [`parse_yarn`] reads.
+pub(super) struct Yarn {
+    /// The frequencies' scaling.
+    pub scaling: RopeScaling,
+    /// What cos and sin are multiplied by.
+    pub attention_factor: f64,
+    /// `get_mscale(factor, mscale_all_dim)` (1 without it): DeepSeek's softmax scale takes it
+    /// squared (spec §3.5).
+    pub softmax_mscale: f64,
+}
+
+/// YaRN's `get_mscale`: 1 up to a factor of 1, then `0.1·m·ln(s) + 1`.
+fn yarn_mscale(s: f64, m: f64) -> f64 {
+    if s <= 1.0 { 1.0 } else { 0.1 * m * s.ln() + 1.0 }
 }
 
 /// Kimi's mixer per layer and the KDA geometry (spec §4.1): `layer_types` as transformers 5
