@@ -20,7 +20,6 @@
 pub(crate) mod attention;
 pub mod bench;
 pub mod int8;
-pub(crate) mod gdn;
 pub mod kda;
 pub(crate) mod mla;
 pub(crate) mod peak;

@@ -25,7 +25,7 @@ use super::state::State;
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::format::config::{GdnConfig, ModelConfig};
-use crate::kernels::gdn::{recurrence, GdnShape};
+use crate::kernels::kda::{delta_rule, Decay, DeltaShape};
 use crate::kernels::{self, Kernels, Pool};
 
 /// One Gated DeltaNet layer's weights.
@@ -131,8 +131,8 @@ pub fn gdn_block(cfg: &ModelConfig, g: &GdnConfig, k: &Kernels, pool: &Pool, st:
         *b = 1.0 / (1.0 + (-*b).exp());
     }
     // 5. The recurrence.
-    let shape = GdnShape { k_heads: g.k_heads, v_heads: heads, k_dim: g.k_dim, v_dim: g.v_dim };
-    recurrence(pool, shape, mq, mk, mv, kda_g, kda_beta, n, state, kda_o, kda_pred);
+    let shape = DeltaShape { k_heads: g.k_heads, v_heads: heads, k_dim: g.k_dim, v_dim: g.v_dim };
+    delta_rule(pool, shape, mq, mk, mv, Decay::PerHead(kda_g), kda_beta, n, state, kda_o, kda_pred);
     // 6. Per-value-head RMSNorm (rms_norm_eps) × w × SiLU(z), then out_proj.
     let dv = g.v_dim;
     for (oh, zh) in kda_o[..n * vw].chunks_exact_mut(dv).zip(kda_gate[..n * vw].chunks_exact(dv)) {
