@@ -54,10 +54,7 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
                 let key = &keys[(lo + i) * kv_dim + kvh * hd..(lo + i) * kv_dim + (kvh + 1) * hd];
                 *v = k.dot(qh, key) * s.scale;
             }
-            match s.sinks {
-                Some(sinks) => softmax_with_sink(sc, sinks[h]),
-                None => super::softmax(sc),
-            }
+            super::softmax_with_sink(sc, s.sinks.map_or(f32::NEG_INFINITY, |sinks| sinks[h]));
             // SAFETY: item (t, h) is this participant's; its output slice is disjoint.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(t * q_dim + h * hd), hd) };
             o.fill(0.0);
@@ -73,21 +70,5 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
         work(0);
     } else {
         pool.run(&work);
-    }
-}
-
-/// Softmax of `x` with an extra logit `sink` in the denominator (its own probability dropped),
-/// as the reference computes it: the maximum taken over the scores and the sink together.
-fn softmax_with_sink(x: &mut [f32], sink: f32) {
-    let max = x.iter().copied().fold(sink, f32::max);
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    sum += (sink - max).exp();
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
     }
 }

@@ -532,12 +532,20 @@ pub fn rmsnorm(out: &mut [f32], x: &[f32], w: &[f32], eps: f32) {
 
 /// In-place softmax.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    softmax_with_sink(x, f32::NEG_INFINITY);
+}
+
+/// Softmax of `x` with an extra logit `sink` in the denominator whose own probability is
+/// dropped (gpt-oss's attention sinks), as the reference computes it: the maximum over the
+/// scores and the sink together. A sink of −∞ adds exactly 0: the plain softmax.
+pub(crate) fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    let max = x.iter().copied().fold(sink, f32::max);
     let mut sum = 0.0f32;
     for v in x.iter_mut() {
         *v = (*v - max).exp();
         sum += *v;
     }
+    sum += (sink - max).exp();
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;
