@@ -523,3 +523,37 @@ pub fn assert_float_container_close_with_smallest_cache(name: &str, tol: f32) ->
     assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
     (out, manifest)
 }
+
+// ---------------------------------------------------------------------------------------------
+// The kernel tests' shared checks.
+
+/// y = W·x for `n` vectors in one `Kernels::rows` call over every row of `w`; the output
+/// starts as NaN, so a row the kernel leaves unwritten shows.
+pub fn kernel_product(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; n * w.rows];
+    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
+    y
+}
+
+/// A (row, vector) result of `k` is the same whatever else the call computes: each of the `n`
+/// vectors of `x` alone, the first 2, 3 and 5 together (prefill chunks), and the rows split
+/// into two calls at rows 1, 2, 3, 5, 6 and 10 (how threads split a product) give the values
+/// of the one call over everything, compared by `same`. `what` names the kernel and matrix.
+pub fn assert_independent_of_vector_count_and_row_range(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x: &[f32], n: usize,
+    what: &str, same: fn(&[f32], &[f32]) -> bool) {
+    let (rows, cols) = (w.rows, w.cols);
+    let whole = kernel_product(k, w, x, n);
+    for t in 0..n {
+        let one = kernel_product(k, w, &x[t * cols..(t + 1) * cols], 1);
+        assert!(same(&one, &whole[t * rows..(t + 1) * rows]), "{what}: vector {t} alone differs");
+    }
+    for m in [2, 3, 5] {
+        assert!(same(&kernel_product(k, w, &x[..m * cols], m), &whole[..m * rows]), "{what}: first {m} vectors differ");
+    }
+    for split in [1, 2, 3, 5, 6, 10] {
+        let mut y = vec![f32::NAN; n * rows];
+        k.rows(w, 0, split, x, n, &mut y, rows);
+        k.rows(w, split, rows, x, n, &mut y, rows);
+        assert!(same(&y, &whole), "{what}: split at row {split} differs");
+    }
+}
