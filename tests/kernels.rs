@@ -5,7 +5,7 @@
 //! covers, and the thread count.
 
 mod common;
-use common::{random_matrix, Rng};
+use common::{assert_independent_of_vector_count_and_row_range, bit_identical, kernel_product, random_matrix, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Isa, Kernels, MatRef, Pool};
 
@@ -42,16 +42,6 @@ fn simd_isas() -> Vec<Kernels> {
     ks
 }
 
-fn product(k: &Kernels, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
-    let mut y = vec![f32::NAN; n * w.rows];
-    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
-    y
-}
-
-fn bits_equal(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
 /// Shapes with odd row counts, column counts on and off the vector widths (the dense dtypes
 /// accept any column count; the block widths need multiples of 32).
 fn shapes(dtype: DType) -> Vec<(usize, usize)> {
@@ -81,7 +71,7 @@ fn simd_kernels_match_the_scalar_twin() {
                 let wf = dequantize(dtype, &data, rows, cols);
                 for n in [1, 2, 3, 4, 5, 9] {
                     let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-                    let (got, want) = (product(&k, w, &x, n), product(&scalar, w, &x, n));
+                    let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&scalar, w, &x, n));
                     for t in 0..n {
                         for r in 0..rows {
                             let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[t * cols + c] as f64).abs()).sum();
@@ -122,7 +112,7 @@ fn quantized_products_match_the_f64_dequantized_product() {
         let mut all = vec![Kernels::scalar()];
         all.extend(Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa));
         for k in all {
-            let y = product(&k, w, &x, 1);
+            let y = kernel_product(&k, w, &x, 1);
             for r in 0..rows {
                 let want: f64 = (0..cols).map(|c| wf[r * cols + c] * x[c] as f64).sum();
                 let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[c] as f64).abs()).sum();
@@ -152,21 +142,7 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-            let whole = product(&k, w, &x, n);
-            for t in 0..n {
-                let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
-                assert!(bits_equal(&one, &whole[t * rows..(t + 1) * rows]), "{} {dtype}: vector {t} alone differs", k.isa().name());
-            }
-            for m in [2, 3, 5] {
-                let part = product(&k, w, &x[..m * cols], m);
-                assert!(bits_equal(&part, &whole[..m * rows]), "{} {dtype}: first {m} vectors differ", k.isa().name());
-            }
-            for split in [1, 2, 3, 5, 6, 10] {
-                let mut y = vec![f32::NAN; n * rows];
-                k.rows(w, 0, split, &x, n, &mut y, rows);
-                k.rows(w, split, rows, &x, n, &mut y, rows);
-                assert!(bits_equal(&y, &whole), "{} {dtype}: split at row {split} differs", k.isa().name());
-            }
+            assert_independent_of_vector_count_and_row_range(&k, w, &x, n, &format!("{} {dtype}", k.isa().name()), bit_identical);
           }
         }
     }
@@ -186,11 +162,11 @@ fn threads_do_not_change_the_bits() {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let mut base = vec![0.0; n * rows];
             k.matmul(&pools[0], w, &x, n, &mut base);
-            assert_eq!(base, product(&k, w, &x, n));
+            assert_eq!(base, kernel_product(&k, w, &x, n));
             for p in &pools[1..] {
                 let mut y = vec![f32::NAN; n * rows];
                 k.matmul(p, w, &x, n, &mut y);
-                assert!(bits_equal(&y, &base), "{dtype} n={n}: {} threads differ", p.threads());
+                assert!(bit_identical(&y, &base), "{dtype} n={n}: {} threads differ", p.threads());
             }
         }
     }
@@ -215,7 +191,7 @@ fn grouped_products_equal_single_ones() {
     for (w, got) in views.iter().zip(&outs) {
         let mut want = vec![0.0; n * w.rows];
         k.matmul(&pool, *w, &x, n, &mut want);
-        assert!(bits_equal(got, &want), "{}", w.dtype);
+        assert!(bit_identical(got, &want), "{}", w.dtype);
     }
 }
 

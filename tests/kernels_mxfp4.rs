@@ -5,7 +5,7 @@
 //! bit-identity of everything that only changes *when* work is done.
 
 mod common;
-use common::{skip, Rng};
+use common::{assert_independent_of_vector_count_and_row_range, kernel_product, skip, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Isa, Kernels, MatRef};
 
@@ -53,12 +53,6 @@ fn all_kernels() -> Vec<Kernels> {
     all
 }
 
-fn product(k: &Kernels, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
-    let mut y = vec![f32::NAN; n * w.rows];
-    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
-    y
-}
-
 /// The same bits, or NaN both (a NaN's sign and payload are the hardware's choice).
 fn same(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
@@ -81,7 +75,7 @@ fn mxfp4_simd_kernels_match_the_scalar_twin() {
             let wf = dequantize_f64(&data);
             for n in [1, 2, 3, 4, 5, 9] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-                let (got, want) = (product(&k, w, &x, n), product(&scalar, w, &x, n));
+                let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&scalar, w, &x, n));
                 for t in 0..n {
                     for r in 0..rows {
                         let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[t * cols + c] as f64).abs()).sum();
@@ -125,11 +119,11 @@ fn every_scale_and_code_decodes_exactly_inside_every_kernel() {
     let n = 32;
     let mut x = vec![0f32; n * cols];
     (0..n).for_each(|t| x[t * cols + t] = 1.0);
-    let scalar = product(&Kernels::scalar(), w, &x, n);
+    let scalar = kernel_product(&Kernels::scalar(), w, &x, n);
     for k in all_kernels() {
-        let chunk = product(&k, w, &x, n);
+        let chunk = kernel_product(&k, w, &x, n);
         for t in 0..n {
-            let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
+            let one = kernel_product(&k, w, &x[t * cols..(t + 1) * cols], 1);
             for (r, &(s, pos, weight)) in want.iter().enumerate() {
                 let expect = if s == 0xFF || (t != pos && !weight.is_finite()) { f32::NAN } else if t == pos { weight } else { 0.0 };
                 for (how, got) in [("chunk", chunk[t * rows + r]), ("alone", one[r])] {
@@ -164,7 +158,7 @@ fn mxfp4_rows_are_the_bf16_rows_of_the_same_weights() {
             let wb = MatRef { dtype: DType::BF16, rows, cols, data: &bf16 };
             for n in [1, 4, 9, 40] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-                let (got, want) = (product(&k, w, &x, n), product(&twin, wb, &x, n));
+                let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&twin, wb, &x, n));
                 assert!(same(&got, &want), "{} {rows}x{cols} n={n}: MXFP4 and BF16 differ", k.isa().name());
             }
         }
@@ -182,20 +176,7 @@ fn mxfp4_results_do_not_depend_on_vector_count_or_row_range() {
             let data = random_mxfp4(rows, cols, &mut rng, any_scale);
             let w = MatRef { dtype: DType::MXFP4, rows, cols, data: &data };
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-            let whole = product(&k, w, &x, n);
-            for t in 0..n {
-                let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
-                assert!(same(&one, &whole[t * rows..(t + 1) * rows]), "{}: vector {t} alone differs", k.isa().name());
-            }
-            for m in [2, 3, 5] {
-                assert!(same(&product(&k, w, &x[..m * cols], m), &whole[..m * rows]), "{}: first {m} vectors differ", k.isa().name());
-            }
-            for split in [1, 2, 3, 5, 6, 10] {
-                let mut y = vec![f32::NAN; n * rows];
-                k.rows(w, 0, split, &x, n, &mut y, rows);
-                k.rows(w, split, rows, &x, n, &mut y, rows);
-                assert!(same(&y, &whole), "{}: split at row {split} differs", k.isa().name());
-            }
+            assert_independent_of_vector_count_and_row_range(&k, w, &x, n, k.isa().name(), same);
         }
     }
 }

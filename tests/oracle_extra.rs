@@ -7,40 +7,21 @@
 mod common;
 use common::*;
 use waste::tools::convert::{convert, ConvertOptions, Encoding};
-use waste::{Model, Options};
+use waste::Model;
 
 /// f32 weights computed in f32 on both sides: only summation order differs.
 const TOL: f32 = 2e-5;
 const VARIANTS: [&str; 4] = ["llama3_f32", "qwen2_f32", "qwen2_moe_f32", "llama_longctx_f32"];
 
 fn open(dir: &std::path::Path, threads: usize) -> Model {
-    Model::open(dir, &Options { threads, prefill_chunk: 32, ..Options::default() }).unwrap()
+    open_model_threads(dir, threads, 32)
 }
 
-/// Per-position max|diff| / max|ref| (the reference's scale, not the row's), so a failure says
-/// where along the prompt the engine drifts.
-fn worst_position(ours: &[f32], reference: &[f32], vocab: usize) -> (usize, f32) {
-    // f32::max drops NaN: without these checks a NaN row would never be the worst.
-    common::assert_finite("engine logits", ours);
-    common::assert_finite("reference logits", reference);
-    let max_ref = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let mut worst = (0, 0.0f32);
-    for (t, (a, b)) in ours.chunks_exact(vocab).zip(reference.chunks_exact(vocab)).enumerate() {
-        let d = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / max_ref;
-        if d > worst.1 {
-            worst = (t, d);
-        }
-    }
-    worst
-}
-
+/// The prompt's logits on `m` within TOL of the reference at every position (the worst named,
+/// so a failure says where along the prompt the engine drifts).
 fn check_logits(name: &str, m: &mut Model, o: &Oracle) {
     let ours = prompt_logits(m, &o.prompt, false);
-    assert_eq!(ours.len(), o.logits.len(), "{name}: logits length");
-    let rel = rel_max_diff(&ours, &o.logits);
-    let (t, at) = worst_position(&ours, &o.logits, m.info().vocab);
-    println!("{name}: logits max|diff|/max|ref| = {rel:.3e} over {} positions (worst at {t}: {at:.3e})", o.prompt.len());
-    assert!(rel <= TOL, "{name}: {rel:.3e} > {TOL:.0e}, worst at position {t}");
+    assert_logits_close_at_every_position(name, &ours, o, m.info().vocab, TOL);
 }
 
 #[test]
@@ -67,16 +48,7 @@ fn extra_greedy_continuation_matches() {
 fn extra_hidden_states_match_layer_by_layer() {
     for name in VARIANTS {
         let o = oracle(name);
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        assert_eq!(t, o.prompt.len(), "{name}: hidden_states positions");
-        let ours = hidden_states(&mut open(&o.dir.join("model"), 1), &o.prompt).unwrap();
-        assert_eq!(ours.len(), (slots + 1) * t * h, "{name}: hidden_states size");
-        for s in 0..slots {
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&ours[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s}: {rel:.3e}");
-        }
+        assert_hidden_states_close(name, &mut open(&o.dir.join("model"), 1), &o, TOL);
     }
 }
 
@@ -122,17 +94,14 @@ fn qwen2_moe_f32_container_matches_the_reference() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Token-at-a-time decoding and two threads give the chunked single-thread logits bit for bit
-/// on the new variants (bias add, shared expert, long positions included).
+/// Token-at-a-time decoding, two threads and a second run after `reset` give the chunked
+/// single-thread logits bit for bit on the new variants (bias add, shared expert, long
+/// positions included).
 #[test]
 fn extra_chunking_and_threads_are_bit_identical() {
     for name in VARIANTS {
         let o = oracle(name);
-        let base = prompt_logits(&mut open(&o.dir.join("model"), 1), &o.prompt, false);
-        for (threads, single) in [(2, false), (1, true)] {
-            let other = prompt_logits(&mut open(&o.dir.join("model"), threads), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, single {single}");
-        }
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &[(2, 32, false), (1, 32, true)]);
     }
 }
 
@@ -149,40 +118,16 @@ fn extra_chunking_and_threads_are_bit_identical() {
 const FEATURE_VARIANTS: [&str; 7] = ["olmoe_clip_f32", "qwen3_moe_sparse_f32", "qwen2_moe_sparse_f32", "mixtral_swa_f32",
     "qwen2_swa_f32", "qwen3_moe_swa_f32", "qwen2_moe_swa_f32"];
 
-fn open_chunked(dir: &std::path::Path, threads: usize, prefill_chunk: usize) -> Model {
-    Model::open(dir, &Options { threads, prefill_chunk, ..Options::default() }).unwrap()
-}
-
-fn assert_finite(name: &str, what: &str, v: &[f32]) {
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        panic!("{name}: {what}[{i}] = {}", v[i]);
-    }
-}
-
 /// Logits of every position (finite, within TOL), every layer's hidden state, and the greedy
 /// continuation, from the HF directory.
 #[test]
 fn feature_variants_match_the_reference_from_the_hf_directory() {
     for name in FEATURE_VARIANTS {
         let o = oracle(name);
-        assert_finite(name, "reference logits", &o.logits);
+        assert_finite(&format!("{name}: reference logits"), &o.logits);
         let mut m = open(&o.dir.join("model"), 1);
-        let ours = prompt_logits(&mut m, &o.prompt, false);
-        assert_finite(name, "logits", &ours);
-        m.reset();
         check_logits(name, &mut m, &o);
-
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
-        let hidden = hidden_states(&mut open(&o.dir.join("model"), 1), &o.prompt).unwrap();
-        assert_eq!(hidden.len(), (slots + 1) * t * h, "{name}: hidden_states size");
-        assert_finite(name, "hidden states", &hidden);
-        for s in 0..slots {
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s} (layer {}): {rel:.3e}", s as i64 - 1);
-        }
+        assert_hidden_states_close(name, &mut m, &o, TOL);
 
         let got = greedy(&mut open(&o.dir.join("model"), 2), &o.prompt, o.greedy.len());
         assert_eq!(got, o.greedy, "{name}: greedy continuation");
@@ -206,7 +151,7 @@ fn feature_variants_match_the_reference_from_a_float_container() {
         assert_eq!(container.cache_stats().is_some(), from_dir.config().moe.is_some(),
             "{name}: experts should stream through the cache exactly when the model has them");
         let from_container = prompt_logits(&mut container, &o.prompt, false);
-        assert_finite(name, "container logits", &from_container);
+        assert_finite(&format!("{name}: container logits"), &from_container);
         container.reset();
         check_logits(&format!("{name} (container)"), &mut container, &o);
         container.reset();
@@ -218,17 +163,14 @@ fn feature_variants_match_the_reference_from_a_float_container() {
 }
 
 /// Token-at-a-time decoding, two threads and a prefill chunk (5) that does not divide the
-/// window (8), so chunks straddle the window's edge, all give the default run's bits.
+/// window (8), so chunks straddle the window's edge, all give the default run's bits; so does
+/// a second run after `reset`.
 #[test]
 fn feature_variants_chunking_and_threads_are_bit_identical() {
     for name in FEATURE_VARIANTS {
         let o = oracle(name);
-        let dir = o.dir.join("model");
-        let base = prompt_logits(&mut open(&dir, 1), &o.prompt, false);
-        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, false)] {
-            let other = prompt_logits(&mut open_chunked(&dir, threads, chunk), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
-        }
+        let runs = [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, false)];
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &runs);
     }
 }
 
@@ -302,10 +244,10 @@ fn an_all_nan_output_fails_rel_max_diff() {
 
 #[test]
 #[should_panic(expected = "non-finite")]
-fn a_nan_row_fails_worst_position() {
+fn a_nan_row_fails_position_errors() {
     let mut ours = vec![0.5f32; 8];
     ours[5] = f32::NAN;
-    worst_position(&ours, &[0.5; 8], 4);
+    position_errors(&ours, &[0.5; 8], 4);
 }
 
 #[test]

@@ -19,25 +19,9 @@ use waste::{Model, Options};
 const TOL: f32 = 2e-5;
 const FIXTURES: [&str; 2] = ["deepseek_v3_fp8", "kimi_k2_fp8"];
 
-fn open_with(dir: &Path, opts: Options) -> Model {
-    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-}
-
-/// max|diff| / max|ref| over every position (the comparison of `tests/oracle_mla.rs`).
+/// Every position's logits within TOL of the reference ([`assert_logits_close_at_every_position`]).
 fn check_logits(name: &str, ours: &[f32], o: &Oracle, vocab: usize) -> f32 {
-    assert_eq!(ours.len(), o.logits.len(), "{name}: logits length");
-    assert_finite(name, ours);
-    let max_ref = o.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let (mut worst, mut at) = (0.0f32, 0);
-    for (t, (a, b)) in ours.chunks_exact(vocab).zip(o.logits.chunks_exact(vocab)).enumerate() {
-        let d = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / max_ref;
-        if d > worst {
-            (worst, at) = (d, t);
-        }
-    }
-    println!("{name}: logits max|diff|/max|ref| = {worst:.3e} over {} positions (worst at {at})", o.prompt.len());
-    assert!(worst <= TOL, "{name}: {worst:.3e} > {TOL:.0e} at position {at}");
-    worst
+    assert_logits_close_at_every_position(name, ours, o, vocab, TOL)
 }
 
 /// `oracle(name)` converted with an f32 trunk and `experts`, in a temporary directory.
@@ -58,7 +42,7 @@ fn fp8_checkpoints_match_the_reference_from_the_hf_directory() {
         let o = oracle(name);
         let meta = read_json(&o.dir.join("meta.json"));
         assert!(!meta.get("matrices_with_partial_blocks").unwrap().as_array().unwrap().is_empty(), "{name}: no partial block");
-        let mut m = open_with(&o.dir.join("model"), Options { threads: 1, ..Options::default() });
+        let mut m = open_model(&o.dir.join("model"), Options { threads: 1, ..Options::default() });
         assert!(m.info().dtypes.iter().any(|d| d == "F8_E4M3"), "{name}: stored dtypes {:?}", m.info().dtypes);
         let ours = prompt_logits(&mut m, &o.prompt, false);
         check_logits(name, &ours, &o, m.info().vocab);
@@ -94,7 +78,7 @@ fn fp8_containers_keep_the_experts_and_match_the_reference() {
             ("smallest cache, token at a time, 2 threads", Options { cache_bytes: smallest, threads: 2, io_threads: 2, ..base.clone() }, true),
         ] {
             let plan = waste::plan_memory(&dir, &opts).unwrap();
-            let mut m = open_with(&dir, opts);
+            let mut m = open_model(&dir, opts);
             assert_plan_matches(&plan, &m, &format!("{name} (--experts fp8, {label})"));
             let ours = prompt_logits(&mut m, &o.prompt, single);
             check_logits(&format!("{name} (--experts fp8, {label})"), &ours, &o, m.info().vocab);
@@ -106,13 +90,13 @@ fn fp8_containers_keep_the_experts_and_match_the_reference() {
             }
         }
         // The directory holds its experts as the same F8B32 records: the same bits.
-        let hf = prompt_logits(&mut open_with(&o.dir.join("model"), base.clone()), &o.prompt, false);
+        let hf = prompt_logits(&mut open_model(&o.dir.join("model"), base.clone()), &o.prompt, false);
         assert!(bit_identical(first.as_ref().unwrap(), &hf), "{name}: --experts fp8 container and HF directory differ");
         // The scalar kernels (the config switch) agree with the reference too; the opt-in int8
         // path does not cover F8B32 (nor this f32 trunk), so it changes no bit.
-        let mut scalar = open_with(&dir, Options { force_scalar: true, ..base.clone() });
+        let mut scalar = open_model(&dir, Options { force_scalar: true, ..base.clone() });
         check_logits(&format!("{name} (--experts fp8, scalar kernels)"), &prompt_logits(&mut scalar, &o.prompt, false), &o, scalar.info().vocab);
-        let mut int8 = open_with(&dir, Options { int8_activations: true, ..base.clone() });
+        let mut int8 = open_model(&dir, Options { int8_activations: true, ..base.clone() });
         assert!(bit_identical(first.as_ref().unwrap(), &prompt_logits(&mut int8, &o.prompt, false)), "{name}: int8 path changed F8B32 bits");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
@@ -130,13 +114,11 @@ fn fp8_sources_convert_to_the_float_and_block_encodings() {
         let o = oracle(name);
         for (experts, bound) in [(Encoding::F32, 0.0), (Encoding::BF16, 0.01), (Encoding::Q8, 0.03), (Encoding::Q4, 0.5)] {
             let dir = container(name, experts);
-            let mut m = open_with(&dir, Options { threads: 1, ..Options::default() });
+            let mut m = open_model(&dir, Options { threads: 1, ..Options::default() });
             let ours = prompt_logits(&mut m, &o.prompt, false);
             let err = rel_max_diff(&ours, &o.logits);
             let vocab = m.info().vocab;
-            let max_ref = o.logits.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let mut by_position: Vec<f32> = ours.chunks_exact(vocab).zip(o.logits.chunks_exact(vocab))
-                .map(|(a, b)| a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / max_ref).collect();
+            let mut by_position = position_errors(&ours, &o.logits, vocab);
             let shown: Vec<String> = by_position.iter().map(|e| format!("{e:.0e}")).collect();
             println!("{name}: --experts {}: logits max|diff|/max|ref| = {err:.3e}; by position {}", experts.name(), shown.join(" "));
             if bound == 0.0 {
@@ -424,13 +406,13 @@ fn a_column_block_below_32_falls_back_to_f32_experts() {
     let (head, tail) = config.split_at(at);
     let end = tail.find(']').unwrap();
     std::fs::write(dir.join("config.json"), format!("{head}\"weight_block_size\": [64, 16]{}", &tail[end + 1..])).unwrap();
-    let mut m = open_with(&dir, Options { threads: 1, ..Options::default() });
+    let mut m = open_model(&dir, Options { threads: 1, ..Options::default() });
     check_logits("deepseek_v3_fp8 under [64, 16] blocks", &prompt_logits(&mut m, &o.prompt, false), &o, m.info().vocab);
     let plan = waste::plan_memory(&dir, &Options { threads: 1, ..Options::default() }).unwrap();
     assert_plan_matches(&plan, &m, "deepseek_v3_fp8 under [64, 16] blocks");
     // Decoded experts: 4 bytes per weight instead of F8B32's 1.125 (2 MoE layers × 8 experts ×
     // 3 × 32 × 96 weights).
-    let kept = open_with(&o.dir.join("model"), Options { threads: 1, ..Options::default() });
+    let kept = open_model(&o.dir.join("model"), Options { threads: 1, ..Options::default() });
     let weights = 2 * 8 * 3 * 32 * 96;
     assert!(m.info().weight_bytes >= kept.info().weight_bytes + (weights as f64 * (4.0 - 1.125)) as u64,
         "{} vs {}", m.info().weight_bytes, kept.info().weight_bytes);

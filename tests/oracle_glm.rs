@@ -11,25 +11,11 @@ mod common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{QkNorm, Routing};
-use waste::{Model, Options};
+use waste::Options;
 
 /// f32 on both sides (bf16 storage is widened exactly): only summation order differs.
 const TOL: f32 = 2e-5;
 const ALL: [&str; 3] = ["glm4_moe_f32", "glm4_moe_bf16", "glm4_moe_noqk_f32"];
-
-fn open_with(dir: &Path, opts: Options) -> Model {
-    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-}
-
-fn open(dir: &Path, threads: usize, prefill_chunk: usize) -> Model {
-    open_with(dir, Options { threads, prefill_chunk, ..Options::default() })
-}
-
-fn check(name: &str, what: &str, ours: &[f32], reference: &[f32]) {
-    let rel = rel_max_diff(ours, reference);
-    println!("{name}: {what}: max|diff|/max|ref| = {rel:.3e}");
-    assert!(rel <= TOL, "{name}: {what}: {rel:.3e} > {TOL:.0e}");
-}
 
 /// Logits at every position, every layer's hidden state and the greedy continuation (the
 /// reference's, decoded with its KV cache), from the Hugging Face directory.
@@ -38,20 +24,10 @@ fn glm_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
         let o = oracle(name);
         let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        check(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits);
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
-        m.reset();
-        let hidden = hidden_states(&mut m, &o.prompt).unwrap();
-        for s in 0..slots {
-            // Ours has an extra slot: the last layer before and after the final norm.
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s} (after layer {}): {rel:.3e}", s as i64 - 1);
-        }
-        assert_eq!(greedy(&mut open(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
+        let mut m = open_model_threads(&dir, 1, 32);
+        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
+        assert_hidden_states_close(name, &mut m, &o, TOL);
+        assert_eq!(greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
     }
 }
 
@@ -61,20 +37,7 @@ fn glm_matches_the_reference_from_the_hf_directory() {
 fn glm_decode_matches_transformers_cached_decode() {
     for name in ALL {
         let o = oracle(name);
-        let meta = read_json(&o.dir.join("meta.json"));
-        let from = meta.get("decode").unwrap().get("prefill_len").unwrap().as_u64().unwrap() as usize;
-        let reference = read_f32(&o.dir.join("decode_logits.f32"));
-        let mut m = open(&o.dir.join("model"), 1, 32);
-        let vocab = m.info().vocab;
-        assert_eq!(reference.len(), (o.prompt.len() - from + 1) * vocab, "{name}");
-        let mut ours = Vec::new();
-        for (i, &t) in o.prompt.iter().enumerate() {
-            let row = m.eval(&[t]).unwrap();
-            if i + 1 >= from {
-                ours.extend_from_slice(row);
-            }
-        }
-        check(name, &format!("cached decode rows {}..{}", from - 1, o.prompt.len() - 1), &ours, &reference);
+        assert_cached_decode_close(name, &mut open_model_threads(&o.dir.join("model"), 1, 32), &o, TOL);
     }
 }
 
@@ -84,27 +47,8 @@ fn glm_decode_matches_transformers_cached_decode() {
 #[test]
 fn glm_float_containers_match_with_a_small_expert_cache() {
     for name in ALL {
-        let o = oracle(name);
-        let out = float_container(name, "container");
-        let manifest = waste::format::container::Manifest::open(&out).unwrap();
-        let from_dir = open(&o.dir.join("model"), 1, 32);
-        let cfg = from_dir.config().clone();
-        let moe_layers: Vec<usize> = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).collect();
-        assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), moe_layers, "{name}: one bank per MoE layer");
-        let smallest = waste::cache::min_cache_bytes(&manifest);
-        assert!(smallest < manifest.expert_bytes() / 2, "{name}: the smallest cache holds most experts");
-        let mut container = open_with(&out, Options { threads: 1, cache_bytes: smallest, ..Options::default() });
-        assert_eq!(container.config(), &cfg, "{name}: the container's config");
-        let ours = prompt_logits(&mut container, &o.prompt, false);
-        check(name, "container prompt logits", &ours, &o.logits);
-        let stats = container.cache_stats().expect("experts should stream through the cache").clone();
-        let experts = manifest.banks.len() * cfg.moe.as_ref().unwrap().experts;
-        assert!(stats.misses > 0 && stats.slots < experts, "{name}: {stats:?}");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-        assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
-        container.reset();
-        assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
-        let mtp = format!("model.layers.{}.", cfg.layers);
+        let (out, manifest) = assert_float_container_close_with_smallest_cache(name, TOL);
+        let mtp = format!("model.layers.{}.", open_model_threads(&oracle(name).dir.join("model"), 1, 32).config().layers);
         for file in &manifest.trunk_files {
             let st = waste::format::safetensors::SafeTensors::open(&out.join(file)).unwrap();
             assert!(st.tensors.iter().all(|t| !t.name.starts_with(&mtp)), "{name}: {file} holds MTP tensors");
@@ -119,15 +63,8 @@ fn glm_float_containers_match_with_a_small_expert_cache() {
 fn glm_chunking_threads_and_reset_are_bit_identical() {
     for name in ALL {
         let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        let base = prompt_logits(&mut m, &o.prompt, false);
-        m.reset();
-        assert!(bit_identical(&base, &prompt_logits(&mut m, &o.prompt, false)), "{name}: after reset");
-        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true), (3, 7, false)] {
-            let other = prompt_logits(&mut open(&dir, threads, chunk), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
-        }
+        let runs = [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true), (3, 7, false)];
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &runs);
     }
 }
 
@@ -139,23 +76,8 @@ fn glm_cache_size_and_io_are_bit_identical() {
     for name in ["glm4_moe_f32", "glm4_moe_noqk_f32"] {
         let o = oracle(name);
         let dir = float_container(name, "bits");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-        let manifest = waste::format::container::Manifest::open(&dir).unwrap();
-        let smallest = waste::cache::min_cache_bytes(&manifest);
-        let base = Options { threads: 1, io_threads: 0, ..Options::default() };
-        for (label, opts, single) in [
-            ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
-            ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
-            ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
-            ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
-            ("token at a time, smallest cache, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
-        ] {
-            let mut m = open_with(&dir, opts);
-            let got = prompt_logits(&mut m, &o.prompt, single);
-            assert!(bit_identical(&hf, &got), "{name}: {label}");
-            let s = m.cache_stats().unwrap();
-            assert!(s.hits + s.misses > 0, "{name}: {label}: {s:?}");
-        }
+        let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+        assert_cache_size_and_io_bit_identical(name, &dir, &o.prompt, &hf);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 }
@@ -165,32 +87,13 @@ fn glm_cache_size_and_io_are_bit_identical() {
 /// layer).
 #[test]
 fn glm_plan_equals_memory_used() {
-    let option_sets = [
-        Options::default(),
-        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
-        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
-    ];
     for name in ["glm4_moe_f32", "glm4_moe_bf16", "glm4_moe_noqk_f32"] {
-        let hf = oracle(name).dir.join("model");
-        let container = float_container(name, "plan");
-        for dir in [&hf, &container] {
-            for opts in &option_sets {
-                let plan = waste::plan_memory(dir, opts).unwrap();
-                let m = Model::open(dir, opts).unwrap();
-                let info = m.info();
-                let what = format!("{} with {opts:?}", dir.display());
-                assert_plan_matches(&plan, &m, &what);
-                let cache = if dir == &container { m.budget().expert_cache_bytes } else { 0 };
-                assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk: {what}");
-                assert_eq!((plan.state_bytes, plan.scratch_bytes), (info.kv_bytes, info.scratch_bytes), "state/scratch: {what}");
-                let cfg = m.config();
-                let ctx = plan.ctx as u64;
-                let kv = 2 * cfg.layers as u64 * ctx * cfg.kv_dim() as u64 * 4;
-                assert_eq!(plan.state_bytes, kv + (ctx + 1) * 4, "state = K/V cache of the decoder layers + tokens: {what}");
-                assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
-            }
-        }
-        let _ = std::fs::remove_dir_all(container.parent().unwrap());
+        assert_plan_equals_memory_used(name, |plan, m, what| {
+            let cfg = m.config();
+            let ctx = plan.ctx as u64;
+            let kv = 2 * cfg.layers as u64 * ctx * cfg.kv_dim() as u64 * 4;
+            assert_eq!(plan.state_bytes, kv + (ctx + 1) * 4, "state = K/V cache of the decoder layers + tokens: {what}");
+        });
     }
 }
 
@@ -222,8 +125,8 @@ fn glm_mtp_tensors_are_never_read() {
         let opts = Options { ctx: 64, ..Options::default() };
         let (with, without) = (waste::plan_memory(&src, &opts).unwrap(), waste::plan_memory(&dst, &opts).unwrap());
         assert_eq!(waste::MemoryPlan { path: with.path.clone(), ..without }, with, "{name}: the plans differ");
-        let a = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
-        let b = prompt_logits(&mut open(&dst, 1, 32), &o.prompt, false);
+        let a = prompt_logits(&mut open_model_threads(&src, 1, 32), &o.prompt, false);
+        let b = prompt_logits(&mut open_model_threads(&dst, 1, 32), &o.prompt, false);
         assert!(bit_identical(&a, &b), "{name}: the MTP tensors change the logits");
         let _ = std::fs::remove_dir_all(&dst);
     }
@@ -238,7 +141,7 @@ fn glm_fixtures_have_the_intended_structure() {
         let o = oracle(name);
         let meta = read_json(&o.dir.join("meta.json"));
         assert_eq!(meta.get("transformers").unwrap().as_str(), Some("5.24.0"), "{name}");
-        let m = open(&o.dir.join("model"), 1, 32);
+        let m = open_model_threads(&o.dir.join("model"), 1, 32);
         let cfg = m.config();
         let layers = meta.get("layers").unwrap().as_array().unwrap();
         assert_eq!(layers.len(), cfg.layers, "{name}");
@@ -256,7 +159,7 @@ fn glm_fixtures_have_the_intended_structure() {
         assert_eq!(cfg.rope.dim * 2, cfg.head_dim, "{name}: partial rotary 0.5");
         assert!(cfg.qkv_bias && !cfg.o_bias, "{name}");
     }
-    let cfg = |name: &str| open(&oracle(name).dir.join("model"), 1, 32).config().clone();
+    let cfg = |name: &str| open_model_threads(&oracle(name).dir.join("model"), 1, 32).config().clone();
     let c = cfg("glm4_moe_f32");
     assert_eq!((c.head_dim, c.rope.dim, c.qk_norm, c.mtp_layers), (32, 16, QkNorm::PerHead, 1));
     let moe = c.moe.as_ref().unwrap();
@@ -280,7 +183,7 @@ fn glm_fixtures_have_the_intended_structure() {
         for t in ["model.layers.3.eh_proj.weight", "model.layers.3.self_attn.q_proj.weight", "model.layers.3.mlp.experts.7.down_proj.weight"] {
             assert_eq!(st.get(t).is_some(), present, "{name}: {t}");
         }
-        assert_eq!(open(&dir, 1, 32).info().mtp_layers, 1, "{name}");
+        assert_eq!(open_model_threads(&dir, 1, 32).info().mtp_layers, 1, "{name}");
         let (code, out, err) = waste(&["info", dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("mtp layers    1 skipped") && out.contains("model.layers.3.* are never read"), "{out}");
@@ -393,7 +296,7 @@ fn glm_random_container_opens_and_plans() {
     let manifest = waste::format::container::Manifest::open(&out).unwrap();
     assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), [1, 2]);
     let opts = Options { threads: 1, cache_bytes: waste::cache::min_cache_bytes(&manifest), ..Options::default() };
-    let mut m = open_with(&out, opts.clone());
+    let mut m = open_model(&out, opts.clone());
     let logits = prompt_logits(&mut m, &[1, 5, 9, 13, 17, 21, 25, 29], false);
     assert_finite("random GLM container logits", &logits);
     assert!(m.cache_stats().unwrap().misses > 0);
@@ -415,11 +318,11 @@ fn glm_quantized_paths_run() {
         let base = temp_dir(&format!("{name}-quant"));
         let q4 = base.join("default.waste");
         convert(&ConvertOptions::new(&src, &q4), &mut |_| {}).unwrap();
-        assert_finite(&format!("{name}: q4 container logits"), &prompt_logits(&mut open(&q4, 1, 32), &o.prompt, false));
+        assert_finite(&format!("{name}: q4 container logits"), &prompt_logits(&mut open_model_threads(&q4, 1, 32), &o.prompt, false));
         let q8 = base.join("q8-checkpoint");
         quantize_checkpoint(&src, &q8, Width::Q8).unwrap();
-        assert_finite(&format!("{name}: q8 checkpoint logits"), &prompt_logits(&mut open(&q8, 1, 32), &o.prompt, false));
-        let mut int8 = open_with(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
+        assert_finite(&format!("{name}: q8 checkpoint logits"), &prompt_logits(&mut open_model_threads(&q8, 1, 32), &o.prompt, false));
+        let mut int8 = open_model(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
         assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
         let _ = std::fs::remove_dir_all(&base);
     }

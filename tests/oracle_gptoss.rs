@@ -6,27 +6,10 @@
 
 mod common;
 use common::*;
-use std::path::Path;
 use waste::{Model, Options};
 
 const TOL: f32 = 2e-5;
 const ALL: [&str; 3] = ["gpt_oss_f32", "gpt_oss_bf16", "gpt_oss_mxfp4"];
-
-fn open_with(dir: &Path, opts: Options) -> Model {
-    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-}
-
-fn open(dir: &Path, threads: usize, prefill_chunk: usize) -> Model {
-    open_with(dir, Options { threads, prefill_chunk, ..Options::default() })
-}
-
-fn check(name: &str, ours: &[f32], reference: &[f32]) {
-    assert_eq!(ours.len(), reference.len(), "{name}: logits length");
-    assert!(ours.iter().all(|v| v.is_finite()), "{name}: non-finite logits");
-    let rel = rel_max_diff(ours, reference);
-    println!("{name}: logits max|diff|/max|ref| = {rel:.3e}");
-    assert!(rel <= TOL, "{name}: {rel:.3e} > {TOL:.0e}");
-}
 
 /// Every prompt position, every layer's hidden state and the greedy continuation (decoded with
 /// the KV cache on both sides), from the Hugging Face directory.
@@ -35,18 +18,10 @@ fn gptoss_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
         let o = oracle(name);
         let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        check(name, &prompt_logits(&mut m, &o.prompt, false), &o.logits);
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        m.reset();
-        let hidden = hidden_states(&mut m, &o.prompt).unwrap();
-        for s in 0..slots {
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s}: {rel:.3e}");
-        }
-        let got = greedy(&mut open(&dir, 2, 32), &o.prompt, o.greedy.len());
+        let mut m = open_model_threads(&dir, 1, 32);
+        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
+        assert_hidden_states_close(name, &mut m, &o, TOL);
+        let got = greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len());
         assert_eq!(got, o.greedy, "{name}: greedy continuation");
     }
 }
@@ -58,61 +33,46 @@ fn gptoss_decode_matches_transformers_cached_decode() {
     for name in ALL {
         let o = oracle(name);
         let reference = read_f32(&o.dir.join("decode_logits.f32"));
-        let mut m = open(&o.dir.join("model"), 1, 32);
+        let mut m = open_model_threads(&o.dir.join("model"), 1, 32);
         let mut ours = m.eval(&o.prompt).unwrap().to_vec();
         for &t in &o.greedy[..o.greedy.len() - 1] {
             ours.extend_from_slice(m.eval(&[t]).unwrap());
         }
-        check(&format!("{name} (cached decode)"), &ours, &reference);
+        assert_close(name, "cached decode logits", &ours, &reference, TOL);
     }
 }
 
 /// Token at a time, two threads and chunks of 5 (windows straddling chunk edges) give the
-/// default run's bits.
+/// default run's bits; so does a second run after `reset`.
 #[test]
 fn gptoss_chunking_and_threads_are_bit_identical() {
     for name in ALL {
         let o = oracle(name);
-        let dir = o.dir.join("model");
-        let base = prompt_logits(&mut open(&dir, 1, 32), &o.prompt, false);
-        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 3, true)] {
-            let other = prompt_logits(&mut open(&dir, threads, chunk), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
-        }
+        let runs = [(2, 32, false), (1, 32, true), (1, 5, false), (2, 3, true)];
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &runs);
     }
 }
 
 /// A float container (experts decoded from the fused or MXFP4 tensors into f32 records,
 /// their biases in the trunk) streams its experts and gives the HF directory's bits; the cache
-/// size, I/O threads and look-ahead change nothing.
+/// size, I/O threads, two compute threads and look-ahead change nothing.
 #[test]
 fn gptoss_float_containers_match_and_cache_size_is_bit_identical() {
     for name in ALL {
         let o = oracle(name);
         let out = float_container(name, "container");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-        let mut c = open(&out, 1, 32);
-        let from_dir = open(&o.dir.join("model"), 1, 32);
+        let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+        let mut c = open_model_threads(&out, 1, 32);
+        let from_dir = open_model_threads(&o.dir.join("model"), 1, 32);
         assert_eq!(c.config(), from_dir.config(), "{name}: the container's config");
         let ours = prompt_logits(&mut c, &o.prompt, false);
-        check(&format!("{name} (container)"), &ours, &o.logits);
+        assert_close(name, "container logits", &ours, &o.logits, TOL);
         assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
         let stats = c.cache_stats().expect("experts should stream").clone();
         assert!(stats.misses > 0 && stats.bytes_read > 0, "{name}: {stats:?}");
         c.reset();
         assert_eq!(greedy(&mut c, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
-        let manifest = waste::format::container::Manifest::open(&out).unwrap();
-        let smallest = waste::cache::min_cache_bytes(&manifest);
-        let base = Options { threads: 1, io_threads: 0, ..Options::default() };
-        for (label, opts, single) in [
-            ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
-            ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
-            ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
-            ("token at a time, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
-        ] {
-            let got = prompt_logits(&mut open_with(&out, opts), &o.prompt, single);
-            assert!(bit_identical(&hf, &got), "{name}: {label}");
-        }
+        assert_cache_size_and_io_bit_identical(name, &out, &o.prompt, &hf);
         let _ = std::fs::remove_dir_all(out.parent().unwrap());
     }
 }
@@ -127,11 +87,11 @@ fn gptoss_plan_equals_memory_used() {
         let dir = o.dir.join("model");
         let opts = Options { threads: 1, ..Options::default() };
         let plan = waste::plan_memory(&dir, &opts).unwrap();
-        let m = open_with(&dir, opts.clone());
+        let m = open_model(&dir, opts.clone());
         assert_plan_matches(&plan, &m, name);
         let out = float_container(name, "plan");
         let plan = waste::plan_memory(&out, &opts).unwrap();
-        let m = open_with(&out, opts);
+        let m = open_model(&out, opts);
         assert_plan_matches(&plan, &m, &format!("{name} container"));
         let _ = std::fs::remove_dir_all(out.parent().unwrap());
     }
@@ -141,7 +101,7 @@ fn gptoss_plan_equals_memory_used() {
 /// that binds, MXFP4 experts stored as blocks and scales.
 #[test]
 fn gptoss_fixtures_have_the_intended_structure() {
-    let m = open(&oracle("gpt_oss_f32").dir.join("model"), 1, 32);
+    let m = open_model_threads(&oracle("gpt_oss_f32").dir.join("model"), 1, 32);
     let c = m.config();
     assert_eq!(c.sliding_window, vec![Some(8), None, Some(8), None]);
     assert!(matches!(c.rope.scaling, waste::format::config::RopeScaling::Yarn { factor, truncate: false, .. } if factor == 4.0));
@@ -152,7 +112,7 @@ fn gptoss_fixtures_have_the_intended_structure() {
     let tensors = meta.get("tensors").unwrap();
     assert!(tensors.get("model.layers.0.mlp.experts.gate_up_proj_blocks").is_some());
     assert!(tensors.get("model.layers.0.mlp.experts.gate_up_proj").is_none());
-    let mx = open(&oracle("gpt_oss_mxfp4").dir.join("model"), 1, 32);
+    let mx = open_model_threads(&oracle("gpt_oss_mxfp4").dir.join("model"), 1, 32);
     assert!(mx.info().dtypes.iter().any(|d| d == "U8"), "{:?}", mx.info().dtypes);
 }
 
@@ -195,7 +155,7 @@ fn gptoss_fixture_features_each_matter() {
         let config = std::fs::read_to_string(o.dir.join("model/config.json")).unwrap();
         assert!(config.contains(from), "{what}: {from} not in config.json");
         std::fs::write(dir.join("config.json"), config.replace(from, to)).unwrap();
-        let rel = rel_max_diff(&prompt_logits(&mut open(&dir, 1, 32), &o.prompt, false), &o.logits);
+        let rel = rel_max_diff(&prompt_logits(&mut open_model_threads(&dir, 1, 32), &o.prompt, false), &o.logits);
         println!("gpt_oss_f32 with {what}: max|diff|/max|ref| = {rel:.3e}");
         assert!(rel > 100.0 * TOL, "{what}: {rel:.3e}");
         let _ = std::fs::remove_dir_all(&dir);
@@ -216,23 +176,23 @@ fn gptoss_native_mxfp4_experts_match_and_are_bit_stable() {
     let manifest = waste::format::container::Manifest::open(&out).unwrap();
     let layout = &manifest.banks[0].layout;
     assert!(layout.matrices.iter().all(|m| m.dtype.name() == "MXFP4" && m.bytes == m.rows * m.cols / 32 * 17), "{layout:?}");
-    let base = prompt_logits(&mut open(&out, 1, 32), &o.prompt, false);
-    check("gpt_oss_mxfp4 (native mxfp4 container)", &base, &o.logits);
+    let base = prompt_logits(&mut open_model_threads(&out, 1, 32), &o.prompt, false);
+    assert_close("gpt_oss_mxfp4", "native mxfp4 container logits", &base, &o.logits, TOL);
     let smallest = waste::cache::min_cache_bytes(&manifest);
     for (label, opts, single) in [
         ("2 threads", Options { threads: 2, ..Options::default() }, false),
         ("token at a time, smallest cache", Options { threads: 1, cache_bytes: smallest, io_threads: 2, ..Options::default() }, true),
         ("chunks of 5", Options { threads: 1, prefill_chunk: 5, ..Options::default() }, false),
     ] {
-        assert!(bit_identical(&base, &prompt_logits(&mut open_with(&out, opts), &o.prompt, single)), "native mxfp4: {label}");
+        assert!(bit_identical(&base, &prompt_logits(&mut open_model(&out, opts), &o.prompt, single)), "native mxfp4: {label}");
     }
     // The scalar kernels everywhere (the trunk's differ from the SIMD ones in summation order).
-    let scalar = prompt_logits(&mut open_with(&out, Options { threads: 1, force_scalar: true, ..Options::default() }), &o.prompt, false);
-    check("gpt_oss_mxfp4 (native mxfp4 container, scalar kernels)", &scalar, &o.logits);
-    let mut m = open(&out, 1, 32);
+    let scalar = prompt_logits(&mut open_model(&out, Options { threads: 1, force_scalar: true, ..Options::default() }), &o.prompt, false);
+    assert_close("gpt_oss_mxfp4", "native mxfp4 container logits, scalar kernels", &scalar, &o.logits, TOL);
+    let mut m = open_model_threads(&out, 1, 32);
     assert_eq!(greedy(&mut m, &o.prompt, o.greedy.len()), o.greedy, "native mxfp4 greedy");
     let plan = waste::plan_memory(&out, &Options { threads: 1, ..Options::default() }).unwrap();
-    assert_plan_matches(&plan, &open_with(&out, Options { threads: 1, ..Options::default() }), "native mxfp4 container");
+    assert_plan_matches(&plan, &open_model(&out, Options { threads: 1, ..Options::default() }), "native mxfp4 container");
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 
     let f32_src = oracle("gpt_oss_f32");

@@ -26,37 +26,6 @@ fn all() -> impl Iterator<Item = &'static str> {
     SHARED.into_iter().chain(EXTRA)
 }
 
-fn open_with(dir: &Path, opts: Options) -> Model {
-    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-}
-
-fn open(dir: &Path, threads: usize, prefill_chunk: usize) -> Model {
-    open_with(dir, Options { threads, prefill_chunk, ..Options::default() })
-}
-
-fn assert_finite(name: &str, what: &str, v: &[f32]) {
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        panic!("{name}: {what}[{i}] = {}", v[i]);
-    }
-}
-
-/// max|diff| / max|ref| over every position, and the worst position.
-fn check_logits(name: &str, ours: &[f32], o: &Oracle, vocab: usize) -> f32 {
-    assert_eq!(ours.len(), o.logits.len(), "{name}: logits length");
-    assert_finite(name, "logits", ours);
-    let max_ref = o.logits.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let (mut worst, mut at) = (0.0f32, 0);
-    for (t, (a, b)) in ours.chunks_exact(vocab).zip(o.logits.chunks_exact(vocab)).enumerate() {
-        let d = a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / max_ref;
-        if d > worst {
-            (worst, at) = (d, t);
-        }
-    }
-    println!("{name}: logits max|diff|/max|ref| = {worst:.3e} over {} positions (worst at {at})", o.prompt.len());
-    assert!(worst <= TOL, "{name}: {worst:.3e} > {TOL:.0e} at position {at}");
-    worst
-}
-
 
 /// Logits at every position, every layer's hidden state and the greedy continuation, from the
 /// Hugging Face directory.
@@ -65,23 +34,11 @@ fn latent_models_match_the_reference_from_the_hf_directory() {
     for name in all() {
         let o = oracle(name);
         let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
+        let mut m = open_model_threads(&dir, 1, 32);
         let ours = prompt_logits(&mut m, &o.prompt, false);
-        check_logits(name, &ours, &o, m.info().vocab);
-
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
-        m.reset();
-        let hidden = hidden_states(&mut m, &o.prompt).unwrap();
-        assert_finite(name, "hidden states", &hidden);
-        for s in 0..slots {
-            // Ours has an extra slot: the last layer before and after the final norm.
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s} (after layer {}): {rel:.3e}", s as i64 - 1);
-        }
-        let got = greedy(&mut open(&dir, 2, 32), &o.prompt, o.greedy.len());
+        assert_logits_close_at_every_position(name, &ours, &o, m.info().vocab, TOL);
+        assert_hidden_states_close(name, &mut m, &o, TOL);
+        let got = greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len());
         assert_eq!(got, o.greedy, "{name}: greedy continuation");
     }
 }
@@ -94,16 +51,16 @@ fn latent_float_containers_match_and_stream_their_experts() {
         let o = oracle(name);
         let out = float_container(name, "container");
         let manifest = waste::format::container::Manifest::open(&out).unwrap();
-        let mut container = open(&out, 1, 32);
-        let from_dir = open(&o.dir.join("model"), 1, 32);
+        let mut container = open_model_threads(&out, 1, 32);
+        let from_dir = open_model_threads(&o.dir.join("model"), 1, 32);
         assert_eq!(container.config(), from_dir.config(), "{name}: the container's config");
         let moe_layers: Vec<usize> = (0..from_dir.config().layers).filter(|&l| from_dir.config().is_moe_layer(l)).collect();
         assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), moe_layers, "{name}: one bank per MoE layer");
         let ours = prompt_logits(&mut container, &o.prompt, false);
-        check_logits(&format!("{name} (container)"), &ours, &o, container.info().vocab);
+        assert_logits_close_at_every_position(&format!("{name} (container)"), &ours, &o, container.info().vocab, TOL);
         let stats = container.cache_stats().expect("experts should stream through the cache").clone();
         assert!(stats.misses > 0 && stats.bytes_read > 0, "{name}: {stats:?}");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
+        let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
         assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
         container.reset();
         assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
@@ -117,15 +74,8 @@ fn latent_float_containers_match_and_stream_their_experts() {
 fn latent_chunking_threads_and_reset_are_bit_identical() {
     for name in all() {
         let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        let base = prompt_logits(&mut m, &o.prompt, false);
-        m.reset();
-        assert!(bit_identical(&base, &prompt_logits(&mut m, &o.prompt, false)), "{name}: after reset");
-        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true)] {
-            let other = prompt_logits(&mut open(&dir, threads, chunk), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
-        }
+        let runs = [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true)];
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &runs);
     }
 }
 
@@ -137,23 +87,8 @@ fn latent_cache_size_and_io_are_bit_identical() {
     for name in ["deepseek_v3_f32", "deepseek_v3_group_f32", "deepseek_v2_glg_f32", "kimi_linear_decode_f32"] {
         let o = oracle(name);
         let dir = float_container(name, "bits");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-        let manifest = waste::format::container::Manifest::open(&dir).unwrap();
-        let smallest = waste::cache::min_cache_bytes(&manifest);
-        let base = Options { threads: 1, io_threads: 0, ..Options::default() };
-        for (label, opts, single) in [
-            ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
-            ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
-            ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
-            ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
-            ("token at a time, smallest cache, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
-        ] {
-            let mut m = open_with(&dir, opts);
-            let got = prompt_logits(&mut m, &o.prompt, single);
-            assert!(bit_identical(&hf, &got), "{name}: {label}");
-            let s = m.cache_stats().unwrap();
-            assert!(s.hits + s.misses > 0, "{name}: {label}: {s:?}");
-        }
+        let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+        assert_cache_size_and_io_bit_identical(name, &dir, &o.prompt, &hf);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 }
@@ -169,14 +104,12 @@ fn kimi_decode_matches_transformers_cached_decode() {
     let reference = read_f32(&o.dir.join("decode_logits.f32"));
     let vocab = 512;
     assert_eq!(reference.len(), (o.prompt.len() - from + 1) * vocab);
-    let mut m = open(&o.dir.join("model"), 1, 32);
+    let mut m = open_model_threads(&o.dir.join("model"), 1, 32);
     let mut ours = prompt_logits(&mut m, &o.prompt[..from], false)[(from - 1) * vocab..].to_vec();
     for &t in &o.prompt[from..] {
         ours.extend_from_slice(m.eval(&[t]).unwrap());
     }
-    let rel = rel_max_diff(&ours, &reference);
-    println!("kimi_linear_decode_f32: cached decode rows {}..{}: max|diff|/max|ref| = {rel:.3e}", from - 1, o.prompt.len() - 1);
-    assert!(rel <= TOL, "{rel:.3e}");
+    assert_close("kimi_linear_decode_f32", &format!("cached decode rows {}..{}", from - 1, o.prompt.len() - 1), &ours, &reference, TOL);
     // The reference's own decode is within f32 noise of its prefill (recorded when it was made).
     assert!(decode.get("rel_diff_vs_prefill").unwrap().as_f64().unwrap() < 2e-5);
 }
@@ -190,7 +123,7 @@ fn latent_fixtures_have_the_intended_structure() {
         let o = oracle(name);
         let meta = read_json(&o.dir.join("meta.json"));
         assert_eq!(meta.get("transformers").unwrap().as_str(), Some("5.24.0"), "{name}");
-        let m = open(&o.dir.join("model"), 1, 32);
+        let m = open_model_threads(&o.dir.join("model"), 1, 32);
         let cfg = m.config();
         let layers = meta.get("layers").unwrap().as_array().unwrap();
         assert_eq!(layers.len(), cfg.layers, "{name}");
@@ -213,7 +146,7 @@ fn latent_fixtures_have_the_intended_structure() {
             assert!(b.get("tokens_with_other_experts").unwrap().as_u64().unwrap() > 0, "{name}: the bias changes no winner");
         }
     }
-    let mla = |name: &str| open(&oracle(name).dir.join("model"), 1, 32).config().clone();
+    let mla = |name: &str| open_model_threads(&oracle(name).dir.join("model"), 1, 32).config().clone();
     // V3 with groups: q-LoRA, interleaved, YaRN factor 40 with mscale_all_dim 1 (spec §3.5).
     let c = mla("deepseek_v3_group_f32");
     let m = c.mla.as_ref().unwrap();
@@ -245,42 +178,23 @@ fn latent_fixtures_have_the_intended_structure() {
 /// KDA layer) with no K/V cache; `memory_used` agrees.
 #[test]
 fn latent_plan_counts_the_latent_cache_and_the_kda_state() {
-    let option_sets = [
-        Options::default(),
-        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
-        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
-    ];
     for name in ["deepseek_v3_f32", "kimi_linear_f32", "deepseek_v3_plain_f32", "kimi_linear_decode_f32"] {
-        let hf = oracle(name).dir.join("model");
-        let container = float_container(name, "plan");
-        for dir in [&hf, &container] {
-            for opts in &option_sets {
-                let plan = waste::plan_memory(dir, opts).unwrap();
-                let m = Model::open(dir, opts).unwrap();
-                let info = m.info();
-                let what = format!("{} with {opts:?}", dir.display());
-                // A container's weights also count the expert cache's slots.
-                let cache = if dir == &container { m.budget().expert_cache_bytes } else { 0 };
-                assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk: {what}");
-                assert_eq!((plan.state_bytes, plan.scratch_bytes), (info.kv_bytes, info.scratch_bytes), "state/scratch: {what}");
-                let cfg = m.config();
-                let mla = cfg.mla.as_ref().unwrap();
-                let ctx = plan.ctx as u64;
-                let latent: u64 = (0..cfg.layers).map(|l| match cfg.mixer(l) {
-                    Mixer::Mla => ctx * (mla.kv_lora_rank + mla.rope_dim) as u64,
-                    Mixer::Kda => {
-                        let k = mla.kda.unwrap();
-                        (k.heads * k.head_dim * k.head_dim + 3 * (k.conv_kernel - 1) * k.heads * k.head_dim) as u64
-                    }
-                    Mixer::Attention => panic!("{what}: a standard attention layer"),
-                }).sum::<u64>() * 4;
-                // And the session's room for its tokens.
-                let history = (ctx + 1) * 4;
-                assert_eq!(plan.state_bytes, latent + history, "state = latent cache + KDA state + tokens, no K/V cache: {what}");
-                assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
-            }
-        }
-        let _ = std::fs::remove_dir_all(container.parent().unwrap());
+        assert_plan_equals_memory_used(name, |plan, m, what| {
+            let cfg = m.config();
+            let mla = cfg.mla.as_ref().unwrap();
+            let ctx = plan.ctx as u64;
+            let latent: u64 = (0..cfg.layers).map(|l| match cfg.mixer(l) {
+                Mixer::Mla => ctx * (mla.kv_lora_rank + mla.rope_dim) as u64,
+                Mixer::Kda => {
+                    let k = mla.kda.unwrap();
+                    (k.heads * k.head_dim * k.head_dim + 3 * (k.conv_kernel - 1) * k.heads * k.head_dim) as u64
+                }
+                Mixer::Attention => panic!("{what}: a standard attention layer"),
+            }).sum::<u64>() * 4;
+            // And the session's room for its tokens.
+            let history = (ctx + 1) * 4;
+            assert_eq!(plan.state_bytes, latent + history, "state = latent cache + KDA state + tokens, no K/V cache: {what}");
+        });
     }
 }
 
@@ -333,16 +247,16 @@ fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
         let base = temp_dir(&format!("{name}-quant"));
         let defaults = base.join("default.waste");
         convert(&ConvertOptions::new(&src, &defaults), &mut |_| {}).unwrap();
-        assert_finite(name, "q4 container logits", &prompt_logits(&mut open(&defaults, 1, 32), &o.prompt, false));
+        assert_finite(&format!("{name}: q4 container logits"), &prompt_logits(&mut open_model_threads(&defaults, 1, 32), &o.prompt, false));
         for (width, tag) in [(Width::Q8, "q8"), (Width::Q4, "q4")] {
             let out = base.join(format!("quantized-{tag}"));
             quantize_checkpoint(&src, &out, width).unwrap();
-            assert_finite(name, &format!("{tag} checkpoint logits"), &prompt_logits(&mut open(&out, 1, 32), &o.prompt, false));
+            assert_finite(&format!("{name}: {tag} checkpoint logits"), &prompt_logits(&mut open_model_threads(&out, 1, 32), &o.prompt, false));
         }
 
         let exact = base.join("q8-representable");
         q8_representable_copy(&src, &exact);
-        let mut float = open(&exact, 1, 32);
+        let mut float = open_model_threads(&exact, 1, 32);
         let reference = prompt_logits(&mut float, &o.prompt, false);
         float.reset();
         let tokens = greedy(&mut float, &o.prompt, o.greedy.len());
@@ -351,7 +265,7 @@ fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
         let q8_checkpoint = base.join("q8-checkpoint");
         quantize_checkpoint(&exact, &q8_checkpoint, Width::Q8).unwrap();
         for dir in [&q8_container, &q8_checkpoint] {
-            let mut m = open(dir, 1, 32);
+            let mut m = open_model_threads(dir, 1, 32);
             let rel = rel_max_diff(&prompt_logits(&mut m, &o.prompt, false), &reference);
             println!("{name}: q8 ({}) vs the float model of the same weights: {rel:.3e}", dir.display());
             assert!(rel <= 1e-5, "{name}: {}: {rel:.3e}", dir.display());
@@ -360,8 +274,8 @@ fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
         }
         // The int8-activation path's buffer covers these layers' widest inputs (its activation
         // rounding flips near-tie routes here, so only finiteness is asserted).
-        let mut int8 = open_with(&q8_container, Options { threads: 2, int8_activations: true, ..Options::default() });
-        assert_finite(name, "int8-activation logits", &prompt_logits(&mut int8, &o.prompt, false));
+        let mut int8 = open_model(&q8_container, Options { threads: 2, int8_activations: true, ..Options::default() });
+        assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
         let _ = std::fs::remove_dir_all(&base);
     }
 }
@@ -426,8 +340,8 @@ fn kimi_accepts_the_transformers_5_kda_keys_and_refuses_fused_experts() {
     assert!(fused_st.get("model.layers.0.self_attn.conv1d.weight").is_some() && fused_st.get("model.layers.0.self_attn.q_conv1d.weight").is_none());
     assert!(fused_st.get("model.layers.4.self_attn.forget_gate.A_log").is_some());
     drop(fused_st);
-    let want = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
-    let got = prompt_logits(&mut open(&base.join("fused"), 1, 32), &o.prompt, false);
+    let want = prompt_logits(&mut open_model_threads(&src, 1, 32), &o.prompt, false);
+    let got = prompt_logits(&mut open_model_threads(&base.join("fused"), 1, 32), &o.prompt, false);
     assert!(bit_identical(&want, &got), "the aliased checkpoint computes something else");
     let (fused_plan, plan) = (waste::plan_memory(base.join("fused"), &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap(), waste::plan_memory(&src, &waste::Options { ctx: 64, ..waste::Options::default() }).unwrap());
     assert_eq!(waste::MemoryPlan { path: plan.path.clone(), ..fused_plan }, plan, "the same plan, but for the path");

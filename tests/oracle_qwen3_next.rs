@@ -20,26 +20,12 @@ use waste::{Model, Options};
 const TOL: f32 = 2e-5;
 const ALL: [&str; 2] = ["qwen3_next_f32", "qwen3_next_bf16"];
 
-fn open_with(dir: &Path, opts: Options) -> Model {
-    Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-}
-
-fn open(dir: &Path, threads: usize, prefill_chunk: usize) -> Model {
-    open_with(dir, Options { threads, prefill_chunk, ..Options::default() })
-}
-
-fn check(name: &str, what: &str, ours: &[f32], reference: &[f32]) {
-    let rel = rel_max_diff(ours, reference);
-    println!("{name}: {what}: max|diff|/max|ref| = {rel:.3e}");
-    assert!(rel <= TOL, "{name}: {what}: {rel:.3e} > {TOL:.0e}");
-}
-
 /// The fixtures are what they claim: both layer kinds, GQA-style value heads, a gated shared
 /// expert, zero-centred norms stored away from 0.
 #[test]
 fn qwen3_next_fixtures_have_the_intended_structure() {
     for name in ALL {
-        let m = open(&oracle(name).dir.join("model"), 1, 32);
+        let m = open_model_threads(&oracle(name).dir.join("model"), 1, 32);
         let c = m.config();
         assert_eq!((c.arch, c.qk_norm, c.head_dim, c.rope.dim), (Arch::Qwen3Next, QkNorm::PerHead, 32, 8), "{name}");
         let g = c.gdn.as_ref().unwrap();
@@ -58,20 +44,10 @@ fn qwen3_next_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
         let o = oracle(name);
         let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        check(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits);
-        let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
-        let (slots, t, h) = (shape[0], shape[1], shape[2]);
-        assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
-        m.reset();
-        let hidden = hidden_states(&mut m, &o.prompt).unwrap();
-        for s in 0..slots {
-            // Ours has an extra slot: the last layer before and after the final norm.
-            let mine = if s + 1 == slots { slots } else { s };
-            let rel = rel_max_diff(&hidden[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
-            assert!(rel <= TOL, "{name}: hidden state slot {s} (after layer {}): {rel:.3e}", s as i64 - 1);
-        }
-        assert_eq!(greedy(&mut open(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
+        let mut m = open_model_threads(&dir, 1, 32);
+        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
+        assert_hidden_states_close(name, &mut m, &o, TOL);
+        assert_eq!(greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
     }
 }
 
@@ -82,20 +58,7 @@ fn qwen3_next_matches_the_reference_from_the_hf_directory() {
 fn qwen3_next_decode_matches_transformers_cached_decode() {
     for name in ALL {
         let o = oracle(name);
-        let meta = read_json(&o.dir.join("meta.json"));
-        let from = meta.get("decode").unwrap().get("prefill_len").unwrap().as_u64().unwrap() as usize;
-        let reference = read_f32(&o.dir.join("decode_logits.f32"));
-        let mut m = open(&o.dir.join("model"), 1, 32);
-        let vocab = m.info().vocab;
-        assert_eq!(reference.len(), (o.prompt.len() - from + 1) * vocab, "{name}");
-        let mut ours = Vec::new();
-        for (i, &t) in o.prompt.iter().enumerate() {
-            let row = m.eval(&[t]).unwrap();
-            if i + 1 >= from {
-                ours.extend_from_slice(row);
-            }
-        }
-        check(name, &format!("cached decode rows {}..{}", from - 1, o.prompt.len() - 1), &ours, &reference);
+        assert_cached_decode_close(name, &mut open_model_threads(&o.dir.join("model"), 1, 32), &o, TOL);
     }
 }
 
@@ -105,15 +68,8 @@ fn qwen3_next_decode_matches_transformers_cached_decode() {
 fn qwen3_next_chunking_threads_and_reset_are_bit_identical() {
     for name in ALL {
         let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open(&dir, 1, 32);
-        let base = prompt_logits(&mut m, &o.prompt, false);
-        m.reset();
-        assert!(bit_identical(&base, &prompt_logits(&mut m, &o.prompt, false)), "{name}: after reset");
-        for (threads, chunk, single) in [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true), (3, 7, false)] {
-            let other = prompt_logits(&mut open(&dir, threads, chunk), &o.prompt, single);
-            assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
-        }
+        let runs = [(2, 32, false), (1, 32, true), (1, 5, false), (2, 5, true), (3, 7, false)];
+        assert_chunking_threads_and_reset_bit_identical(name, &o.dir.join("model"), &o.prompt, &runs);
     }
 }
 
@@ -123,26 +79,7 @@ fn qwen3_next_chunking_threads_and_reset_are_bit_identical() {
 #[test]
 fn qwen3_next_float_containers_match_with_a_small_expert_cache() {
     for name in ALL {
-        let o = oracle(name);
-        let out = float_container(name, "container");
-        let manifest = waste::format::container::Manifest::open(&out).unwrap();
-        let from_dir = open(&o.dir.join("model"), 1, 32);
-        let cfg = from_dir.config().clone();
-        let moe_layers: Vec<usize> = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).collect();
-        assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), moe_layers, "{name}: one bank per MoE layer");
-        let smallest = waste::cache::min_cache_bytes(&manifest);
-        assert!(smallest < manifest.expert_bytes() / 2, "{name}: the smallest cache holds most experts");
-        let mut container = open_with(&out, Options { threads: 1, cache_bytes: smallest, ..Options::default() });
-        assert_eq!(container.config(), &cfg, "{name}: the container's config");
-        let ours = prompt_logits(&mut container, &o.prompt, false);
-        check(name, "container prompt logits", &ours, &o.logits);
-        let stats = container.cache_stats().expect("experts should stream through the cache").clone();
-        let experts = manifest.banks.len() * cfg.moe.as_ref().unwrap().experts;
-        assert!(stats.misses > 0 && stats.slots < experts, "{name}: {stats:?}");
-        let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-        assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
-        container.reset();
-        assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
+        let (out, _) = assert_float_container_close_with_smallest_cache(name, TOL);
         let _ = std::fs::remove_dir_all(out.parent().unwrap());
     }
 }
@@ -155,23 +92,8 @@ fn qwen3_next_cache_size_and_io_are_bit_identical() {
     let name = "qwen3_next_f32";
     let o = oracle(name);
     let dir = float_container(name, "bits");
-    let hf = prompt_logits(&mut open(&o.dir.join("model"), 1, 32), &o.prompt, false);
-    let manifest = waste::format::container::Manifest::open(&dir).unwrap();
-    let smallest = waste::cache::min_cache_bytes(&manifest);
-    let base = Options { threads: 1, io_threads: 0, ..Options::default() };
-    for (label, opts, single) in [
-        ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
-        ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
-        ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
-        ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
-        ("token at a time, smallest cache, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
-    ] {
-        let mut m = open_with(&dir, opts);
-        let got = prompt_logits(&mut m, &o.prompt, single);
-        assert!(bit_identical(&hf, &got), "{name}: {label}");
-        let s = m.cache_stats().unwrap();
-        assert!(s.hits + s.misses > 0, "{name}: {label}: {s:?}");
-    }
+    let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+    assert_cache_size_and_io_bit_identical(name, &dir, &o.prompt, &hf);
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
@@ -181,35 +103,16 @@ fn qwen3_next_cache_size_and_io_are_bit_identical() {
 /// q|k|v width).
 #[test]
 fn qwen3_next_plan_counts_the_recurrent_state() {
-    let option_sets = [
-        Options::default(),
-        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
-        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
-    ];
     for name in ALL {
-        let hf = oracle(name).dir.join("model");
-        let container = float_container(name, "plan");
-        for dir in [&hf, &container] {
-            for opts in &option_sets {
-                let plan = waste::plan_memory(dir, opts).unwrap();
-                let m = Model::open(dir, opts).unwrap();
-                let info = m.info();
-                let what = format!("{} with {opts:?}", dir.display());
-                assert_plan_matches(&plan, &m, &what);
-                let cache = if dir == &container { m.budget().expert_cache_bytes } else { 0 };
-                assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk: {what}");
-                assert_eq!((plan.state_bytes, plan.scratch_bytes), (info.kv_bytes, info.scratch_bytes), "state/scratch: {what}");
-                let cfg = m.config();
-                let g = cfg.gdn.as_ref().unwrap();
-                let ctx = plan.ctx as u64;
-                let kv = 2 * 2 * ctx * cfg.kv_dim() as u64 * 4;
-                let linear = 2 * (4 * 16 * 8 + 3 * (2 * 2 * 16 + 4 * 8)) as u64 * 4;
-                assert_eq!(linear, (g.count() * (g.v_heads * g.k_dim * g.v_dim + (g.conv_kernel - 1) * g.conv_width())) as u64 * 4);
-                assert_eq!(plan.state_bytes, kv + linear + (ctx + 1) * 4, "state = K/V of 2 layers + GDN state + tokens: {what}");
-                assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
-            }
-        }
-        let _ = std::fs::remove_dir_all(container.parent().unwrap());
+        assert_plan_equals_memory_used(name, |plan, m, what| {
+            let cfg = m.config();
+            let g = cfg.gdn.as_ref().unwrap();
+            let ctx = plan.ctx as u64;
+            let kv = 2 * 2 * ctx * cfg.kv_dim() as u64 * 4;
+            let linear = 2 * (4 * 16 * 8 + 3 * (2 * 2 * 16 + 4 * 8)) as u64 * 4;
+            assert_eq!(linear, (g.count() * (g.v_heads * g.k_dim * g.v_dim + (g.conv_kernel - 1) * g.conv_width())) as u64 * 4);
+            assert_eq!(plan.state_bytes, kv + linear + (ctx + 1) * 4, "state = K/V of 2 layers + GDN state + tokens: {what}");
+        });
     }
 }
 
@@ -226,7 +129,7 @@ fn qwen3_next_quantized_paths_run() {
     let q4 = base.join("default.waste");
     let opts = ConvertOptions { experts: Encoding::BF16, ..ConvertOptions::new(&src, &q4) };
     convert(&opts, &mut |_| {}).unwrap();
-    let q4_logits = prompt_logits(&mut open(&q4, 1, 32), &o.prompt, false);
+    let q4_logits = prompt_logits(&mut open_model_threads(&q4, 1, 32), &o.prompt, false);
     assert_finite(&format!("{name}: q4 container logits"), &q4_logits);
     println!("{name}: q4 container: {:.3e}", rel_max_diff(&q4_logits, &o.logits));
     // Quantization noise moves this tiny random model a lot (near-tied routing: top-k gaps
@@ -238,16 +141,16 @@ fn qwen3_next_quantized_paths_run() {
     let q8 = base.join("q8.waste");
     let opts = ConvertOptions { trunk: Encoding::Q8, experts: Encoding::F32, ..ConvertOptions::new(&src, &q8) };
     convert(&opts, &mut |_| {}).unwrap();
-    let q8_logits = prompt_logits(&mut open(&q8, 1, 32), &o.prompt, false);
+    let q8_logits = prompt_logits(&mut open_model_threads(&q8, 1, 32), &o.prompt, false);
     assert_finite(&format!("{name}: q8 trunk logits"), &q8_logits);
     println!("{name}: q8 trunk container: {:.3e}", rel_max_diff(&q8_logits, &o.logits));
     let ob = oracle("qwen3_next_bf16");
     let bf = base.join("bf16.waste");
     let opts = ConvertOptions { trunk: Encoding::BF16, experts: Encoding::BF16, ..ConvertOptions::new(ob.dir.join("model"), &bf) };
     convert(&opts, &mut |_| {}).unwrap();
-    let hf = prompt_logits(&mut open(&ob.dir.join("model"), 1, 32), &ob.prompt, false);
-    assert!(bit_identical(&prompt_logits(&mut open(&bf, 1, 32), &ob.prompt, false), &hf), "bf16 container vs HF directory");
-    let mut int8 = open_with(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
+    let hf = prompt_logits(&mut open_model_threads(&ob.dir.join("model"), 1, 32), &ob.prompt, false);
+    assert!(bit_identical(&prompt_logits(&mut open_model_threads(&bf, 1, 32), &ob.prompt, false), &hf), "bf16 container vs HF directory");
+    let mut int8 = open_model(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
     assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
     let _ = std::fs::remove_dir_all(&base);
 }
@@ -288,8 +191,8 @@ fn qwen3_next_mtp_tensors_are_never_read() {
     let opts = Options::default();
     let (plain, with_mtp) = (waste::plan_memory(&src, &opts).unwrap(), waste::plan_memory(&dst, &opts).unwrap());
     assert_eq!(plain.resident_bytes(), with_mtp.resident_bytes(), "the plan holds nothing of the MTP module");
-    let hf = prompt_logits(&mut open(&src, 1, 32), &o.prompt, false);
-    assert!(bit_identical(&hf, &prompt_logits(&mut open(&dst, 1, 32), &o.prompt, false)), "logits with the MTP tensors present");
+    let hf = prompt_logits(&mut open_model_threads(&src, 1, 32), &o.prompt, false);
+    assert!(bit_identical(&hf, &prompt_logits(&mut open_model_threads(&dst, 1, 32), &o.prompt, false)), "logits with the MTP tensors present");
     let container = base.join("model.waste");
     let copts = waste::tools::convert::ConvertOptions { trunk: waste::tools::convert::Encoding::F32,
         experts: waste::tools::convert::Encoding::F32, ..waste::tools::convert::ConvertOptions::new(&dst, &container) };
@@ -299,7 +202,7 @@ fn qwen3_next_mtp_tensors_are_never_read() {
         let t = SafeTensors::open(&container.join(file)).unwrap();
         assert!(t.tensors.iter().all(|t| !t.name.starts_with("mtp.")), "{file} holds MTP tensors");
     }
-    assert!(bit_identical(&hf, &prompt_logits(&mut open(&container, 1, 32), &o.prompt, false)), "container logits");
+    assert!(bit_identical(&hf, &prompt_logits(&mut open_model_threads(&container, 1, 32), &o.prompt, false)), "container logits");
     let _ = std::fs::remove_dir_all(&base);
 }
 
@@ -324,7 +227,7 @@ fn qwen3_next_state_round_trip_is_bit_exact() {
         assert_eq!(m2.position(), a.len());
         let got = all_logits(&mut m2, b).unwrap();
         assert!(bit_identical(&got, &want), "{}: logits after a loaded state differ", dir.display());
-        check("qwen3_next_f32", "after a loaded state", &got, &o.logits[a.len() * 256..]);
+        assert_close("qwen3_next_f32", "after a loaded state", &got, &o.logits[a.len() * 256..], TOL);
         let _ = std::fs::remove_dir_all(file.parent().unwrap());
     }
     let _ = std::fs::remove_dir_all(container.parent().unwrap());

@@ -328,3 +328,232 @@ pub fn float_container(name: &str, tag: &str) -> PathBuf {
     waste::tools::convert::convert(&opts, &mut |_| {}).unwrap();
     out
 }
+
+// ---------------------------------------------------------------------------------------------
+// The oracle tests' shared checks: each family's test file states its fixtures and tolerance,
+// these say what "matches" and "bit-identical" mean, once.
+
+/// `Model::open(dir, opts)`, panicking with the directory and the error (a fixture that fails
+/// to open names itself).
+pub fn open_model(dir: &Path, opts: waste::Options) -> waste::Model {
+    waste::Model::open(dir, &opts).unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+}
+
+/// [`open_model`] with the default options but for the compute threads and the prefill chunk.
+pub fn open_model_threads(dir: &Path, threads: usize, prefill_chunk: usize) -> waste::Model {
+    open_model(dir, waste::Options { threads, prefill_chunk, ..waste::Options::default() })
+}
+
+/// Panics unless `ours` is finite, as long as `reference` and within `tol` of it in
+/// max|diff| / max|ref|; prints the figure either way. `name` is the fixture, `what` the
+/// quantity (both are in every message).
+pub fn assert_close(name: &str, what: &str, ours: &[f32], reference: &[f32], tol: f32) {
+    assert_eq!(ours.len(), reference.len(), "{name}: {what}: length");
+    assert_finite(&format!("{name}: {what}"), ours);
+    let rel = rel_max_diff(ours, reference);
+    println!("{name}: {what}: max|diff|/max|ref| = {rel:.3e}");
+    assert!(rel <= tol, "{name}: {what}: {rel:.3e} > {tol:.0e}");
+}
+
+/// Per prompt position (rows of `vocab`), max|diff| / max|ref| with the whole reference's
+/// scale, not the row's; both sides checked finite first (`f32::max` drops NaN, so a NaN row
+/// would otherwise never be the worst). The largest is [`rel_max_diff`].
+pub fn position_errors(ours: &[f32], reference: &[f32], vocab: usize) -> Vec<f32> {
+    assert_finite("engine logits", ours);
+    assert_finite("reference logits", reference);
+    let max_ref = reference.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    ours.chunks_exact(vocab).zip(reference.chunks_exact(vocab))
+        .map(|(a, b)| a.iter().zip(b).fold(0.0f32, |m, (x, y)| m.max((x - y).abs())) / max_ref)
+        .collect()
+}
+
+/// [`assert_close`] for the logits of every prompt position of `o`, saying which position is
+/// worst (so a failure says where along the prompt the engine drifts); returns that error.
+pub fn assert_logits_close_at_every_position(name: &str, ours: &[f32], o: &Oracle, vocab: usize, tol: f32) -> f32 {
+    assert_eq!(ours.len(), o.logits.len(), "{name}: logits length");
+    assert_finite(&format!("{name}: logits"), ours);
+    let (at, worst) = position_errors(ours, &o.logits, vocab).into_iter().enumerate()
+        .fold((0, 0.0f32), |(bt, bw), (t, e)| if e > bw { (t, e) } else { (bt, bw) });
+    println!("{name}: logits max|diff|/max|ref| = {worst:.3e} over {} positions (worst at {at})", o.prompt.len());
+    assert!(worst <= tol, "{name}: {worst:.3e} > {tol:.0e} at position {at}");
+    worst
+}
+
+/// Every slot of the reference's `hidden_states.npy` (the embeddings, each layer's output, the
+/// last one after the final norm) against ours for `o`'s prompt, run on `m` after a reset:
+/// the shape, then each slot within `tol`. Ours has one slot more: the last layer before and
+/// after the final norm.
+pub fn assert_hidden_states_close(name: &str, m: &mut waste::Model, o: &Oracle, tol: f32) {
+    let (shape, reference) = read_npy_f32(&o.dir.join("hidden_states.npy"));
+    let (slots, t, h) = (shape[0], shape[1], shape[2]);
+    assert_eq!((slots, t), (m.config().layers + 1, o.prompt.len()), "{name}: hidden_states shape");
+    m.reset();
+    let ours = hidden_states(m, &o.prompt).unwrap();
+    assert_eq!(ours.len(), (slots + 1) * t * h, "{name}: hidden_states size");
+    assert_finite(&format!("{name}: hidden states"), &ours);
+    for s in 0..slots {
+        let mine = if s + 1 == slots { slots } else { s };
+        let rel = rel_max_diff(&ours[mine * t * h..(mine + 1) * t * h], &reference[s * t * h..(s + 1) * t * h]);
+        assert!(rel <= tol, "{name}: hidden state slot {s} (after layer {}): {rel:.3e} > {tol:.0e}", s as i64 - 1);
+    }
+}
+
+/// transformers' cached decode (`decode_logits.f32`: a prefill of meta.json's
+/// `decode.prefill_len` tokens with the cache, then one token at a time) against ours fed
+/// `o`'s prompt token by token from the start on `m`: every decoded row within `tol`.
+pub fn assert_cached_decode_close(name: &str, m: &mut waste::Model, o: &Oracle, tol: f32) {
+    let meta = read_json(&o.dir.join("meta.json"));
+    let from = meta.get("decode").unwrap().get("prefill_len").unwrap().as_u64().unwrap() as usize;
+    let reference = read_f32(&o.dir.join("decode_logits.f32"));
+    let vocab = m.info().vocab;
+    assert_eq!(reference.len(), (o.prompt.len() - from + 1) * vocab, "{name}");
+    let mut ours = Vec::new();
+    for (i, &t) in o.prompt.iter().enumerate() {
+        let row = m.eval(&[t]).unwrap();
+        if i + 1 >= from {
+            ours.extend_from_slice(row);
+        }
+    }
+    assert_close(name, &format!("cached decode rows {}..{}", from - 1, o.prompt.len() - 1), &ours, &reference, tol);
+}
+
+/// Chunking, threads and `reset` change no bit: `prompt`'s logits from `dir` with one thread
+/// and the default chunk of 32, again on the same model after `reset`, and with each of
+/// `runs` (threads, prefill chunk, fed one token at a time) are the same bits.
+pub fn assert_chunking_threads_and_reset_bit_identical(name: &str, dir: &Path, prompt: &[u32], runs: &[(usize, usize, bool)]) {
+    let mut m = open_model_threads(dir, 1, 32);
+    let base = prompt_logits(&mut m, prompt, false);
+    m.reset();
+    assert!(bit_identical(&base, &prompt_logits(&mut m, prompt, false)), "{name}: after reset");
+    for &(threads, chunk, single) in runs {
+        let other = prompt_logits(&mut open_model_threads(dir, threads, chunk), prompt, single);
+        assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
+    }
+}
+
+/// The expert cache changes only when bytes move: `prompt`'s logits from the float container
+/// `container` of `name` with the smallest cache, every expert cached, I/O threads, two
+/// compute threads, and token by token with the look-ahead are all `want`'s bits (the HF
+/// directory's), and every run went through the cache.
+pub fn assert_cache_size_and_io_bit_identical(name: &str, container: &Path, prompt: &[u32], want: &[f32]) {
+    use waste::Options;
+    let manifest = waste::format::container::Manifest::open(container).unwrap();
+    let smallest = waste::cache::min_cache_bytes(&manifest);
+    let base = Options { threads: 1, io_threads: 0, ..Options::default() };
+    for (label, opts, single) in [
+        ("smallest cache", Options { cache_bytes: smallest, ..base.clone() }, false),
+        ("every expert cached", Options { cache_bytes: manifest.expert_bytes(), ..base.clone() }, false),
+        ("io threads, smallest cache", Options { io_threads: 3, cache_bytes: smallest, ..base.clone() }, false),
+        ("2 compute threads", Options { threads: 2, io_threads: 2, ..base.clone() }, false),
+        ("token at a time, smallest cache, look-ahead", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
+    ] {
+        let mut m = open_model(container, opts);
+        let got = prompt_logits(&mut m, prompt, single);
+        assert!(bit_identical(want, &got), "{name}: {label}");
+        let s = m.cache_stats().unwrap();
+        assert!(s.hits + s.misses > 0, "{name}: {label}: {s:?}");
+    }
+}
+
+/// The plan `waste::plan_memory` makes from `dir`'s headers with `opts`, and the model opened
+/// with them, checked part by part by [`assert_plan_matches`]; with the label the caller's own
+/// checks name (`dir` with `opts`).
+pub fn plan_and_open(dir: &Path, opts: &waste::Options) -> (waste::MemoryPlan, waste::Model, String) {
+    let plan = waste::plan_memory(dir, opts).unwrap();
+    let m = waste::Model::open(dir, opts).unwrap();
+    let what = format!("{} with {opts:?}", dir.display());
+    assert_plan_matches(&plan, &m, &what);
+    (plan, m, what)
+}
+
+/// The plan equals what `Model::open` holds for oracle `name`, from its HF directory and from
+/// an f32 container, each with the defaults, a 7-token context on 3 threads in chunks of 5,
+/// and a 33-token context token by token with int8 activations: [`plan_and_open`], then the
+/// trunk (the weights but a container's expert cache slots), state, scratch and `memory_used`
+/// against the model's info; then `state(plan, model, what)`, the family's own state formula.
+pub fn assert_plan_equals_memory_used(name: &str, state: impl Fn(&waste::MemoryPlan, &waste::Model, &str)) {
+    use waste::Options;
+    let option_sets = [
+        Options::default(),
+        Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
+        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
+    ];
+    let hf = oracle(name).dir.join("model");
+    let container = float_container(name, "plan");
+    for dir in [&hf, &container] {
+        for opts in &option_sets {
+            let (plan, m, what) = plan_and_open(dir, opts);
+            let info = m.info();
+            // A container's weights also count the expert cache's slots.
+            let cache = if dir == &container { m.budget().expert_cache_bytes } else { 0 };
+            assert_eq!(info.weight_bytes, plan.trunk_bytes + cache, "trunk: {what}");
+            assert_eq!((plan.state_bytes, plan.scratch_bytes), (info.kv_bytes, info.scratch_bytes), "state/scratch: {what}");
+            state(&plan, &m, &what);
+            assert_eq!(m.memory_used(), plan.resident_bytes() + cache, "memory_used: {what}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(container.parent().unwrap());
+}
+
+/// An f32 container of oracle `name` whose routed experts stream through the smallest expert
+/// cache (under half of the experts): one bank per MoE layer, the HF directory's config, the
+/// reference logits within `tol` and the HF directory's bits, fewer cache slots than experts
+/// with misses, the reference's greedy tokens after a reset. Returns the container and its
+/// manifest for the family's own checks; the caller removes the container's directory.
+pub fn assert_float_container_close_with_smallest_cache(name: &str, tol: f32) -> (PathBuf, waste::format::container::Manifest) {
+    let o = oracle(name);
+    let out = float_container(name, "container");
+    let manifest = waste::format::container::Manifest::open(&out).unwrap();
+    let from_dir = open_model_threads(&o.dir.join("model"), 1, 32);
+    let cfg = from_dir.config().clone();
+    let moe_layers: Vec<usize> = (0..cfg.layers).filter(|&l| cfg.is_moe_layer(l)).collect();
+    assert_eq!(manifest.banks.iter().map(|b| b.layer).collect::<Vec<_>>(), moe_layers, "{name}: one bank per MoE layer");
+    let smallest = waste::cache::min_cache_bytes(&manifest);
+    assert!(smallest < manifest.expert_bytes() / 2, "{name}: the smallest cache holds most experts");
+    let mut container = open_model(&out, waste::Options { threads: 1, cache_bytes: smallest, ..waste::Options::default() });
+    assert_eq!(container.config(), &cfg, "{name}: the container's config");
+    let ours = prompt_logits(&mut container, &o.prompt, false);
+    assert_close(name, "container prompt logits", &ours, &o.logits, tol);
+    let stats = container.cache_stats().expect("experts should stream through the cache").clone();
+    let experts = manifest.banks.len() * cfg.moe.as_ref().unwrap().experts;
+    assert!(stats.misses > 0 && stats.slots < experts, "{name}: {stats:?}");
+    let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+    assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
+    container.reset();
+    assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
+    (out, manifest)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The kernel tests' shared checks.
+
+/// y = W·x for `n` vectors in one `Kernels::rows` call over every row of `w`; the output
+/// starts as NaN, so a row the kernel leaves unwritten shows.
+pub fn kernel_product(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x: &[f32], n: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; n * w.rows];
+    k.rows(w, 0, w.rows, x, n, &mut y, w.rows);
+    y
+}
+
+/// A (row, vector) result of `k` is the same whatever else the call computes: each of the `n`
+/// vectors of `x` alone, the first 2, 3 and 5 together (prefill chunks), and the rows split
+/// into two calls at rows 1, 2, 3, 5, 6 and 10 (how threads split a product) give the values
+/// of the one call over everything, compared by `same`. `what` names the kernel and matrix.
+pub fn assert_independent_of_vector_count_and_row_range(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x: &[f32], n: usize,
+    what: &str, same: fn(&[f32], &[f32]) -> bool) {
+    let (rows, cols) = (w.rows, w.cols);
+    let whole = kernel_product(k, w, x, n);
+    for t in 0..n {
+        let one = kernel_product(k, w, &x[t * cols..(t + 1) * cols], 1);
+        assert!(same(&one, &whole[t * rows..(t + 1) * rows]), "{what}: vector {t} alone differs");
+    }
+    for m in [2, 3, 5] {
+        assert!(same(&kernel_product(k, w, &x[..m * cols], m), &whole[..m * rows]), "{what}: first {m} vectors differ");
+    }
+    for split in [1, 2, 3, 5, 6, 10] {
+        let mut y = vec![f32::NAN; n * rows];
+        k.rows(w, 0, split, x, n, &mut y, rows);
+        k.rows(w, split, rows, x, n, &mut y, rows);
+        assert!(same(&y, &whole), "{what}: split at row {split} differs");
+    }
+}
