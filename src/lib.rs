@@ -148,7 +148,9 @@ pub struct Options {
     pub direct_io: bool,
     /// Router look-ahead for streamed experts: during each decode step's MoE layer, guess the
     /// next MoE layer's experts (its router applied to this layer's input) and start reading
-    /// them. Changes only when bytes move, never the result.
+    /// them. On by default: the cache holds back while fewer than half of the recent
+    /// look-ahead reads were used (wrong guesses only take the disk from certain misses).
+    /// Changes only when bytes move, never the result.
     pub lookahead: bool,
     /// Purgeable expert-cache slots: the pages of an idle slot may be taken back by the kernel
     /// under memory pressure (`MADV_FREE`) instead of the process being killed; a slot that
@@ -168,7 +170,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: false, purgeable_slots: false, sessions: 1, hotlist: true }
+            io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true }
     }
 }
 

@@ -9,11 +9,12 @@ use std::path::Path;
 use waste::{Model, Options};
 
 /// Opens the container with half its experts' bytes as cache, runs the oracle prompt a
-/// token at a time, and gives the logits, the misses and the notes of the open.
+/// token at a time, and gives the logits, the misses and the notes of the open. Without the
+/// look-ahead: its reads land whenever they land, so with it the miss counts would not repeat.
 fn run(dir: &Path, hotlist: bool, learn: bool) -> (Vec<f32>, u64, Vec<String>) {
     let manifest = waste::format::container::Manifest::open(dir).unwrap();
     let opts = Options { cache_bytes: waste::cache::min_cache_bytes(&manifest).max(manifest.expert_bytes() / 2), io_threads: 2,
-        hotlist, ..Options::default() };
+        hotlist, lookahead: false, ..Options::default() };
     let mut m = Model::open(dir, &opts).unwrap();
     if learn {
         m.learn_usage(true).unwrap();

@@ -22,7 +22,7 @@ fn a_recorded_trace_replays_to_the_engines_own_hits_and_misses() {
     for (cache, io_threads) in [(smallest, "0"), (smallest * 3, "2")] {
         let _ = std::fs::remove_file(&trace_file);
         let (code, out, err) = waste(&["bench", dir.to_str().unwrap(), "--prompt-tokens", "1", "-n", "40",
-            "--cache", &cache.to_string(), "--io-threads", io_threads, "--trace-out", trace_file.to_str().unwrap(), "--json"]);
+            "--cache", &cache.to_string(), "--io-threads", io_threads, "--no-lookahead", "--trace-out", trace_file.to_str().unwrap(), "--json"]);
         assert_eq!(code, 0, "{err}");
         let (slots, hits, misses) = (json_field(&out, "cache_slots"), json_field(&out, "cache_hits"), json_field(&out, "cache_misses"));
         let trace = Trace::load(&trace_file).unwrap();

@@ -7,6 +7,7 @@
 //! others as they land. Every record's header is checked on every read (and its CRC-32 with
 //! `verify`), so nothing is computed from bytes that are not what the manifest says.
 
+mod ahead;
 pub mod disk;
 pub(crate) mod io;
 pub mod policy;
@@ -16,6 +17,7 @@ pub mod usage;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
 use crate::sys::{Slot, SlotArena};
+use ahead::AheadGuard;
 use io::{BankFile, Completion, IoPool, Request};
 use policy::{CacheIndex, Lookup, Policy};
 use std::mem::size_of;
@@ -143,6 +145,8 @@ pub struct CacheStats {
     pub prefetched: u64,
     /// Lookups served by a record read ahead.
     pub prefetch_hits: u64,
+    /// Look-aheads not read because too few recent ones were used (`cache::ahead`).
+    pub prefetch_held: u64,
     /// Records read into free slots from the learned hotlist ([`usage`]).
     pub preloaded: u64,
     /// Lookups that found their slot's pages taken back by the kernel (purgeable slots) and
@@ -186,6 +190,8 @@ pub struct ExpertCache {
     loading: usize,
     /// Per slot: its record came from a look-ahead read (for the statistics).
     prefetched: Vec<bool>,
+    /// Whether reading ahead has been paying off.
+    ahead: AheadGuard,
     /// Reused per call: this layer's hits and misses as (expert, slot).
     hits: Vec<(u32, usize)>,
     misses: Vec<(u32, usize)>,
@@ -255,6 +261,7 @@ impl ExpertCache {
             stats: CacheStats { direct_io: buffered == 0, slots, banks: manifest.banks.len(), buffered_banks: buffered, ..CacheStats::default() },
             loading: 0,
             prefetched: vec![false; slots],
+            ahead: AheadGuard::default(),
             // A layer wants at most every one of its experts at once.
             hits: Vec::with_capacity(moe.experts),
             misses: Vec::with_capacity(moe.experts),
@@ -365,6 +372,7 @@ impl ExpertCache {
         for &(_, s) in &hits {
             if std::mem::take(&mut self.prefetched[s]) {
                 self.stats.prefetch_hits += 1;
+                self.ahead.note_used();
             }
         }
         let result = self.serve(layer, &layout, &hits, &mut misses, lookahead, f);
@@ -567,7 +575,12 @@ impl ExpertCache {
     /// slots the policy gives up, as long as unpinned slots remain.
     fn prefetch(&mut self, layer: usize, experts: &[u32]) -> Result<()> {
         let (Some(layout), Some(io)) = (self.layouts.get(layer).copied().flatten(), &self.io) else { return Ok(()) };
+        if !self.ahead.should_read() {
+            self.stats.prefetch_held += 1;
+            return Ok(());
+        }
         let base = self.key_base[layer];
+        let before = self.stats.prefetched;
         for &e in experts {
             if self.index.slot_of(base + e as usize).is_some() {
                 continue;
@@ -580,6 +593,7 @@ impl ExpertCache {
             self.loading += 1;
             self.stats.prefetched += 1;
         }
+        self.ahead.note_issued((self.stats.prefetched - before) as u32);
         Ok(())
     }
 

@@ -91,7 +91,8 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.io_threads = n;
     }
     o.verify = a.flag("verify");
-    o.lookahead = a.flag("lookahead");
+    // The look-ahead is on by default (guarded: `cache::ahead`); `--lookahead` is still accepted.
+    o.lookahead = !a.flag("no-lookahead");
     o.purgeable_slots = a.flag("purgeable");
     o.hotlist = !a.flag("no-hotlist");
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
@@ -538,8 +539,9 @@ fn bench(a: &Args) -> Outcome {
                 c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
                 if c.direct_io { "O_DIRECT" } else { "buffered reads" });
             if c.prefetched > 0 {
-                outln!("ahead    {} records read ahead, {} of them used ({:.0}%)", c.prefetched, c.prefetch_hits,
-                    100.0 * c.prefetch_hits as f64 / c.prefetched as f64);
+                outln!("ahead    {} records read ahead, {} of them used ({:.0}%){}", c.prefetched, c.prefetch_hits,
+                    100.0 * c.prefetch_hits as f64 / c.prefetched as f64,
+                    if c.prefetch_held > 0 { format!("; {} look-aheads held back (too few used)", c.prefetch_held) } else { String::new() });
             }
             if c.purged > 0 {
                 outln!("purged   {} slots taken back by the kernel under memory pressure, read again", c.purged);

@@ -29,6 +29,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         flag("scalar", "accepted for a run's command line; does not change the plan"),
         flag("verify", "accepted for a run's command line; does not change the plan"),
         flag("lookahead", "accepted for a run's command line; does not change the plan"),
+        flag("no-lookahead", "accepted for a run's command line; does not change the plan"),
         flag("purgeable", "accepted for a run's command line; does not change the plan"),
         flag("json", "print JSON"),
     ], HELP_OPT],

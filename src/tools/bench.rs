@@ -99,6 +99,7 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
             io_wait: a.io_wait.saturating_sub(b.io_wait),
             prefetched: a.prefetched - b.prefetched,
             prefetch_hits: a.prefetch_hits - b.prefetch_hits,
+            prefetch_held: a.prefetch_held - b.prefetch_held,
             ..a.clone()
         }),
         _ => None,
