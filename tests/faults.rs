@@ -292,8 +292,60 @@ fn kill_9_during_a_state_save_leaves_the_old_state_or_the_new_one() {
         let stray: Vec<String> = listing(&dir).into_iter().filter(|n| n != "s.state").collect();
         assert!(stray.iter().all(|n| !n.ends_with(".state")), "kill at {at:?}: {stray:?} left beside it");
     }
-    println!("state save ({full:?} clean): {killed} of 30 runs killed; {olds} left the old state, {news} the new one");
+    // What the kills left (`.s.state.PID.N.tmp` of dead writers) the next save sweeps.
+    let left = listing(&dir).len() - 1;
+    let (code, _, err) = waste(&["run", s(&model), "Once", "-n", "2", "--temp", "0", "--save-state", s(&state)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(listing(&dir), ["s.state"], "the next save left the killed writers' temp files");
+    println!("state save ({full:?} clean): {killed} of 30 runs killed; {olds} left the old state, {news} the new one; \
+temp files left: {left}, swept by the next save");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A dead process's id: a child that has exited and been reaped (`None` if the id was
+/// reused at once, or there is no /proc to tell).
+fn dead_pid() -> Option<u32> {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let gone = Path::new("/proc/self").exists() && !Path::new(&format!("/proc/{pid}")).exists();
+    gone.then_some(pid)
+}
+
+/// The temp files of writers killed inside a write (planted: one of a dead process, one of
+/// this live test process, which stands for another writer still at work) meet the next
+/// state save and hotlist write of the same file: the dead one's is removed, the live one's
+/// kept, and nothing else is touched.
+#[test]
+fn the_next_write_sweeps_a_dead_writers_temp_file_and_keeps_a_live_ones() {
+    let Some(dead) = dead_pid() else {
+        skip("the_next_write_sweeps_a_dead_writers_temp_file", "no /proc, or the exited child's pid was reused at once");
+        return;
+    };
+    let live = std::process::id();
+    let dir = temp_dir("faults-sweep-state");
+    let state = dir.join("s.state");
+    let model = root().join("models/stories260K");
+    let planted = [format!(".s.state.{dead}.0.tmp"), format!(".s.state.{live}.0.tmp"), format!(".t.state.{dead}.0.tmp")];
+    for n in &planted {
+        std::fs::write(dir.join(n), b"torn").unwrap();
+    }
+    let (code, _, err) = waste(&["run", s(&model), "Once", "-n", "2", "--temp", "0", "--save-state", s(&state)]);
+    assert_eq!(code, 0, "{err}");
+    let mut want = vec![planted[1].clone(), planted[2].clone(), "s.state".to_string()];
+    want.sort();
+    assert_eq!(listing(&dir), want, "state save");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let container = random_model("faults-sweep-usage", MOE, true);
+    let planted = [format!(".usage.waste.{dead}.3.tmp"), format!(".usage.waste.{live}.0.tmp")];
+    for n in &planted {
+        std::fs::write(container.join(n), b"torn").unwrap();
+    }
+    assert!(learning_run(&container, "2", "2").stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success());
+    let left: Vec<String> = listing(&container).into_iter().filter(|n| n.contains("usage.waste")).collect();
+    assert_eq!(left, [planted[1].clone(), "usage.waste".to_string()], "hotlist write");
+    let _ = std::fs::remove_dir_all(container.parent().unwrap());
 }
 
 /// `bench --learn` on a MoE container (a random one has no tokenizer, so not `run`): it
@@ -331,12 +383,14 @@ fn kill_9_during_a_hotlist_write_leaves_the_old_file_or_the_new_one() {
         // never anything else that could be taken for the hotlist.
         let stray: Vec<String> = listing(&container).into_iter().filter(|n| n.contains("usage") && n != waste::cache::usage::FILE_NAME).collect();
         assert!(stray.iter().all(|n| n.starts_with(".usage.waste.") && n.ends_with(".tmp")), "kill at {at:?}: {stray:?} left beside usage.waste");
-        temps += stray.len();
-        for n in stray {
-            let _ = std::fs::remove_file(container.join(n));
-        }
+        temps = stray.len();
     }
-    println!("hotlist write ({full:?} clean): {killed} of 30 runs killed; {olds} left the old file, {news} the new one; {temps} temp files left");
+    // What the kills left (`.usage.waste.PID.N.tmp` of dead writers) the next write sweeps.
+    assert!(learning_run(&container, "2", "2").stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap().success());
+    let stray: Vec<String> = listing(&container).into_iter().filter(|n| n.starts_with(".usage.waste.")).collect();
+    assert!(stray.is_empty(), "the next write left the killed writers' temp files: {stray:?}");
+    println!("hotlist write ({full:?} clean): {killed} of 30 runs killed; {olds} left the old file, {news} the new one; \
+temp files there after the last kill: {temps}, swept by the next write");
     let _ = std::fs::remove_dir_all(container.parent().unwrap());
 }
 

@@ -325,6 +325,16 @@ impl<'a> Fields<'a> {
     fn usize_req(&self, key: &str) -> Result<usize> {
         self.usize_opt(key)?.ok_or_else(|| Error::config(self.path, key, "missing"))
     }
+    /// The context the model was made for: `key` (`max_position_embeddings`, or an alias the
+    /// family reads first), `default` when absent. A 0 would leave no room for one token (the
+    /// context used to become 1 and every request was refused for its length): refused here,
+    /// naming the field.
+    fn max_position(&self, key: &str, default: usize) -> Result<usize> {
+        match self.usize_opt(key)?.unwrap_or(default) {
+            0 => Err(Error::config(self.path, key, "0 is out of range: the context must be ≥ 1 token")),
+            v => Ok(v),
+        }
+    }
     fn f64_opt(&self, key: &str) -> Result<Option<f64>> {
         f64_of(self.path, key, self.get(key))
     }
@@ -434,6 +444,8 @@ impl ModelConfig {
         if !(rms_eps > 0.0 && rms_eps < 1.0) {
             return Err(Error::config(path, "rms_norm_eps", format!("{rms_eps} is out of range (0, 1)")));
         }
+        // Read before the rope, whose YaRN factor may be derived from it.
+        let max_position = f.max_position("max_position_embeddings", 4096)?;
         let rope = parse_rope(&f, family, head_dim)?;
         let attention_bias = f.bool_or("attention_bias", false)?;
         let (qkv_bias, o_bias) = match family.arch {
@@ -448,7 +460,6 @@ impl ModelConfig {
             return Err(Error::config(path, "clip_qkv", "must be positive"));
         }
         let sliding_window = parse_sliding_window(&f, family.arch, layers)?;
-        let max_position = f.usize_opt("max_position_embeddings")?.unwrap_or(4096);
         let moe = match family.moe {
             // GLM routes as DeepSeek-V3 does (sigmoid, correction bias, groups): read alike.
             Some(_) if family.arch == Arch::Glm4Moe => Some(mla::sigmoid_moe(&f, family, layers)?),
@@ -843,6 +854,67 @@ mod tests {
     fn a_repeated_key_takes_its_last_value() {
         let c = cfg(&format!(r#"{{"architectures": ["LlamaForCausalLM"], {BASE}, "vocab_size": 300}}"#)).must();
         assert_eq!(c.vocab, 300);
+    }
+
+    /// A size of 0 in config.json is refused naming its field, in every family's reader.
+    /// `max_position_embeddings: 0` used to open with a context of 1 (the fuzzer's fp8_config
+    /// finding); the other sizes were refused already and stay so. Fields where 0 has a meaning
+    /// (no shared expert, no dense layer, no MTP layer, a window that is off) or that the
+    /// family's reader does not compute with (MLA's `head_dim`, `num_key_value_heads`) may open.
+    #[test]
+    fn a_size_of_zero_is_refused_by_name_in_every_family() {
+        let oracles = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/oracles");
+        let fixtures = ["llama_f32", "qwen2_f32", "qwen3_f32", "qwen2_moe_f32", "qwen3_moe_f32", "mixtral_f32", "olmoe_f32",
+            "glm4_moe_f32", "qwen3_next_f32", "gpt_oss_f32", "deepseek_v2_lite_f32", "deepseek_v3_fp8", "kimi_linear_f32"];
+        let may_be_zero = ["bos_token_id", "eos_token_id", "pad_token_id", "pretraining_tp", "max_window_layers",
+            "first_k_dense_replace", "num_nextn_predict_layers", "n_shared_experts", "num_shared_experts",
+            "shared_expert_intermediate_size", "sliding_window", "qk_head_dim"];
+        let mut refused = 0;
+        for name in fixtures {
+            let path = oracles.join(name).join("model/config.json");
+            let Ok(text) = std::fs::read(&path) else {
+                println!("SKIP: {} is not there", path.display());
+                continue;
+            };
+            let root = super::super::json::parse(&text).must();
+            let base = ModelConfig::from_json(&path, &root).must();
+            let mla = base.mla.is_some();
+            let Json::Object(members) = &root else { panic!("{name}: not an object") };
+            for (i, (key, value)) in members.iter().enumerate() {
+                if !value.as_u64().is_some_and(|v| v > 0) {
+                    continue;
+                }
+                let mut zeroed = members.clone();
+                zeroed[i].1 = Json::uint(0);
+                let got = ModelConfig::from_json(&path, &Json::Object(zeroed));
+                // intermediate_size is the dense FFN's width (the experts' in Mixtral, OLMoE
+                // and gpt-oss): 0 is fine where no layer has a dense FFN.
+                let no_dense_ffn = key == "intermediate_size" && base.moe.as_ref().is_some_and(|m| m.moe_layers.iter().all(|&x| x))
+                    && !matches!(base.arch, Arch::Mixtral | Arch::Olmoe | Arch::GptOss);
+                // Kimi reads `linear_attn_config.*` before the top-level `linear_*` spellings.
+                let ignored_by_mla = mla && (matches!(key.as_str(), "head_dim" | "num_key_value_heads")
+                    || key.starts_with("linear_") && root.get("linear_attn_config").is_some());
+                if may_be_zero.contains(&key.as_str()) || no_dense_ffn || ignored_by_mla {
+                    continue;
+                }
+                let e = match got {
+                    Ok(c) => panic!("{name}: `{key}: 0` opens (context {}, hidden {})", c.max_position, c.hidden),
+                    Err(e) => e.to_string(),
+                };
+                assert!(e.contains("config.json") && e.contains(&format!("`{key}`")), "{name}: `{key}: 0`: {e}");
+                refused += 1;
+            }
+            // The context named by the reader's own field: `max_position_embeddings`, or Kimi's
+            // `model_max_length`; 0 is never the context of 1 it used to become.
+            let key = if root.get("model_max_length").is_some() { "model_max_length" } else { "max_position_embeddings" };
+            let mut zeroed = members.clone();
+            zeroed.retain(|(k, _)| k != key);
+            zeroed.push((key.to_string(), Json::uint(0)));
+            let e = ModelConfig::from_json(&path, &Json::Object(zeroed)).unwrap_err().to_string();
+            assert!(e.contains(&format!("config.json: field `{key}`")) && e.contains("≥ 1"), "{name}: {e}");
+        }
+        println!("{refused} sizes of 0 refused by name");
+        assert!(refused > 50, "only {refused} zero fields tried");
     }
 
     #[test]

@@ -79,6 +79,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
     }
     // `attention_dropout`, `router_aux_loss_coef` and `hidden_act` do not enter the reference's
     // inference forward pass (its experts hard-code their activation): read past, like transformers.
+    let max_position = f.max_position("max_position_embeddings", 131072)?;
     let (rope, rope_attention_factor) = parse_rope(f, family, head_dim, &refuse)?;
     let sliding_window = parse_layer_types(f, layers, &refuse)?;
     let attention_bias = f.bool_or("attention_bias", true)?;
@@ -101,7 +102,7 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
         qk_norm: QkNorm::None,
         clip_qkv: None,
         sliding_window,
-        max_position: f.usize_opt("max_position_embeddings")?.unwrap_or(131072),
+        max_position,
         bos_token: f.token_ids("bos_token_id")?.first().copied(),
         eos_tokens: f.token_ids("eos_token_id")?,
         moe: Some(MoeConfig { layout: LAYOUT, experts, top_k, expert_intermediate: inter, routing: Routing::TopKSoftmax,
@@ -171,7 +172,7 @@ fn parse_rope(f: &Fields, family: &Family, head_dim: usize, refuse: &dyn Fn(&str
     }
     let original_max = match num("original_max_position_embeddings")? {
         Some(x) => x,
-        None => f.usize_opt("max_position_embeddings")?.unwrap_or(131072) as f64,
+        None => f.max_position("max_position_embeddings", 131072)? as f64,
     };
     let lookup = |key: &str| p.get(key);
     let y = super::mla::parse_yarn(f, section, &lookup, original_max, 131072)?;

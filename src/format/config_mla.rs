@@ -179,6 +179,11 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
     let heads = f.positive("num_attention_heads", f.usize_req("num_attention_heads")?)?;
     let vocab = f.positive("vocab_size", f.usize_req("vocab_size")?)?;
     refuse_variants(f, arch)?;
+    // Read before the rope, whose YaRN factor may be derived from it.
+    let max_position = match f.first_of(&["model_max_length", "max_position_embeddings"]) {
+        Some(k) => f.max_position(k, d.max_position)?,
+        None => d.max_position,
+    };
     let rms_eps = f.f64_opt("rms_norm_eps")?.unwrap_or(family.default_rms_eps);
     if !(rms_eps > 0.0 && rms_eps < 1.0) {
         return Err(Error::config(f.path, "rms_norm_eps", format!("{rms_eps} is out of range (0, 1)")));
@@ -189,10 +194,6 @@ pub(super) fn from_json(f: &Fields, family: &Family, class: String) -> Result<Mo
     if intermediate > MAX_DIM || (moe.moe_layers.iter().any(|&m| !m) && intermediate == 0) {
         return Err(Error::config(f.path, "intermediate_size", "missing, zero or out of range (a dense layer needs it)"));
     }
-    let max_position = match f.first_of(&["model_max_length", "max_position_embeddings"]) {
-        Some(k) => f.usize_req(k)?,
-        None => d.max_position,
-    };
     Ok(ModelConfig {
         arch,
         class,
@@ -395,7 +396,7 @@ pub(super) fn parse_yarn<'j>(f: &Fields, section: &str, lookup: &dyn Fn(&str) ->
     let num = |key: &str| f64_of(f.path, &format!("{section}.{key}"), lookup(key));
     let factor = match num("factor")? {
         Some(x) => x,
-        None => f.usize_opt("max_position_embeddings")?.unwrap_or(max_position_default) as f64 / original_max,
+        None => f.max_position("max_position_embeddings", max_position_default)? as f64 / original_max,
     };
     if !(factor > 0.0 && original_max >= 1.0) {
         return Err(Error::config(f.path, section, "yarn needs factor > 0 and original_max_position_embeddings >= 1"));

@@ -548,7 +548,9 @@ impl Drop for TempGuard {
 /// [`TempFile::commit`] and removed if dropped before: a failed write never leaves a
 /// half-written file under the final name, nor a stray temporary one. The temporary name
 /// is `.NAME.PID.N.tmp`, created exclusively (N counts up past names in use), so concurrent
-/// writers of one destination, in this process or others, never share a temporary file.
+/// writers of one destination, in this process or others, never share a temporary file. A
+/// writer killed inside its write leaves its temporary file behind; the next
+/// [`TempFile::create`] of the same destination removes those whose process is gone.
 pub struct TempFile {
     file: File,
     temp: TempGuard,
@@ -560,6 +562,7 @@ impl TempFile {
     pub fn create(path: &Path) -> Result<TempFile> {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let pid = std::process::id();
+        sweep_dead_writers_temps(path, &name, pid);
         for n in 0..10_000u32 {
             let tmp = path.with_file_name(format!(".{name}.{pid}.{n}.tmp"));
             match std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp) {
@@ -610,6 +613,41 @@ impl TempFile {
         sync_parent(&temp.path);
         Ok(temp.path.clone())
     }
+}
+
+/// Removes what writers of `path` killed inside their write left: files named exactly
+/// `.NAME.PID.N.tmp` (NAME the destination's, PID and N decimal) beside it whose process no
+/// longer exists. Never this process's own (another thread may be writing one), never a live
+/// process's, never a name of another form or anything but a regular file. Best effort: a
+/// directory that cannot be listed or a file that cannot be removed is left as it is, and
+/// the write goes on. (A PID reused by a new process keeps its file until that one is gone.)
+fn sweep_dead_writers_temps(path: &Path, name: &str, own_pid: u32) {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name.to_str().and_then(|f| temp_writer_pid(f, name)) else { continue };
+        if pid == own_pid || crate::sys::process_exists(pid) {
+            continue;
+        }
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// The PID in `file_name` when it is a temporary name [`TempFile::create`] makes for the
+/// destination `name` (`.NAME.PID.N.tmp`, both numbers as it writes them: decimal, no sign,
+/// no leading zero), else `None`.
+fn temp_writer_pid(file_name: &str, name: &str) -> Option<u32> {
+    let rest = file_name.strip_prefix('.')?.strip_prefix(name)?.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (pid, n) = rest.split_once('.')?;
+    let canonical = |s: &str| s.parse::<u32>().ok().filter(|v| v.to_string() == s);
+    canonical(n)?;
+    canonical(pid)
 }
 
 /// `dir/name` → `dir/.name.tmp`: the fixed temporary name, for writers that resume from (or
@@ -760,6 +798,55 @@ mod tests {
             drop(w);
             assert_eq!(names(&dir), ["x.bin"], "unique {unique}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A writer killed inside its write leaves `.NAME.PID.N.tmp`; the next write of the same
+    /// destination removes it once its process is gone, and nothing else: not a live process's
+    /// (another writer still at work), not this process's, not another destination's, not a
+    /// name of another form.
+    #[test]
+    fn the_next_write_sweeps_temporary_files_of_dead_writers_only() {
+        let dir = scratch("sweep");
+        let dst = dir.join("usage.waste");
+        // A process that has exited (reaped: its id names no process now).
+        let dead = std::process::Command::new("true").spawn().must();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().must();
+        if crate::sys::process_exists(dead_pid) {
+            println!("SKIP: the exited child's pid {dead_pid} was reused at once");
+            return;
+        }
+        let mut live = std::process::Command::new("sleep").arg("30").spawn().must();
+        let (own, other) = (std::process::id(), live.id());
+        let stale = [format!(".usage.waste.{dead_pid}.0.tmp"), format!(".usage.waste.{dead_pid}.17.tmp")];
+        let kept = [
+            format!(".usage.waste.{own}.3.tmp"),
+            format!(".usage.waste.{other}.0.tmp"),
+            format!(".other.waste.{dead_pid}.0.tmp"),
+            format!(".usage.waste.{dead_pid}.0.tmp.keep"),
+            format!(".usage.waste.0{dead_pid}.0.tmp"),
+            format!(".usage.waste.{dead_pid}.tmp"),
+            format!(".usage.waste.x.{dead_pid}.0.tmp"),
+            format!("usage.waste.{dead_pid}.0.tmp"),
+        ];
+        for n in stale.iter().chain(&kept) {
+            std::fs::write(dir.join(n), b"torn").must();
+        }
+        // A directory of the pattern is not a file a writer left.
+        std::fs::create_dir(dir.join(format!(".usage.waste.{dead_pid}.5.tmp"))).must();
+        write_atomic(&dst, b"new").must();
+        let _ = live.kill();
+        let _ = live.wait();
+        let mut want: Vec<String> = kept.to_vec();
+        want.push(format!(".usage.waste.{dead_pid}.5.tmp"));
+        want.push("usage.waste".into());
+        want.sort();
+        assert_eq!(names(&dir), want);
+        assert_eq!(std::fs::read(&dst).must(), b"new");
+        assert_eq!(temp_writer_pid(".a.b.12.3.tmp", "a.b"), Some(12));
+        assert_eq!(temp_writer_pid(".a.b.12.3.tmp", "a"), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

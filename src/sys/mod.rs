@@ -280,6 +280,21 @@ pub fn release_free_memory() {
     }
 }
 
+/// False only when no process `pid` exists (`kill(pid, 0)` fails with `ESRCH`): a process of
+/// another user (`EPERM`) exists. Ids that do not name one process (0, or past `pid_t`, which
+/// `kill` would read as a group or every process) count as existing, so that a caller deciding
+/// whether a process is gone never acts on them.
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(id) = libc::pid_t::try_from(pid) else { return true };
+    if id <= 0 {
+        return true;
+    }
+    // SAFETY: signal 0 is never delivered: kill only checks that the process exists and may
+    // be signalled; `id` is one positive process id.
+    let rc = unsafe { libc::kill(id, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// Reads from standard input once (`read(2)` on descriptor 0), without retrying when a signal
 /// interrupts it: an `ErrorKind::Interrupted` error tells the caller a caught signal arrived.
 pub fn read_stdin_once(buf: &mut [u8]) -> std::io::Result<usize> {
