@@ -41,7 +41,8 @@
 #   RAM; or a fixed size), CTX (512, the context each engine sizes for), DIR (where the model
 #   goes; default target/stream-duel), LLAMA_DIR (a llama.cpp build directory to use instead of
 #   building one, e.g. another worktree's target/llamacpp), KEEP_RV_GGUF (0: the requantized
-#   GGUF is deleted after the repack), DISK_LIMIT (8G: bytes `waste bench disk` reads).
+#   GGUF is deleted after the repack), WASTE_BIN (a waste binary to use instead of building
+#   this tree's), DISK_LIMIT (8G: bytes `waste bench disk` reads).
 # Disk: a 48-layer q4 model needs about 17.5 GB for the container, 17.5 for the GGUF and 17.4
 # for ramvamp's install (plus 17.4 while the requantized GGUF exists); the script refuses to
 # start without that much free space (use fewer LAYERS, and say so with the figures).
@@ -67,7 +68,7 @@ KEEP_RV_GGUF=${KEEP_RV_GGUF:-0}
 DISK_LIMIT=${DISK_LIMIT:-8G}
 SDIST=llama_cpp_python-0.3.36.tar.gz
 SDIST_SHA=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-WASTE=$ROOT/target/release/waste
+WASTE=${WASTE_BIN:-$ROOT/target/release/waste}
 PY=$LL/venv/bin/python
 HELP=$ROOT/tools/bench/stream_duel.py
 TAG=l${LAYERS}-e${N_EXPERTS}-${EXPERTS}
@@ -178,7 +179,7 @@ rv_cache() { # the ramvamp expert-cache budget for a setting
 main() {
     cd "$ROOT"
     [ "$(id -u)" = 0 ] || { say "run as root: the limits are real memory cgroups"; exit 1; }
-    cargo build --release >&2
+    [ -n "${WASTE_BIN:-}" ] || cargo build --release >&2
     build_llamacpp
     build_ramvamp
     check_disk

@@ -128,7 +128,9 @@ def write_hf_tokenizer(cfg, out_dir):
     added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True} for i, s in sorted(QWEN_SPECIAL.items())]
     tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-           "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None,
+           "normalizer": None, "pre_tokenizer": None, "post_processor": None,
+           # byte tokens print as their byte and pieces are joined without spaces, as llama.cpp prints them
+           "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
                      "ignore_merges": False, "vocab": vocab, "merges": []}}
