@@ -107,8 +107,9 @@ build_ramvamp() {
 
 check_disk() {
     [ -d "$RVMP" ] && return
-    local per_layer need free
-    per_layer=$(( N_EXPERTS * 3 * 768 * 2048 * (EXPERTS == "q8" ? 34 : 18) / 32 ))
+    local per_layer need free block=18
+    [ "$EXPERTS" = q8 ] && block=34
+    per_layer=$(( N_EXPERTS * 3 * 768 * 2048 * block / 32 ))
     # container + GGUF + requantized GGUF + install (the last two at Q4_K), plus ~2.5 GB of trunk each
     need=$(( 2 * LAYERS * per_layer + 2 * LAYERS * N_EXPERTS * 3 * 768 * 2048 * 18 / 32 + 4 * 1200000000 ))
     mkdir -p "$DIR"
@@ -145,24 +146,35 @@ EOF
             --tensor-type ffn_up_exps=q4_k --tensor-type ffn_down_exps=q4_k \
             "$GGUF" "$RVGGUF" Q4_K_M "$THREADS" > "$DIR/$TAG-quantize.log" 2>&1
         "$RV/bin/ramvamp-repack" install --local "$RVGGUF" --output "$RVMP" --overwrite --tokenizer-dir "$TOK" >&2
+        llama_tokens "$RVGGUF" > "$DIR/$TAG-rv-llama.tokens"
         [ "$KEEP_RV_GGUF" = 1 ] || rm -f "$RVGGUF"
     fi
 }
 
-# The same ids through every engine: waste and llama.cpp must agree (same weights).
+# The check prompt: 8 ids, and the same as text of the one-character vocabulary.
+CHECK_IDS="1000,2000,3000,4000,5000,6000,7000,8000"
+check_text() { "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" ids-to-text "$CHECK_IDS"; }
+to_ids() { "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" text-to-ids 151936 | cut -d, -f1-8; }
+llama_tokens() { # GGUF -> llama.cpp's 8 greedy tokens after the check prompt
+    "$LL/build/bin/llama-completion" -m "$1" -p "$(check_text)" -n 8 --temp 0 --ignore-eos -no-cnv \
+        --no-display-prompt --no-warmup -t "$THREADS" -c 64 --simple-io 2>/dev/null | to_ids
+}
+
+# The same ids through every engine: waste and llama.cpp must agree (same weights), and so must
+# ramvamp and llama.cpp on ramvamp's requantized weights (recorded before that GGUF is deleted).
 check_tokens() {
-    local ids="1000,2000,3000,4000,5000,6000,7000,8000" text w l r
-    text=$("$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" ids-to-text "$ids")
-    w=$("$WASTE" compare "$MODEL" "$MODEL" --ids "$ids" -n 8 --threads "$THREADS" 2>/dev/null | awk '/^COMPARE tokens_quant/{$1=$2=""; print}' | xargs | tr ' ' ',')
-    l=$("$LL/build/bin/llama-completion" -m "$GGUF" -p "$text" -n 8 --temp 0 --ignore-eos -no-cnv --no-display-prompt \
-        --no-warmup -t "$THREADS" -c 64 --simple-io 2>/dev/null | "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" text-to-ids 151936 | cut -d, -f1-8)
-    r=$("$RV/bin/ramvamp" generate --model "$RVMP" --prompt "$text" --max-new 8 --greedy --threads "$THREADS" \
-        --context 64 --skip-hashes 2>/dev/null | "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" text-to-ids 151936 || true)
-    say "greedy tokens after $ids: waste [$w], llama.cpp [$l], ramvamp (requantized weights) [$r]"
+    local w l r rl
+    w=$("$WASTE" compare "$MODEL" "$MODEL" --ids "$CHECK_IDS" -n 8 --threads "$THREADS" 2>/dev/null | awk '/^COMPARE tokens_quant/{$1=$2=""; print}' | xargs | tr ' ' ',')
+    l=$(llama_tokens "$GGUF")
+    r=$("$RV/bin/ramvamp" generate --model "$RVMP" --prompt "$(check_text)" --max-new 8 --greedy --threads "$THREADS" \
+        --context 64 --skip-hashes 2>/dev/null | to_ids || true)
+    rl=$(cat "$DIR/$TAG-rv-llama.tokens" 2>/dev/null || echo "not recorded")
+    say "greedy tokens after $CHECK_IDS: waste [$w], llama.cpp [$l]; on the requantized weights: ramvamp [$r], llama.cpp [$rl]"
     if [ "$w" != "$l" ]; then
         say "waste and llama.cpp disagree on the same weights: stopping"
         exit 1
     fi
+    [ "$r" = "$rl" ] || say "WARNING: ramvamp and llama.cpp disagree on ramvamp's weights"
 }
 
 rv_cache() { # the ramvamp expert-cache budget for a setting
