@@ -37,8 +37,8 @@
 #   llama.cpp reads as Q8_0 and ramvamp only after its requantization to Q4_K), LIMITS
 #   ("8G 6G 4G"), SETTINGS (default "ram $LIMITS"), ROUNDS (3), THREADS (2), PROMPT (128),
 #   GEN (32), TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
-#   the limit minus ramvamp's common weights, KV cache and 512 MiB, its own 2485M default in
-#   RAM; or a fixed size), CTX (512, the context each engine sizes for), DIR (where the model
+#   the limit minus ramvamp's common weights, KV cache and 512 MiB; in RAM all its experts,
+#   if they fit in MemAvailable less 3 GiB; or a fixed size), CTX (512, the context each engine sizes for), DIR (where the model
 #   goes; default target/stream-duel), LLAMA_DIR (a llama.cpp build directory to use instead of
 #   building one, e.g. another worktree's target/llamacpp), KEEP_RV_GGUF (0: the requantized
 #   GGUF is deleted after the repack), WASTE_BIN (a waste binary to use instead of building
@@ -180,8 +180,15 @@ check_tokens() {
 rv_cache() { # the ramvamp expert-cache budget for a setting
     local s=$1
     if [ "$RV_CACHE" != auto ]; then echo "$RV_CACHE"; return; fi
-    if [ "$s" = ram ]; then echo 2485M; return; fi
-    local lim common
+    local lim common experts
+    if [ "$s" = ram ]; then
+        # in RAM every engine may hold every expert: waste sizes its cache from usable RAM and
+        # llama.cpp keeps the page cache warm, so ramvamp gets all its experts (when they fit)
+        experts=$(stat -c %s "$RVMP"/experts/layer_*.bin | awk '{t += $1} END {print t}')
+        lim=$(( $(awk '/^MemAvailable/{print $2}' /proc/meminfo) * 1024 - (3 << 30) ))
+        echo $(( experts < lim ? experts + (64 << 20) : lim ))
+        return
+    fi
     lim=$("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))")
     common=$(stat -c %s "$RVMP/common.bin")
     # common weights + KV (CTX x layers x 2 x 512 x 4 bytes, generous) + 512 MiB for the rest
