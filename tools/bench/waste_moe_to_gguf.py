@@ -153,6 +153,27 @@ def refuse_unsupported(cfg, where):
         sys.exit(f"{where}: dense layers (mlp_only_layers / decoder_sparse_step) are not in llama.cpp's qwen3moe")
     if cfg.get("shared_expert_intermediate_size"):
         sys.exit(f"{where}: shared experts are not in llama.cpp's qwen3moe")
+    if cfg.get("use_sliding_window"):
+        sys.exit(f"{where}: use_sliding_window true; llama.cpp's qwen3moe attends over the whole context")
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        sys.exit(f"{where}: RoPE type {rope.get('rope_type', rope.get('type'))!r}; this script writes plain RoPE only")
+
+
+def expert_count(cfg):
+    """The first of the keys docs/CONTAINER.md lists (transformers 5 writes num_local_experts)."""
+    for key in ("num_local_experts", "num_experts", "n_routed_experts"):
+        if cfg.get(key):
+            return int(cfg[key])
+    sys.exit("config: no expert count (num_local_experts / num_experts)")
+
+
+def rope_theta(cfg):
+    """rope_theta, or transformers 5's rope_parameters.rope_theta."""
+    v = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta"))
+    if v is None:
+        sys.exit("config: no rope_theta")
+    return float(v)
 
 
 TRUNK_NAMES = {
@@ -308,9 +329,9 @@ def write_container(src_dir, out_path):
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(cfg["rope_theta"]))
+    w.add_rope_freq_base(rope_theta(cfg))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
-    w.add_expert_count(cfg["num_experts"])
+    w.add_expert_count(expert_count(cfg))
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     w.add_vocab_size(cfg["vocab_size"])
