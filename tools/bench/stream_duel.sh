@@ -137,14 +137,22 @@ json.dump(cfg, open(sys.argv[1], "w"), indent=1)
 EOF
         "$WASTE" random-model --config "$DIR/$TAG.json" --container --experts "$EXPERTS" --out "$MODEL" >&2
     fi
-    [ -f "$GGUF" ] || "$PY" "$ROOT/tools/bench/waste_to_gguf.py" "$MODEL" "$GGUF" --check --tokenizer-dir "$TOK" >&2
+    # each output is written under a temporary name and renamed once whole, so an interrupted
+    # run never leaves a truncated file that the next run would take as done
+    if [ ! -f "$GGUF" ]; then
+        "$PY" "$ROOT/tools/bench/waste_to_gguf.py" "$MODEL" "$GGUF.tmp" --check --tokenizer-dir "$TOK" >&2
+        mv "$GGUF.tmp" "$GGUF"
+    fi
     if [ ! -f "$RVMP/manifest.json" ]; then
-        [ -f "$RVGGUF" ] || "$LL/build/bin/llama-quantize" --allow-requantize \
-            --token-embedding-type q4_k --output-tensor-type q6_k \
-            --tensor-type attn_q=q4_k --tensor-type attn_k=q8_0 --tensor-type attn_v=q4_k \
-            --tensor-type attn_output=q5_k --tensor-type ffn_gate_exps=q4_k \
-            --tensor-type ffn_up_exps=q4_k --tensor-type ffn_down_exps=q4_k \
-            "$GGUF" "$RVGGUF" Q4_K_M "$THREADS" > "$DIR/$TAG-quantize.log" 2>&1
+        if [ ! -f "$RVGGUF" ]; then
+            "$LL/build/bin/llama-quantize" --allow-requantize \
+                --token-embedding-type q4_k --output-tensor-type q6_k \
+                --tensor-type attn_q=q4_k --tensor-type attn_k=q8_0 --tensor-type attn_v=q4_k \
+                --tensor-type attn_output=q5_k --tensor-type ffn_gate_exps=q4_k \
+                --tensor-type ffn_up_exps=q4_k --tensor-type ffn_down_exps=q4_k \
+                "$GGUF" "$RVGGUF.tmp" Q4_K_M "$THREADS" > "$DIR/$TAG-quantize.log" 2>&1
+            mv "$RVGGUF.tmp" "$RVGGUF"
+        fi
         "$RV/bin/ramvamp-repack" install --local "$RVGGUF" --output "$RVMP" --overwrite --tokenizer-dir "$TOK" >&2
         llama_tokens "$RVGGUF" > "$DIR/$TAG-rv-llama.tokens"
         [ "$KEEP_RV_GGUF" = 1 ] || rm -f "$RVGGUF"
