@@ -30,9 +30,17 @@ output projection, like our engine does.
 
 Needs the `gguf` and `numpy` packages (PyPI). Nothing here is taken from llama.cpp's converter.
 
-Usage: python3 tools/bench/waste_to_gguf.py CHECKPOINT_DIR OUT.gguf [--check]
+Containers: when CHECKPOINT_DIR is a waste container (it has manifest.json) of a
+Qwen3MoeForCausalLM, the output is a llama.cpp `qwen3moe` GGUF with the experts stacked per layer
+and a vocabulary of one-character pieces (see waste_moe_to_gguf.py, which does that part).
+
+Usage: python3 tools/bench/waste_to_gguf.py CHECKPOINT_DIR OUT.gguf [--check] [--tokenizer-dir DIR]
   --check   read OUT.gguf back with gguf's reader and compare the decoded weights of the token
-            embedding and of layer 0's q_proj with our own decoding of the source.
+            embedding and of layer 0's q_proj (for a container also layer 0's k_proj and router
+            and two experts of the last layer) with our own decoding of the source.
+  --tokenizer-dir DIR   (containers) also write into DIR a tokenizer.json, tokenizer_config.json
+            and generation_config.json with the same one-character vocabulary, for
+            `ramvamp-repack install --tokenizer-dir DIR`.
 """
 import json
 import math
@@ -319,8 +327,30 @@ def check(out_path, cfg, tensors):
 
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
-    if len(args) != 2 or any(a not in ("--check",) for a in argv if a.startswith("--")):
+    opts = [a for a in argv if a.startswith("--")]
+    tok_dir = None
+    if "--tokenizer-dir" in argv:
+        k = argv.index("--tokenizer-dir")
+        if k + 1 >= len(argv):
+            sys.exit(__doc__)
+        tok_dir = argv[k + 1]
+        args.remove(tok_dir)
+    if len(args) != 2 or any(a not in ("--check", "--tokenizer-dir") for a in opts):
         sys.exit(__doc__)
+    if os.path.exists(os.path.join(args[0], "manifest.json")):
+        # a container: the Qwen3-MoE transcoder (waste_moe_to_gguf.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import waste_moe_to_gguf as moe
+        src = moe.write_container(args[0], args[1])
+        print(f"wrote {args[1]}: {os.path.getsize(args[1])} bytes from the container {args[0]}")
+        if "--check" in argv:
+            moe.check_container(args[1], src)
+        if tok_dir:
+            moe.write_hf_tokenizer(src.cfg, tok_dir)
+            print(f"wrote the matching tokenizer.json, tokenizer_config.json, generation_config.json in {tok_dir}")
+        return
+    if tok_dir:
+        sys.exit("--tokenizer-dir is for containers (the Qwen3-MoE path)")
     cfg, tensors = write(args[0], args[1])
     print(f"wrote {args[1]}: {os.path.getsize(args[1])} bytes, {len(tensors)} tensors from {args[0]}")
     if "--check" in argv:
