@@ -22,12 +22,7 @@ const ALL: [&str; 3] = ["glm4_moe_f32", "glm4_moe_bf16", "glm4_moe_noqk_f32"];
 #[test]
 fn glm_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
-        let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open_model_threads(&dir, 1, 32);
-        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
-        assert_hidden_states_close(name, &mut m, &o, TOL);
-        assert_eq!(greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
+        assert_directory_matches_reference(name, TOL);
     }
 }
 

@@ -16,13 +16,7 @@ const ALL: [&str; 3] = ["gpt_oss_f32", "gpt_oss_bf16", "gpt_oss_mxfp4"];
 #[test]
 fn gptoss_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
-        let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open_model_threads(&dir, 1, 32);
-        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
-        assert_hidden_states_close(name, &mut m, &o, TOL);
-        let got = greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len());
-        assert_eq!(got, o.greedy, "{name}: greedy continuation");
+        assert_directory_matches_reference(name, TOL);
     }
 }
 

@@ -42,12 +42,7 @@ fn qwen3_next_fixtures_have_the_intended_structure() {
 #[test]
 fn qwen3_next_matches_the_reference_from_the_hf_directory() {
     for name in ALL {
-        let o = oracle(name);
-        let dir = o.dir.join("model");
-        let mut m = open_model_threads(&dir, 1, 32);
-        assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, TOL);
-        assert_hidden_states_close(name, &mut m, &o, TOL);
-        assert_eq!(greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
+        assert_directory_matches_reference(name, TOL);
     }
 }
 

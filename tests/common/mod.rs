@@ -398,6 +398,19 @@ pub fn assert_hidden_states_close(name: &str, m: &mut waste::Model, o: &Oracle, 
     }
 }
 
+/// From the Hugging Face directory of oracle `name`: the prompt logits and every layer's
+/// hidden state within `tol` on one thread, and the greedy continuation (KV cache on both
+/// sides) on two.
+pub fn assert_directory_matches_reference(name: &str, tol: f32) {
+    let o = oracle(name);
+    let dir = o.dir.join("model");
+    let mut m = open_model_threads(&dir, 1, 32);
+    assert_close(name, "prompt logits", &prompt_logits(&mut m, &o.prompt, false), &o.logits, tol);
+    assert_hidden_states_close(name, &mut m, &o, tol);
+    let got = greedy(&mut open_model_threads(&dir, 2, 32), &o.prompt, o.greedy.len());
+    assert_eq!(got, o.greedy, "{name}: greedy continuation");
+}
+
 /// transformers' cached decode (`decode_logits.f32`: a prefill of meta.json's
 /// `decode.prefill_len` tokens with the cache, then one token at a time) against ours fed
 /// `o`'s prompt token by token from the start on `m`: every decoded row within `tol`.
