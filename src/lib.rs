@@ -161,6 +161,10 @@ pub struct Options {
     /// Preload the learned hotlist (`usage.waste`, written by [`Model::write_usage`]) into
     /// the expert cache of a container that has one, on the I/O threads.
     pub hotlist: bool,
+    /// The learned hotlist's file: read at open (with `hotlist`) and where
+    /// [`Model::write_usage`] writes by default. `None`: `usage.waste` in the model's
+    /// directory; give another path when that directory is read-only or shared.
+    pub usage_file: Option<std::path::PathBuf>,
     /// Sessions the budget reserves room for: the model's own and `sessions − 1` more from
     /// [`Model::new_session`] (a server's slots). Each holds a conversation's state for the
     /// whole context; the memory plan counts them all, and the expert cache gets what is left.
@@ -170,7 +174,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 32, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true }
+            io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true, usage_file: None }
     }
 }
 

@@ -80,3 +80,45 @@ fn a_damaged_or_foreign_usage_file_is_ignored_with_a_note() {
         assert!(bit_identical(&cold, &logits) && misses == cold_misses, "{what}: nothing preloaded");
     }
 }
+
+/// The token count a usage file holds (its header's `tokens` field, docs/FORMATS.md).
+fn usage_tokens(file: &Path) -> u64 {
+    let b = std::fs::read(file).unwrap();
+    u64::from_le_bytes(b[48..56].try_into().unwrap())
+}
+
+/// `waste serve --learn --usage-file F`: what the requests routed reaches F once the queue is
+/// idle, counted once (not again at the stop); the next server preloads it and says so.
+#[test]
+fn serve_learns_between_requests_and_the_next_server_preloads() {
+    use common::server::{usage, Server};
+    let dir = float_container("olmoe_f32", "hotlist-serve");
+    let file = temp_dir("hotlist-serve-file").join("learned.waste");
+    let f = file.to_str().unwrap();
+    let prompt = oracle("olmoe_f32").prompt;
+    let body = format!(r#"{{"prompt": {prompt:?}, "max_tokens": 4, "temperature": 0}}"#);
+    let s = Server::start(&dir, &["--learn", "--usage-file", f, "--threads", "1", "--no-lookahead"]);
+    let r = s.connect().post("/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (prompt_tokens, generated, _) = usage(&r.json());
+    assert_eq!((prompt_tokens, generated), (prompt.len() as u64, 4));
+    // Written when the queue goes idle (it polls every 200 ms), not only at the stop.
+    let told = s.wait_log_lines("--learn: expert usage added to", 1);
+    assert!(told[0].contains(f), "{told:?}");
+    // Every token computed: the prompt and each generated token but the last, fed back.
+    let computed = prompt_tokens + generated - 1;
+    assert_eq!(usage_tokens(&file), computed);
+    let (code, log) = s.stop();
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(usage_tokens(&file), computed, "the stop writes nothing counted twice");
+    assert!(!dir.join("usage.waste").exists(), "--usage-file, not beside the model");
+
+    // The next server, with the same file, preloads from it before its first request.
+    let s = Server::start(&dir, &["--usage-file", f, "--threads", "1"]);
+    let (code, log) = s.stop();
+    assert!(code == 0 && log.contains("waste serve: hotlist: preloading") && log.contains(f), "{log}");
+
+    // `--learn` needs experts: a dense model is refused by name before it serves.
+    let (code, _, err) = waste(&["serve", root().join("models/stories260K").to_str().unwrap(), "--port", "0", "--learn"]);
+    assert!(code != 0 && err.contains("option `--learn`") && err.contains("no experts"), "{code}: {err}");
+}

@@ -95,6 +95,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     o.lookahead = !a.flag("no-lookahead");
     o.purgeable_slots = a.flag("purgeable");
     o.hotlist = !a.flag("no-hotlist");
+    o.usage_file = a.path("usage-file").map(Path::to_path_buf);
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {
         o.sessions = n;
     }

@@ -39,6 +39,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     flag("lookahead", "read ahead (the default; kept for older command lines)"),
     flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
+    path("usage-file", "F", "the learned hotlist to preload and --learn to write (default: usage.waste beside the model)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),
 ];
 
@@ -117,8 +118,8 @@ pub const BENCH: Command = Command {
 
 /// `--trace-out FILE`, on run, bench and chat.
 pub(crate) const TRACE_OUT: Opt = path("trace-out", "FILE", "write the experts each computed token routed to, one JSON line per token");
-/// `--learn`, on run, bench and chat.
-pub(crate) const LEARN: Opt = flag("learn", "count the experts this run uses and add them to usage.waste beside the model, which the next open preloads");
+/// `--learn`, on run, bench, chat and serve.
+pub(crate) const LEARN: Opt = flag("learn", "count the experts used and add them to usage.waste beside the model (or --usage-file), which the next open preloads");
 
 pub const BENCH_STATE: Command = Command {
     name: "bench state",

@@ -32,7 +32,7 @@ POST /v1/completions), keeping conversations warm: a request that continues one 
 its new tokens. The model is opened after the socket is bound (every endpoint answers 503 until it is ready); one line on \
 stdout says when it is ready and where, one line per request goes to stderr; SIGINT or SIGTERM stops the server (in-flight \
 replies end with an error). docs/SERVE.md describes every endpoint, parameter and error.",
-    opts: &[SERVE_OPTS, MODEL_OPTS, HELP_OPT],
+    opts: &[SERVE_OPTS, &[super::LEARN], MODEL_OPTS, HELP_OPT],
     positionals: &["MODEL"],
 };
 
@@ -100,6 +100,7 @@ pub fn run(a: &Args) -> Outcome {
         },
         alias,
         model_dir: dir,
+        learn: a.flag("learn"),
     };
     serve::run(cfg)?;
     Ok(())

@@ -82,6 +82,8 @@ pub struct Model {
     routing: routing::RoutingHooks,
     /// What open did that the host may want to tell the user ([`Model::notes`]).
     notes: Vec<String>,
+    /// The learned hotlist's file (Options::usage_file, else `usage.waste` in `path`).
+    usage_file: PathBuf,
 }
 
 /// Static facts about an open model (what `waste info` prints).
@@ -233,8 +235,9 @@ impl Model {
         };
         let mut notes = Vec::new();
         let mut experts = experts;
+        let usage_file = opts.usage_file.clone().unwrap_or_else(|| path.join(crate::cache::usage::FILE_NAME));
         if let (Experts::Streamed(cache), Some(m), true) = (&mut experts, manifest, opts.hotlist) {
-            notes.extend(preload_hotlist(path, m, &identity, cache));
+            notes.extend(preload_hotlist(&usage_file, m, &identity, cache));
         }
         weights.params = loader.params + manifest.map_or(0, expert_params);
         // The experts' stored dtypes too (gpt-oss's MXFP4 blocks are U8).
@@ -280,6 +283,7 @@ impl Model {
             lookahead: opts.lookahead,
             routing: routing::RoutingHooks::default(),
             notes,
+            usage_file,
         })
     }
 
@@ -439,15 +443,16 @@ impl Model {
         Ok(())
     }
 
-    /// Writes the usage counted since [`Model::learn_usage`] to `path` (default: `usage.waste`
-    /// in the model's directory, where the next open finds it), added to what a valid usage
+    /// Writes the usage counted since [`Model::learn_usage`] to `path` (default:
+    /// [`Options::usage_file`](crate::Options::usage_file), else `usage.waste` in the model's
+    /// directory: where the next open with the same options finds it), added to what a valid usage
     /// file of this model already there holds (a damaged or foreign one is replaced). Written
     /// atomically (temp file, fsync, rename); a directory that cannot be written is an error
     /// naming it — give another `path` then. The counts written start again from zero, so
     /// writing after every turn of a conversation counts each token once. Returns the path.
     pub fn write_usage(&mut self, path: Option<&Path>) -> Result<PathBuf> {
         let counted = self.routing.usage.as_mut().ok_or_else(|| Error::arg("no expert usage counted: call learn_usage first"))?;
-        let path = path.map_or_else(|| self.path.join(crate::cache::usage::FILE_NAME), Path::to_path_buf);
+        let path = path.map_or_else(|| self.usage_file.clone(), Path::to_path_buf);
         let mut total = counted.clone();
         if let Ok(Some(before)) = Usage::read(&path, &self.identity, counted.layers, counted.experts) {
             total.merge(&before);
@@ -944,13 +949,12 @@ fn tokenizer_fits(t: &Tokenizer, vocab: usize) -> Result<()> {
     Ok(())
 }
 
-/// Reads the learned hotlist beside a container and starts preloading it into the cache;
-/// returns what to tell the user. A usage file is advice: a damaged or foreign one is
-/// ignored, with the reason.
-fn preload_hotlist(dir: &Path, m: &Manifest, identity: &[u8; 32], cache: &mut ExpertCache) -> Option<String> {
-    let path = dir.join(crate::cache::usage::FILE_NAME);
+/// Reads the learned hotlist (`path`, usually beside the container) and starts preloading it
+/// into the cache; returns what to tell the user. A usage file is advice: a damaged or
+/// foreign one is ignored, with the reason.
+fn preload_hotlist(path: &Path, m: &Manifest, identity: &[u8; 32], cache: &mut ExpertCache) -> Option<String> {
     let experts = m.config.moe.as_ref()?.experts;
-    match Usage::read(&path, identity, m.banks.len(), experts) {
+    match Usage::read(path, identity, m.banks.len(), experts) {
         Ok(None) => None,
         Ok(Some(u)) => {
             let n = cache.preload(&u.ranked(), m);

@@ -64,6 +64,8 @@ pub struct Setup {
     /// The chat template (`None`: chat requests are refused, completions still work).
     pub template: Option<ChatTemplate>,
     pub slots: usize,
+    /// `--learn`: count expert usage for the learned hotlist.
+    pub learn: bool,
 }
 
 /// One conversation the server keeps warm.
@@ -82,6 +84,11 @@ pub struct Engine {
     end_of_turn: Vec<u32>,
     slots: Vec<Slot>,
     served: u64,
+    /// `--learn` and requests have run since the usage file was last written.
+    unsaved: bool,
+    /// `--learn`: the usage file has been written once (its path was told).
+    saved_once: bool,
+    learn: bool,
 }
 
 /// The server is stopping: what in-flight and queued requests are told.
@@ -93,13 +100,16 @@ impl Engine {
     /// Opens the model with room for `setup.slots` sessions and makes them.
     pub fn open(setup: Setup) -> waste::Result<Engine> {
         let options = Options { sessions: setup.slots, ..setup.options };
-        let model = Model::open(&setup.model_dir, &options)?;
+        let mut model = Model::open(&setup.model_dir, &options)?;
+        if setup.learn {
+            model.learn_usage(true).map_err(|e| waste::Error::arg(format!("option `--learn`: {}", e.message())))?;
+        }
         let mut slots = vec![Slot { session: None, last_used: 0 }];
         for _ in 1..setup.slots {
             slots.push(Slot { session: Some(model.new_session()?), last_used: 0 });
         }
         let end_of_turn = setup.template.as_ref().map_or_else(Vec::new, |t| model.end_of_turn_tokens(t));
-        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0 })
+        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0, unsaved: false, saved_once: false, learn: setup.learn })
     }
 
     pub fn model(&self) -> &Model {
@@ -115,13 +125,35 @@ impl Engine {
     pub fn serve(mut self, jobs: Receiver<Job>, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             match jobs.recv_timeout(Duration::from_millis(200)) {
-                Ok(job) => self.run_guarded(job, stop),
-                Err(RecvTimeoutError::Timeout) => {}
+                Ok(job) => {
+                    self.run_guarded(job, stop);
+                    self.unsaved = self.learn;
+                }
+                // Idle: the moment to write what `--learn` counted, delaying no request.
+                Err(RecvTimeoutError::Timeout) => self.save_usage(),
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
         while let Ok(job) = jobs.try_recv() {
             let _ = job.events.send(Event::Failed(stopping()));
+        }
+        self.save_usage();
+    }
+
+    /// `--learn`: adds what was counted since the last write to the usage file. A failure
+    /// is told and tried again after the next request (the counts are kept until written).
+    fn save_usage(&mut self) {
+        if !self.unsaved {
+            return;
+        }
+        self.unsaved = false;
+        match self.model.write_usage(None) {
+            Ok(path) if !self.saved_once => {
+                self.saved_once = true;
+                super::tell(&format!("waste serve: --learn: expert usage added to {} (after each burst of requests)", path.display()));
+            }
+            Ok(_) => {}
+            Err(e) => super::tell(&format!("waste serve: warning: --learn: {e} (give a writable --usage-file F)")),
         }
     }
 

@@ -43,6 +43,9 @@ pub struct Config {
     pub limits: Limits,
     /// The model id `/v1/models` reports.
     pub alias: String,
+    /// `--learn`: count the experts requests use and add them to the usage file whenever
+    /// the queue is idle, and at the stop.
+    pub learn: bool,
 }
 
 /// Where the server is in its life.
@@ -174,7 +177,7 @@ pub fn run(cfg: Config) -> waste::Result<()> {
     });
     tell(&format!("waste serve: listening on http://{local}, loading {}", cfg.model_dir.display()));
     let ready = Ready { local, alias: cfg.alias.clone(), slots: cfg.slots, queue: cfg.queue, keyed: cfg.api_key.is_some() };
-    let setup = Setup { model_dir: cfg.model_dir, options: cfg.options, template: cfg.template, slots: cfg.slots };
+    let setup = Setup { model_dir: cfg.model_dir, options: cfg.options, template: cfg.template, slots: cfg.slots, learn: cfg.learn };
     let engine = {
         let shared = Arc::clone(&shared);
         std::thread::Builder::new().name("model".into()).stack_size(8 << 20).spawn(move || model_thread(setup, queue, &shared, ready))
@@ -245,6 +248,9 @@ fn model_thread(setup: Setup, queue: mpsc::Receiver<Job>, shared: &Shared, ready
             let b = engine.model().budget();
             if let Some(w) = &b.warning {
                 tell(&format!("waste serve: warning: {w}"));
+            }
+            for n in engine.model().notes() {
+                tell(&format!("waste serve: {n}"));
             }
             if !engine.has_template() {
                 tell("waste serve: warning: the model has no chat template: /v1/chat/completions answers 400 (start with --template chatml|llama3|FILE)");
