@@ -36,10 +36,13 @@ test:
 
 # The fuzzer's long mode (tests/fuzz.rs): every target for FUZZ_SECONDS seconds (default 600),
 # one at a time; `make test` runs the same targets for 3 s each. Counts go to target/fuzz.log.
+# Each long run mutates from its own FUZZ_SEED (default: the clock; printed), so runs add new
+# inputs instead of repeating the short pass's fixed sequence (seed 0).
 FUZZ_SECONDS ?= 600
+FUZZ_SEED ?= $(shell date +%s)
 fuzz:
 	@set -o pipefail; mkdir -p target; \
-	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release --test fuzz -- --nocapture --test-threads 1 2>&1 | tee target/fuzz.log; status=$$?; \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) $(CARGO) test --release --test fuzz -- --nocapture --test-threads 1 2>&1 | tee target/fuzz.log; status=$$?; \
 	echo; grep '^fuzz ' target/fuzz.log; exit $$status
 
 # The static binary: musl, fully static (no interpreter, no shared library: `file` and `ldd`

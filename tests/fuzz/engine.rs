@@ -234,6 +234,14 @@ pub fn seconds(short: f64) -> f64 {
     std::env::var("FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(short)
 }
 
+/// The mutation seed: `FUZZ_SEED` (`make fuzz` gives each long run its own, from the clock),
+/// else 0, the short pass's fixed sequence. Mutations depend on nothing but the seed and the
+/// corpus, so two runs with the same seed try the same inputs in the same order: executions
+/// add up across runs only when their seeds differ.
+pub fn seed() -> u64 {
+    std::env::var("FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
 /// Runs `target` over the regression inputs, then mutated inputs for `secs` seconds; `exec`
 /// returns the outcome and the peak heap bytes it saw (0 when not measured).
 pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, mut exec: impl FnMut(&[u8]) -> (Outcome, u64, bool)) -> Report {
@@ -244,7 +252,9 @@ pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, 
     let current = Arc::new(AtomicU64::new(u64::MAX));
     let current_input = Arc::new(std::sync::Mutex::new(Vec::new()));
     let watchdog = watchdog(target, Arc::clone(&current), Arc::clone(&current_input), out_dir.clone(), started);
-    let mut rng = Rng::new(target.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
+    let seed = seed();
+    // Seed 0 keeps the sequence every earlier run of the short pass tried.
+    let mut rng = Rng::new(target.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)) ^ seed.wrapping_mul(0xD6E8_FEB8_6659_FD93));
     let mut report = Report { target, execs: 0, seconds: 0.0, corpus: corpus.len(), findings: Vec::new(), peak_heap: 0, errors: 0 };
     let mut i = 0usize;
     loop {
@@ -290,7 +300,7 @@ pub fn run(target: &'static str, corpus: Vec<Vec<u8>>, shape: Shape, secs: f64, 
     drop(watchdog);
     current.store(u64::MAX - 1, Relaxed);
     report.seconds = started.elapsed().as_secs_f64();
-    println!("fuzz {target}: {} execs in {:.1} s ({} seeds, {} regression inputs), {} refused with an error, peak heap {:.1} MiB, {} findings",
+    println!("fuzz {target}: {} execs in {:.1} s ({} seeds, {} regression inputs, mutation seed {seed}), {} refused with an error, peak heap {:.1} MiB, {} findings",
         report.execs, report.seconds, report.corpus, regressions.len(), report.errors, report.peak_heap as f64 / (1 << 20) as f64, report.findings.len());
     report
 }
