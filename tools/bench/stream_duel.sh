@@ -210,7 +210,7 @@ rv_cache() { # the ramvamp expert-cache budget for a setting
     if [ "$s" = ram ]; then
         # in RAM every engine may hold every expert: waste sizes its cache from usable RAM and
         # llama.cpp keeps the page cache warm, so ramvamp gets all its experts (when they fit)
-        experts=$(stat -c %s "$RVMP"/experts/layer_*.bin | awk '{t += $1} END {print t}')
+        experts=$(stat -c %s "$RVMP"/experts/layer_*.bin | awk '{t += $1} END {printf "%.0f\n", t}')
         lim=$(( $(awk '/^MemAvailable/{print $2}' /proc/meminfo) * 1024 - (3 << 30) ))
         echo $(( experts < lim ? experts + (64 << 20) : lim ))
         return
