@@ -40,7 +40,11 @@
 #   ("8G 6G 4G"), SETTINGS (default "ram $LIMITS"), ROUNDS (3), THREADS (2), PROMPT (128),
 #   GEN (32), TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
 #   the limit minus ramvamp's common weights, KV cache and 512 MiB; in RAM all its experts,
-#   if they fit in MemAvailable less 3 GiB; or a fixed size), CTX (512, the context each engine sizes for), DIR (where the model
+#   if they fit in MemAvailable less 3 GiB, and at most 4 GiB, the cap of ramvamp 0.1.1's slot
+#   pool; or a fixed size), WASTE_BUDGET (waste's --budget per setting: "auto" = the limit
+#   less 128 MiB for what the budget does not count, and in RAM the container's size plus
+#   1 GiB, so that every expert fits in its cache; "default" = no --budget, waste's own
+#   choice, which never goes past the floor plus three working sets; or a fixed size), CTX (512, the context each engine sizes for), DIR (where the model
 #   goes; default target/stream-duel), LLAMA_DIR (a llama.cpp build directory to use instead of
 #   building one, e.g. another worktree's target/llamacpp), KEEP_RV_GGUF (0: the requantized
 #   GGUF is deleted after the repack), WASTE_BIN (a waste binary to use instead of building
@@ -65,6 +69,7 @@ PROMPT=${PROMPT:-128}
 GEN=${GEN:-32}
 TIMEOUT=${TIMEOUT:-1800}
 RV_CACHE=${RV_CACHE:-auto}
+WASTE_BUDGET=${WASTE_BUDGET:-auto}
 CTX=${CTX:-512}
 KEEP_RV_GGUF=${KEEP_RV_GGUF:-0}
 DISK_LIMIT=${DISK_LIMIT:-8G}
@@ -203,6 +208,20 @@ check_tokens() {
     [ "$r" = "$rl" ] || say "WARNING: ramvamp and llama.cpp disagree on ramvamp's weights"
 }
 
+waste_budget() { # waste's --budget option for a setting (nothing for "default")
+    local s=$1
+    case "$WASTE_BUDGET" in
+        default) return ;;
+        auto) ;;
+        *) echo "--budget $WASTE_BUDGET"; return ;;
+    esac
+    if [ "$s" = ram ]; then
+        echo "--budget $(( $(du -sb "$MODEL" | cut -f1) + (1 << 30) ))"
+    else
+        echo "--budget $(( $("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))") - (128 << 20) ))"
+    fi
+}
+
 rv_cache() { # the ramvamp expert-cache budget for a setting
     local s=$1
     if [ "$RV_CACHE" != auto ]; then echo "$RV_CACHE"; return; fi
@@ -212,7 +231,8 @@ rv_cache() { # the ramvamp expert-cache budget for a setting
         # llama.cpp keeps the page cache warm, so ramvamp gets all its experts (when they fit)
         experts=$(stat -c %s "$RVMP"/experts/layer_*.bin | awk '{t += $1} END {printf "%.0f\n", t}')
         lim=$(( $(awk '/^MemAvailable/{print $2}' /proc/meminfo) * 1024 - (3 << 30) ))
-        echo $(( experts < lim ? experts + (64 << 20) : lim ))
+        lim=$(( lim < (4 << 30) ? lim : (4 << 30) ))
+        echo $(( experts + (64 << 20) < lim ? experts + (64 << 20) : lim ))
         return
     fi
     lim=$("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))")
@@ -251,11 +271,11 @@ EOF
             lim=(--limit "$s")
             ev=(--evict "$MODEL" --evict "$GGUF" --evict "$RVMP")
         fi
-        local cache; cache=$(rv_cache "$s")
+        local cache wb; cache=$(rv_cache "$s"); wb=$(waste_budget "$s")
         for r in $(seq "$ROUNDS"); do
             say "setting $s, round $r of $ROUNDS, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
             "$PY" "$HELP" run --out "$out/waste_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" --json
+                "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" $wb --json
             "$PY" "$HELP" run --out "$out/llama_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup -o jsonl
             "$PY" "$HELP" run --out "$out/llama_${s}_${r}_pp.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
