@@ -237,8 +237,10 @@ rv_cache() { # the ramvamp expert-cache budget for a setting
     fi
     lim=$("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))")
     common=$(stat -c %s "$RVMP/common.bin")
-    # common weights + KV (CTX x layers x 2 x 512 x 4 bytes, generous) + 512 MiB for the rest
-    echo $(( lim - common - CTX * LAYERS * 4096 - (512 << 20) ))
+    # common weights + KV (CTX x layers x 2 x 512 x 4 bytes, generous) + 512 MiB for the rest,
+    # and at most the 4 GiB cap of ramvamp 0.1.1's slot pool (it refuses more)
+    lim=$(( lim - common - CTX * LAYERS * 4096 - (512 << 20) ))
+    echo $(( lim < (4 << 30) ? lim : (4 << 30) ))
 }
 
 main() {
@@ -266,9 +268,11 @@ json.dump({"cpu": cpu, "cpus": os.cpu_count(), "ram": "RAM " + ram, "commit": a[
 EOF
     local text; text=$("$PY" "$HELP" prompt "$PROMPT")
     for s in $SETTINGS; do
-        local lim=() ev=()
+        local lim=() ev=() repack=()
         if [ "$s" != ram ]; then
-            lim=(--limit "$s")
+            # Under a limit llama.cpp reads its weights through the mmap: its default repacks
+            # Q4_0 into anonymous memory at load (an OOM kill when the model exceeds the limit)
+            lim=(--limit "$s") repack=(--repack 0)
             ev=(--evict "$MODEL" --evict "$GGUF" --evict "$RVMP")
         fi
         local cache wb; cache=$(rv_cache "$s"); wb=$(waste_budget "$s")
@@ -277,9 +281,9 @@ EOF
             "$PY" "$HELP" run --out "$out/waste_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" $wb --json
             "$PY" "$HELP" run --out "$out/llama_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup -o jsonl
+                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup "${repack[@]}" -o jsonl
             "$PY" "$HELP" run --out "$out/llama_${s}_${r}_pp.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 --no-warmup -o jsonl
+                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 --no-warmup "${repack[@]}" -o jsonl
             "$PY" "$HELP" run --out "$out/ramvamp_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$RV/bin/ramvamp" generate --model "$RVMP" --prompt "$text" --max-new "$GEN" --greedy \
                 --threads "$THREADS" --context "$CTX" --cache-bytes "$cache" --skip-hashes
