@@ -8,6 +8,8 @@
 //! - The peak while opening (the tokenizer's load, the checkpoint headers) stays under the
 //!   floor, so the budget also bounds what opening holds for a moment.
 //! - A decode step allocates nothing, and neither does a sampled token.
+//! - Turns of a conversation (a growing prompt continuing the session, sampled replies, a
+//!   reset now and then) leave the heap where they found it: a long chat's RSS stays flat.
 //!
 //! One test function: the counters are process-wide, so nothing else may run beside it.
 
@@ -136,6 +138,8 @@ fn the_allocator_sees_what_the_model_reports() {
             drop(m);
         }
     }
+    conversations_leave_the_heap_where_they_found_it(&models);
+
     // A sampled token allocates nothing once the buffers are sized.
     let vocab = 4096;
     let logits: Vec<f32> = (0..vocab).map(|i| ((i * 31) % 97) as f32 / 10.0).collect();
@@ -156,4 +160,39 @@ fn m_vocab(dir: &std::path::Path) -> usize {
         waste::format::config::ModelConfig::load(dir).unwrap()
     };
     cfg.vocab
+}
+
+/// Cycles of a conversation as `waste chat` drives one (docs/RELIABILITY.md, the soak): a
+/// growing prompt continuing the session, a sampled reply, a reset every four turns. After the
+/// first cycle has sized every buffer, each cycle must end with the heap as the first left it.
+/// The MoE container streams its experts with I/O threads; stories260K tokenizes its prompts.
+fn conversations_leave_the_heap_where_they_found_it(models: &[PathBuf]) {
+    for dir in [&models[models.len() - 2], &root().join("models/stories260K")] {
+        let mut m = Model::open(dir, &Options { ctx: 160, threads: 2, ..Options::default() }).unwrap();
+        let params = waste::GenerateParams { max_tokens: 6, stop_at_eos: false,
+            sampling: waste::SamplingParams { temperature: 0.8, seed: 7, ..waste::SamplingParams::default() }, ..waste::GenerateParams::default() };
+        let tokenizer = m.tokenize_prompt("a").is_ok();
+        // Sized before the first cycle: the record must not allocate as it grows.
+        let mut live = Vec::with_capacity(12);
+        for cycle in 0..12u32 {
+            let mut ids = vec![1u32];
+            for turn in 0..4u32 {
+                if tokenizer {
+                    ids.extend(m.tokenize_prompt(&format!(" Turn {turn} of cycle {cycle}: and then?")).unwrap());
+                } else {
+                    ids.extend([5 + turn, 9 + cycle]);
+                }
+                let mut text = String::new();
+                let s = m.generate(&ids, &waste::GenerateParams { sampling: waste::SamplingParams { seed: (cycle * 4 + turn).into(), ..params.sampling.clone() }, ..params.clone() },
+                    |ev| { text.push_str(ev.text); true }).unwrap();
+                ids.extend(&s.ids);
+            }
+            m.reset();
+            live.push(LIVE.load(Relaxed));
+        }
+        println!("{}: heap after each cycle of 4 turns: {live:?}", dir.display());
+        // The first cycle sizes what is kept; the I/O threads' channel blocks come and go, so
+        // a block's worth of slack, but no growth from cycle to cycle.
+        assert!(live[1..].iter().all(|&l| l <= live[1] + 4096), "the heap grew over the turns of {}: {live:?}", dir.display());
+    }
 }

@@ -178,10 +178,6 @@ pub fn chat(a: &Args) -> Outcome {
             t.flush(&mut model)?;
         }
         super::trace::save_usage(a, &mut model, false)?;
-        // What the turn allocated and freed goes back to the system before the next: without
-        // it, glibc's heap and the I/O threads' arenas kept a few KiB more after some turns,
-        // and a 30-minute chat's RSS crept (docs/RELIABILITY.md, the soak).
-        waste::host::release_free_memory();
     }
     if interactive {
         outln!();
