@@ -431,7 +431,7 @@ pub fn assert_cached_decode_close(name: &str, m: &mut waste::Model, o: &Oracle, 
 }
 
 /// Chunking, threads and `reset` change no bit: `prompt`'s logits from `dir` with one thread
-/// and the default chunk of 32, again on the same model after `reset`, and with each of
+/// and a chunk of 32, again on the same model after `reset`, and with each of
 /// `runs` (threads, prefill chunk, fed one token at a time) are the same bits.
 pub fn assert_chunking_threads_and_reset_bit_identical(name: &str, dir: &Path, prompt: &[u32], runs: &[(usize, usize, bool)]) {
     let mut m = open_model_threads(dir, 1, 32);
