@@ -88,8 +88,14 @@ pub struct Engine {
     unsaved: bool,
     /// `--learn`: the usage file has been written once (its path was told).
     saved_once: bool,
+    /// `--learn`: when the usage file was last written (or tried).
+    last_save: std::time::Instant,
     learn: bool,
 }
+
+/// `--learn` writes the usage file when the queue goes idle, and at least this often while it
+/// stays busy (between two requests, a few milliseconds each time).
+const LEARN_SAVE_EVERY: Duration = Duration::from_secs(60);
 
 /// The server is stopping: what in-flight and queued requests are told.
 fn stopping() -> ApiError {
@@ -109,7 +115,7 @@ impl Engine {
             slots.push(Slot { session: Some(model.new_session()?), last_used: 0 });
         }
         let end_of_turn = setup.template.as_ref().map_or_else(Vec::new, |t| model.end_of_turn_tokens(t));
-        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0, unsaved: false, saved_once: false, learn: setup.learn })
+        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0, unsaved: false, saved_once: false, last_save: std::time::Instant::now(), learn: setup.learn })
     }
 
     pub fn model(&self) -> &Model {
@@ -128,6 +134,10 @@ impl Engine {
                 Ok(job) => {
                     self.run_guarded(job, stop);
                     self.unsaved = self.learn;
+                    // A queue that never goes idle still writes, once a minute.
+                    if self.last_save.elapsed() >= LEARN_SAVE_EVERY {
+                        self.save_usage();
+                    }
                 }
                 // Idle: the moment to write what `--learn` counted, delaying no request.
                 Err(RecvTimeoutError::Timeout) => self.save_usage(),
@@ -147,6 +157,7 @@ impl Engine {
             return;
         }
         self.unsaved = false;
+        self.last_save = std::time::Instant::now();
         match self.model.write_usage(None) {
             Ok(path) if !self.saved_once => {
                 self.saved_once = true;
