@@ -82,7 +82,7 @@ fn the_allocator_sees_what_the_model_reports() {
     let container = temp_dir("accounting").join("c");
     let src = fixture("oracles/qwen3_moe_f32/model");
     waste::tools::convert::convert(&waste::tools::convert::ConvertOptions::new(&src, &container), &mut |_| {}).unwrap();
-    models.push(container);
+    models.push(container.clone());
     // A model with a tokenizer.json: the Llama 3 fixture next to the Llama 3 test vocabulary.
     let with_tok = temp_dir("accounting-tok").join("m");
     std::fs::create_dir_all(&with_tok).unwrap();
@@ -138,7 +138,7 @@ fn the_allocator_sees_what_the_model_reports() {
             drop(m);
         }
     }
-    conversations_leave_the_heap_where_they_found_it(&models);
+    conversations_leave_the_heap_where_they_found_it(&container);
 
     // A sampled token allocates nothing once the buffers are sized.
     let vocab = 4096;
@@ -166,8 +166,9 @@ fn m_vocab(dir: &std::path::Path) -> usize {
 /// growing prompt continuing the session, a sampled reply, a reset every four turns. After the
 /// first cycle has sized every buffer, each cycle must end with the heap as the first left it.
 /// The MoE container streams its experts with I/O threads; stories260K tokenizes its prompts.
-fn conversations_leave_the_heap_where_they_found_it(models: &[PathBuf]) {
-    for dir in [&models[models.len() - 2], &root().join("models/stories260K")] {
+fn conversations_leave_the_heap_where_they_found_it(container: &std::path::Path) {
+    for dir in [container.to_path_buf(), root().join("models/stories260K")] {
+        let dir = &dir;
         let mut m = Model::open(dir, &Options { ctx: 160, threads: 2, ..Options::default() }).unwrap();
         let params = waste::GenerateParams { max_tokens: 6, stop_at_eos: false,
             sampling: waste::SamplingParams { temperature: 0.8, seed: 7, ..waste::SamplingParams::default() }, ..waste::GenerateParams::default() };
@@ -182,6 +183,7 @@ fn conversations_leave_the_heap_where_they_found_it(models: &[PathBuf]) {
                 } else {
                     ids.extend([5 + turn, 9 + cycle]);
                 }
+                // The reply's text is collected, as chat prints it.
                 let mut text = String::new();
                 let s = m.generate(&ids, &waste::GenerateParams { sampling: waste::SamplingParams { seed: (cycle * 4 + turn).into(), ..params.sampling.clone() }, ..params.clone() },
                     |ev| { text.push_str(ev.text); true }).unwrap();

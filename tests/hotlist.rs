@@ -43,11 +43,9 @@ fn a_learned_hotlist_means_fewer_misses_and_the_same_logits() {
     assert!(warm_misses < cold_misses, "cold {cold_misses}, warm {warm_misses}");
 
     // Learning again adds to the file: twice the tokens.
-    let before = std::fs::read(dir.join("usage.waste")).unwrap();
+    let before = usage_tokens(&dir.join("usage.waste"));
     let _ = run(&dir, true, true);
-    let after = std::fs::read(dir.join("usage.waste")).unwrap();
-    let tokens = |b: &[u8]| u64::from_le_bytes(b[48..56].try_into().unwrap());
-    assert_eq!(tokens(&after), 2 * tokens(&before));
+    assert_eq!(usage_tokens(&dir.join("usage.waste")), 2 * before);
 }
 
 #[test]
@@ -81,7 +79,7 @@ fn a_damaged_or_foreign_usage_file_is_ignored_with_a_note() {
     }
 }
 
-/// The token count a usage file holds (its header's `tokens` field, docs/FORMATS.md).
+/// The token count a usage file holds (its header's `tokens` field, docs/CONTAINER.md).
 fn usage_tokens(file: &Path) -> u64 {
     let b = std::fs::read(file).unwrap();
     u64::from_le_bytes(b[48..56].try_into().unwrap())

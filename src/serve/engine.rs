@@ -84,13 +84,18 @@ pub struct Engine {
     end_of_turn: Vec<u32>,
     slots: Vec<Slot>,
     served: u64,
-    /// `--learn` and requests have run since the usage file was last written.
+    /// `--learn`: when to write the usage file.
+    learning: Option<Learning>,
+}
+
+/// `--learn`'s bookkeeping.
+struct Learning {
+    /// Requests have run since the usage file was last written.
     unsaved: bool,
-    /// `--learn`: the usage file has been written once (its path was told).
-    saved_once: bool,
-    /// `--learn`: when the usage file was last written (or tried).
-    last_save: std::time::Instant,
-    learn: bool,
+    /// The usage file has been written once (its path was told).
+    told: bool,
+    /// When the usage file was last written (or tried).
+    last: std::time::Instant,
 }
 
 /// `--learn` writes the usage file when the queue goes idle, and at least this often while it
@@ -115,7 +120,8 @@ impl Engine {
             slots.push(Slot { session: Some(model.new_session()?), last_used: 0 });
         }
         let end_of_turn = setup.template.as_ref().map_or_else(Vec::new, |t| model.end_of_turn_tokens(t));
-        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0, unsaved: false, saved_once: false, last_save: std::time::Instant::now(), learn: setup.learn })
+        let learning = setup.learn.then(|| Learning { unsaved: false, told: false, last: std::time::Instant::now() });
+        Ok(Engine { model, template: setup.template, end_of_turn, slots, served: 0, learning })
     }
 
     pub fn model(&self) -> &Model {
@@ -133,10 +139,12 @@ impl Engine {
             match jobs.recv_timeout(Duration::from_millis(200)) {
                 Ok(job) => {
                     self.run_guarded(job, stop);
-                    self.unsaved = self.learn;
-                    // A queue that never goes idle still writes, once a minute.
-                    if self.last_save.elapsed() >= LEARN_SAVE_EVERY {
-                        self.save_usage();
+                    if let Some(l) = &mut self.learning {
+                        l.unsaved = true;
+                        // A queue that never goes idle still writes, once a minute.
+                        if l.last.elapsed() >= LEARN_SAVE_EVERY {
+                            self.save_usage();
+                        }
                     }
                 }
                 // Idle: the moment to write what `--learn` counted, delaying no request.
@@ -153,14 +161,12 @@ impl Engine {
     /// `--learn`: adds what was counted since the last write to the usage file. A failure
     /// is told and tried again after the next request (the counts are kept until written).
     fn save_usage(&mut self) {
-        if !self.unsaved {
-            return;
-        }
-        self.unsaved = false;
-        self.last_save = std::time::Instant::now();
+        let Some(l) = self.learning.as_mut().filter(|l| l.unsaved) else { return };
+        l.unsaved = false;
+        l.last = std::time::Instant::now();
         match self.model.write_usage(None) {
-            Ok(path) if !self.saved_once => {
-                self.saved_once = true;
+            Ok(path) if !l.told => {
+                l.told = true;
                 super::tell(&format!("waste serve: --learn: expert usage added to {} (after each burst of requests)", path.display()));
             }
             Ok(_) => {}

@@ -208,6 +208,10 @@ check_tokens() {
     [ "$r" = "$rl" ] || say "WARNING: ramvamp and llama.cpp disagree on ramvamp's weights"
 }
 
+limit_bytes() { # a setting's limit ("6G") in bytes
+    "$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$1'))"
+}
+
 waste_budget() { # waste's --budget option for a setting (nothing for "default")
     local s=$1
     case "$WASTE_BUDGET" in
@@ -218,28 +222,26 @@ waste_budget() { # waste's --budget option for a setting (nothing for "default")
     if [ "$s" = ram ]; then
         echo "--budget $(( $(du -sb "$MODEL" | cut -f1) + (1 << 30) ))"
     else
-        echo "--budget $(( $("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))") - (128 << 20) ))"
+        echo "--budget $(( $(limit_bytes "$s") - (128 << 20) ))"
     fi
 }
 
 rv_cache() { # the ramvamp expert-cache budget for a setting
     local s=$1
     if [ "$RV_CACHE" != auto ]; then echo "$RV_CACHE"; return; fi
-    local lim common experts
+    local lim experts
     if [ "$s" = ram ]; then
         # in RAM every engine may hold every expert: waste sizes its cache from usable RAM and
         # llama.cpp keeps the page cache warm, so ramvamp gets all its experts (when they fit)
         experts=$(stat -c %s "$RVMP"/experts/layer_*.bin | awk '{t += $1} END {printf "%.0f\n", t}')
         lim=$(( $(awk '/^MemAvailable/{print $2}' /proc/meminfo) * 1024 - (3 << 30) ))
-        lim=$(( lim < (4 << 30) ? lim : (4 << 30) ))
-        echo $(( experts + (64 << 20) < lim ? experts + (64 << 20) : lim ))
-        return
+        lim=$(( experts + (64 << 20) < lim ? experts + (64 << 20) : lim ))
+    else
+        local common; common=$(stat -c %s "$RVMP/common.bin")
+        # common weights + KV (CTX x layers x 2 x 512 x 4 bytes, generous) + 512 MiB for the rest
+        lim=$(( $(limit_bytes "$s") - common - CTX * LAYERS * 4096 - (512 << 20) ))
     fi
-    lim=$("$PY" -c "import sys; sys.path.insert(0, '$ROOT/tools/bench'); import stream_duel as d; print(d.parse_size('$s'))")
-    common=$(stat -c %s "$RVMP/common.bin")
-    # common weights + KV (CTX x layers x 2 x 512 x 4 bytes, generous) + 512 MiB for the rest,
-    # and at most the 4 GiB cap of ramvamp 0.1.1's slot pool (it refuses more)
-    lim=$(( lim - common - CTX * LAYERS * 4096 - (512 << 20) ))
+    # at most the 4 GiB cap of ramvamp 0.1.1's slot pool (it refuses more)
     echo $(( lim < (4 << 30) ? lim : (4 << 30) ))
 }
 
