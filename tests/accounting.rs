@@ -65,11 +65,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// What the model holds outside the heap: its expert-cache slots (one anonymous mapping) and
-/// its threads (counted at their constant).
+/// What the model holds outside the heap: its expert-cache slots' buffers (one anonymous
+/// mapping; a slot's bookkeeping and queue places are on the heap) and its threads (counted at
+/// their constant).
 fn off_heap(m: &Model, opts: &Options) -> u64 {
+    use waste::cache::ExpertShape;
     let threads = (m.info().threads as u64 - 1) + if m.cache_stats().is_some() { opts.io_threads as u64 } else { 0 };
-    let slots = m.cache_stats().map_or(0, |s| s.slots as u64 * (m.plan().expert_slot_bytes - waste::cache::ExpertShape::SLOT_BOOKKEEPING));
+    let queue = if opts.io_threads > 0 { ExpertShape::QUEUE_BYTES } else { 0 };
+    let slots = m.cache_stats().map_or(0, |s| s.slots as u64 * (m.plan().expert_slot_bytes - ExpertShape::SLOT_BOOKKEEPING - queue));
     threads * waste::kernels::pool::THREAD_BYTES + slots
 }
 
@@ -110,16 +113,14 @@ fn the_allocator_sees_what_the_model_reports() {
             // Opening never holds more than the floor, even for a moment.
             assert!(peak <= m.plan().floor_bytes(), "peak while opening {peak} > floor {}: {what}", m.plan().floor_bytes());
 
-            // Decoding allocates nothing with inline reads (I/O threads pass records through a
-            // channel, whose blocks come and go).
+            // Decoding allocates nothing, with inline reads or through the I/O threads (whose
+            // queues are sized when they start).
             m.eval(&[1, 2, 3]).unwrap();
             let (allocs, live) = (ALLOCS.load(Relaxed), LIVE.load(Relaxed));
             for t in 0..8 {
                 m.eval(&[4 + t]).unwrap();
             }
-            if m.cache_stats().is_none() || opts.io_threads == 0 {
-                assert_eq!(ALLOCS.load(Relaxed), allocs, "a decode step allocated: {what}");
-            }
+            assert_eq!(ALLOCS.load(Relaxed), allocs, "a decode step allocated: {what}");
             assert!(LIVE.load(Relaxed) <= live + 16 * 1024, "decoding grew the heap: {what}");
             // Streaming every position's logits holds nothing of size positions x vocab.
             m.reset();
@@ -193,8 +194,9 @@ fn conversations_leave_the_heap_where_they_found_it(container: &std::path::Path)
             live.push(LIVE.load(Relaxed));
         }
         println!("{}: heap after each cycle of 4 turns: {live:?}", dir.display());
-        // The first cycle sizes what is kept; the I/O threads' channel blocks come and go, so
-        // a block's worth of slack, but no growth from cycle to cycle.
-        assert!(live[1..].iter().all(|&l| l <= live[1] + 4096), "the heap grew over the turns of {}: {live:?}", dir.display());
+        // The first cycle sizes what is kept, and nothing grows from cycle to cycle: to the
+        // byte, but for a buffer that keeps the longest prompt text seen (stories260K: +32
+        // bytes once, when the cycle number in the prompt gets its second digit).
+        assert!(live[1..].iter().all(|&l| l <= live[1] + 64), "the heap grew over the turns of {}: {live:?}", dir.display());
     }
 }

@@ -378,8 +378,10 @@ fn container_plan_streams_experts_through_the_cache() {
         let io = c.io_threads as u64 * waste::kernels::pool::THREAD_BYTES;
         assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes + io), "{name}");
         let record = RecordLayout::new(dtype, cfg.hidden, moe.expert_intermediate).unwrap().record_bytes as u64;
-        // A slot costs its record and a few words of bookkeeping.
-        let slot = record + waste::cache::ExpertShape::SLOT_BOOKKEEPING;
+        // A slot costs its record and a few words of bookkeeping (with I/O threads, its place in
+        // their queues too).
+        let queue = if c.io_threads > 0 { waste::cache::ExpertShape::QUEUE_BYTES } else { 0 };
+        let slot = record + waste::cache::ExpertShape::SLOT_BOOKKEEPING + queue;
         let k = moe.top_k as u64;
         let records = moe_layers * moe.experts as u64;
         let min_slots = (2 * k).min(records);

@@ -97,7 +97,7 @@ pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Res
     // all awaited before the next group, buffers travelling with their requests.
     let threads = threads.max(1);
     let files: Arc<Vec<Option<BankFile>>> = Arc::new(files.into_iter().map(Some).collect());
-    let pool = IoPool::new(threads, Arc::clone(&files))?;
+    let pool = IoPool::new(threads, Arc::clone(&files), GROUP)?;
     let mut bufs = Vec::with_capacity(GROUP);
     bufs.extend(SlotArena::slots(record, GROUP)?);
     let start = Instant::now();

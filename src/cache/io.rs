@@ -8,9 +8,9 @@ use crate::error::{Error, Result};
 use crate::sys::{self, Slot};
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
 /// A bank file opened for reading records: with `O_DIRECT` where the filesystem takes it, else
@@ -121,54 +121,131 @@ pub struct Completion {
     pub result: Result<()>,
 }
 
+/// Queue bytes per read that can be in flight: one entry in each of the pool's two queues,
+/// allocated when the pool starts.
+pub const QUEUE_BYTES_PER_READ: usize = size_of::<Request>() + size_of::<Completion>();
+
+/// A first-in first-out queue between threads, its storage allocated once: the pool never has
+/// more reads outstanding than buffers, so a push never grows it, and a wait is a futex. (A
+/// standard channel allocates and frees a block every few dozen messages and a context the
+/// first time each thread waits: a long chat's heap felt the first as fragmentation.)
+struct Queue<T> {
+    state: Mutex<QueueState<T>>,
+    ready: Condvar,
+}
+
+struct QueueState<T> {
+    items: VecDeque<T>,
+    /// Threads that may still push: once none is left and the queue is empty, a pop ends.
+    writers: usize,
+}
+
+impl<T> Queue<T> {
+    fn new(capacity: usize, writers: usize) -> Queue<T> {
+        Queue { state: Mutex::new(QueueState { items: VecDeque::with_capacity(capacity), writers }), ready: Condvar::new() }
+    }
+
+    /// A poisoned lock only means a thread panicked while holding it; the queue is intact.
+    fn lock(&self) -> MutexGuard<'_, QueueState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, item: T) {
+        self.lock().items.push_back(item);
+        self.ready.notify_one();
+    }
+
+    /// The oldest item, waiting for one; `None` once every writer is gone and nothing is left.
+    fn pop(&self) -> Option<T> {
+        let mut st = self.lock();
+        loop {
+            if let Some(item) = st.items.pop_front() {
+                return Some(item);
+            }
+            if st.writers == 0 {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// One writer is gone.
+    fn close(&self) {
+        let mut st = self.lock();
+        st.writers = st.writers.saturating_sub(1);
+        drop(st);
+        self.ready.notify_all();
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.lock().items.capacity() * size_of::<T>()
+    }
+}
+
+/// Closes a queue for its writer when dropped, a panic included.
+struct Closer<'a, T>(&'a Queue<T>);
+
+impl<T> Drop for Closer<'_, T> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 /// I/O threads reading records for the cache.
 pub struct IoPool {
-    requests: Option<Sender<Request>>,
-    completions: Receiver<Completion>,
+    /// Written by the pool alone (one writer, closed when the pool is dropped).
+    requests: Arc<Queue<Request>>,
+    /// Written by the readers: it ends when the last of them does.
+    completions: Arc<Queue<Completion>>,
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl IoPool {
-    /// Starts `threads` readers over `banks` (indexed by layer).
-    pub fn new(threads: usize, banks: Arc<Vec<Option<BankFile>>>) -> Result<IoPool> {
-        let (req_tx, req_rx) = channel::<Request>();
-        let (done_tx, done_rx) = channel::<Completion>();
-        let req_rx = Arc::new(Mutex::new(req_rx));
-        let mut workers = Vec::with_capacity(threads);
+    /// Starts `threads` readers over `banks` (indexed by layer). `in_flight` is the most reads
+    /// that can ever be outstanding — the number of buffers, since every request carries one:
+    /// both queues are sized to it here ([`QUEUE_BYTES_PER_READ`] each), so queuing a read or
+    /// its completion never allocates and never waits.
+    pub fn new(threads: usize, banks: Arc<Vec<Option<BankFile>>>, in_flight: usize) -> Result<IoPool> {
+        let requests = Arc::new(Queue::new(in_flight, 1));
+        let completions = Arc::new(Queue::new(in_flight, threads));
+        let mut pool = IoPool { requests, completions, workers: Vec::with_capacity(threads) };
         for i in 0..threads {
-            let (rx, tx, banks) = (Arc::clone(&req_rx), done_tx.clone(), Arc::clone(&banks));
-            let h = std::thread::Builder::new()
-                .name(format!("waste-io-{i}"))
-                .spawn(move || io_loop(&rx, &tx, &banks))
-                .map_err(|e| Error::new(crate::ErrorKind::Io, format!("cannot start I/O thread: {e}")))?;
-            workers.push(h);
+            let (rx, tx, banks) = (Arc::clone(&pool.requests), Arc::clone(&pool.completions), Arc::clone(&banks));
+            match std::thread::Builder::new().name(format!("waste-io-{i}")).spawn(move || io_loop(&rx, &tx, &banks)) {
+                Ok(h) => pool.workers.push(h),
+                Err(e) => {
+                    // The readers that did not start will never close their end; dropping the
+                    // pool stops the ones that did.
+                    for _ in i..threads {
+                        pool.completions.close();
+                    }
+                    return Err(Error::new(crate::ErrorKind::Io, format!("cannot start I/O thread: {e}")));
+                }
+            }
         }
-        Ok(IoPool { requests: Some(req_tx), completions: done_rx, workers })
+        Ok(pool)
     }
 
     /// Queues a read.
     pub fn submit(&self, r: Request) -> Result<()> {
-        let tx = self.requests.as_ref().ok_or_else(|| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))?;
-        tx.send(r).map_err(|_| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
+        self.requests.push(r);
+        Ok(())
     }
 
     /// Waits for the next finished read.
     pub fn wait(&self) -> Result<Completion> {
-        self.completions.recv().map_err(|_| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
+        self.completions.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
+    }
+
+    /// Bytes of the two queues.
+    pub fn heap_bytes(&self) -> usize {
+        self.requests.heap_bytes() + self.completions.heap_bytes()
     }
 }
 
-fn io_loop(rx: &Mutex<Receiver<Request>>, tx: &Sender<Completion>, banks: &[Option<BankFile>]) {
-    loop {
-        let req = {
-            // A poisoned lock only means another reader panicked while waiting; the queue is intact.
-        let guard = rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match guard.recv() {
-                Ok(r) => r,
-                Err(_) => return, // the pool is shutting down
-            }
-        };
-        let Request { layer, expert, slot, offset, len, mut buf } = req;
+fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[Option<BankFile>]) {
+    let _closer = Closer(completions);
+    while let Some(Request { layer, expert, slot, offset, len, mut buf }) = requests.pop() {
         // A panic here (a bug: a request longer than its buffer, say) must not lose the
         // completion, or the caller would wait for it for ever: it becomes this read's error,
         // and the buffer goes back with it.
@@ -183,15 +260,13 @@ fn io_loop(rx: &Mutex<Receiver<Request>>, tx: &Sender<Completion>, banks: &[Opti
             Err(Error::new(crate::ErrorKind::Io, format!(
                 "the I/O thread reading layer {layer} expert {expert} ({len} bytes at offset {offset}) panicked: {why}")))
         });
-        if tx.send(Completion { layer, expert, slot, buf, result }).is_err() {
-            return;
-        }
+        completions.push(Completion { layer, expert, slot, buf, result });
     }
 }
 
 impl Drop for IoPool {
     fn drop(&mut self) {
-        self.requests = None; // closes the channel: workers finish their read and exit
+        self.requests.close(); // the readers finish their read and exit
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
@@ -211,6 +286,31 @@ mod tests {
     use super::*;
     use crate::test_util::Must;
 
+    /// The queue keeps its order and its storage; a pop waits for a push from another thread,
+    /// and once the last writer is gone it drains what is left and then ends instead of
+    /// waiting for ever (how `wait` learns that every reader has stopped).
+    #[test]
+    fn the_queue_keeps_order_and_ends_with_its_last_writer() {
+        let q = Arc::new(Queue::<u32>::new(4, 2));
+        let bytes = q.heap_bytes();
+        for i in 0..4 {
+            q.push(i);
+        }
+        assert_eq!((q.pop(), q.pop(), q.heap_bytes()), (Some(0), Some(1), bytes));
+        let writer = {
+            let q = Arc::clone(&q);
+            std::thread::spawn(move || {
+                let _closer = Closer(&*q);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                q.push(9);
+            })
+        };
+        assert_eq!((q.pop(), q.pop(), q.pop()), (Some(2), Some(3), Some(9)));
+        writer.join().must();
+        q.close();
+        assert_eq!((q.pop(), q.heap_bytes()), (None, bytes));
+    }
+
     /// A reader that panics (here: a request longer than its buffer, a bug) hands the caller an
     /// error naming the read, with the buffer back, instead of leaving it waiting for ever; the
     /// other readers, and the panicking one's thread, keep serving.
@@ -220,7 +320,7 @@ mod tests {
         let data: Vec<u8> = (0..2 * 4096u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(&path, &data).must();
         let banks = Arc::new(vec![Some(BankFile::open_with(path.clone(), false).must())]);
-        let pool = IoPool::new(2, banks).must();
+        let pool = IoPool::new(2, banks, 2).must();
         let mut slots = crate::sys::SlotArena::slots(4096, 2).must();
         let (b1, b0) = (slots.pop().must(), slots.pop().must());
         // 8192 bytes into a 4096-byte slot: the slice index panics inside the reader.

@@ -44,6 +44,9 @@ pub struct ExpertShape {
     pub largest_record_bytes: u64,
     /// Expert records in all banks (a cache never needs more slots than this).
     pub records: u64,
+    /// Reads go through I/O threads: each slot also has its place in their two queues
+    /// ([`ExpertShape::QUEUE_BYTES`]). [`ExpertShape::of`] says no; see [`ExpertShape::with_io_threads`].
+    pub queued: bool,
 }
 
 impl ExpertShape {
@@ -57,7 +60,13 @@ impl ExpertShape {
             layers: m.config.layers,
             largest_record_bytes: m.max_record_bytes() as u64,
             records: m.banks.iter().map(|b| b.experts as u64).sum(),
+            queued: false,
         })
+    }
+
+    /// The same experts read by `io_threads` I/O threads (none: on the computing thread).
+    pub fn with_io_threads(self, io_threads: usize) -> ExpertShape {
+        ExpertShape { queued: io_threads > 0, ..self }
     }
 
     /// Bookkeeping per slot: its key and pin in the index, its look-ahead and purgeable
@@ -65,9 +74,14 @@ impl ExpertShape {
     pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + 2 * size_of::<bool>() + size_of::<Option<Slot>>()
         + size_of::<(usize, u32, f64)>()) as u64;
 
+    /// A slot's place in the I/O threads' request and completion queues, when there are I/O
+    /// threads: the queues hold every slot's read at once, so they never grow.
+    pub const QUEUE_BYTES: u64 = io::QUEUE_BYTES_PER_READ as u64;
+
     /// What one slot costs: the largest record and its bookkeeping.
     pub fn slot_bytes(&self) -> u64 {
-        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING)
+        let queue = if self.queued { Self::QUEUE_BYTES } else { 0 };
+        self.largest_record_bytes.saturating_add(Self::SLOT_BOOKKEEPING + queue)
     }
 
     /// Bookkeeping whatever the number of slots: per expert of the model, its slot, policy
@@ -207,10 +221,11 @@ pub struct ExpertCache {
     experts_per_layer: usize,
 }
 
-/// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the
-/// bookkeeping); 0 when nothing streams. The one rule, shared with the memory plan.
+/// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the bookkeeping),
+/// read by I/O threads as it is by default (without them, [`ExpertShape::QUEUE_BYTES`] per
+/// slot fewer would do); 0 when nothing streams. The one rule, shared with the memory plan.
 pub fn min_cache_bytes(manifest: &Manifest) -> u64 {
-    ExpertShape::of(manifest).map_or(0, |e| e.cache_bytes(e.min_slots()))
+    ExpertShape::of(manifest).map_or(0, |e| e.with_io_threads(1).cache_bytes(e.min_slots()))
 }
 
 impl ExpertCache {
@@ -218,7 +233,8 @@ impl ExpertCache {
     pub fn open(manifest: &Manifest, opts: &CacheOptions) -> Result<ExpertCache> {
         let cfg = &manifest.config;
         let moe = cfg.moe.as_ref().ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no experts to cache"))?;
-        let shape = ExpertShape::of(manifest).ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no expert banks"))?;
+        let shape = ExpertShape::of(manifest).ok_or_else(|| Error::new(ErrorKind::Tensor, "the model has no expert banks"))?
+            .with_io_threads(opts.io_threads);
         let slot_bytes = manifest.max_record_bytes();
         let slots = shape.slots_within(opts.bytes);
         if slots < shape.min_slots() {
@@ -246,7 +262,7 @@ impl ExpertCache {
         // Exactly `slots` handles (the plan counts them; a collected Result would round up).
         let mut bufs = Vec::with_capacity(slots);
         bufs.extend(SlotArena::slots(slot_bytes, slots)?.into_iter().map(Some));
-        let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks))?) } else { None };
+        let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks), slots)?) } else { None };
         let policy = opts.policy.unwrap_or_else(|| Policy::default_for(moe.top_k * manifest.banks.len()));
         Ok(ExpertCache {
             banks,
@@ -285,6 +301,7 @@ impl ExpertCache {
         self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)
             + self.index.heap_bytes() + vec_bytes(&self.bufs) + vec_bytes(&self.prefetched)
             + vec_bytes(&self.hits) + vec_bytes(&self.misses) + vec_bytes(&self.hot) + vec_bytes(&self.offered)
+            + self.io.as_ref().map_or(0, |io| io.heap_bytes() as u64)
     }
 
     /// Preloads the experts of a learned hotlist (MoE layer in bank order, expert, share of

@@ -278,7 +278,7 @@ impl MemoryPlan {
         let session = Session::plan_bytes(&m.cfg, ctx);
         let sessions = opts.sessions.max(1);
         let scratch = State::plan_bytes(&m.cfg, ctx, chunk, threads) + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts.int8_activations);
-        let (min_cache, working_set, slot, fixed, records) = match &m.experts {
+        let (min_cache, working_set, slot, fixed, records) = match m.experts.map(|e| e.with_io_threads(io_threads)) {
             None => (0, 0, 0, 0, 0),
             Some(e) => (e.cache_bytes(e.min_slots()), (e.top_k as u64 * e.moe_layers as u64).saturating_mul(e.slot_bytes()),
                         e.slot_bytes(), e.fixed_bytes(), e.records),
@@ -506,9 +506,11 @@ mod tests {
     fn the_minimum_cache_never_counts_more_slots_than_records() {
         // One MoE layer of 4 experts, 3 per token: 2 × top-k would be 6 slots, but every
         // record fits in 4.
-        let e = ExpertShape { top_k: 3, experts: 4, moe_layers: 1, layers: 1, largest_record_bytes: 4096, records: 4 };
+        let e = ExpertShape { top_k: 3, experts: 4, moe_layers: 1, layers: 1, largest_record_bytes: 4096, records: 4, queued: false };
         assert_eq!(e.min_slots(), 4);
         assert_eq!(e.slot_bytes(), 4096 + ExpertShape::SLOT_BOOKKEEPING);
+        assert_eq!(e.with_io_threads(2).slot_bytes(), 4096 + ExpertShape::SLOT_BOOKKEEPING + ExpertShape::QUEUE_BYTES);
+        assert_eq!(e.with_io_threads(0), e);
         assert_eq!(e.cache_bytes(4), e.fixed_bytes() + 4 * e.slot_bytes());
         assert_eq!(e.slots_within(1 << 40), 4);
         assert_eq!(e.slots_within(e.cache_bytes(3) + e.slot_bytes() - 1), 3);
@@ -578,7 +580,7 @@ mod tests {
             "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
             "max_position_embeddings":64}"#).must();
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
-        let e = ExpertShape { top_k: 4, experts: 8, moe_layers: 2, layers: 2, largest_record_bytes: 1000, records: 16 };
+        let e = ExpertShape { top_k: 4, experts: 8, moe_layers: 2, layers: 2, largest_record_bytes: 1000, records: 16, queued: false };
         let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
             experts: Some(e), index_bytes: 0 };
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
@@ -587,7 +589,8 @@ mod tests {
         // Besides the state: RoPE, the sampler, one compute worker and 4 I/O threads, metadata.
         let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
-        let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING;
+        // With I/O threads a slot also holds its place in their queues.
+        let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING + ExpertShape::QUEUE_BYTES;
         assert_eq!(p.min_expert_cache_bytes, e.fixed_bytes() + 8 * slot);
         assert_eq!(p.working_set_bytes, 8 * slot);
         assert_eq!(p.floor_bytes(), 5 + kv + scratch + rest + 3 + e.fixed_bytes() + 8 * slot);
