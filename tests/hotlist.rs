@@ -120,3 +120,45 @@ fn serve_learns_between_requests_and_the_next_server_preloads() {
     let (code, _, err) = waste(&["serve", root().join("models/stories260K").to_str().unwrap(), "--port", "0", "--learn"]);
     assert!(code != 0 && err.contains("option `--learn`") && err.contains("no experts"), "{code}: {err}");
 }
+
+/// Learning beside a read-only container is refused when it starts, naming the file and the
+/// way out (`--usage-file`), not after the run; with a usage file elsewhere it learns there.
+/// Needs a read-only mount (root): `SKIP:` otherwise.
+#[test]
+fn learning_beside_a_read_only_container_is_refused_at_the_start() {
+    let src = float_container("olmoe_f32", "hotlist-ro-src");
+    let mnt = temp_dir("hotlist-ro");
+    let mount = |args: &[&str]| std::process::Command::new("mount").args(args).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    if !mount(&["-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt.to_str().unwrap()]) {
+        skip("learning_beside_a_read_only_container_is_refused_at_the_start", "cannot mount a tmpfs here (not root, or no mount permission)");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let dir = mnt.join("c");
+    std::fs::create_dir(&dir).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    assert!(mount(&["-o", "remount,ro", mnt.to_str().unwrap()]), "remount read-only");
+
+    let mut m = Model::open(&dir, &Options { threads: 1, ..Options::default() }).unwrap();
+    let err = m.learn_usage(true).expect_err("learning beside a read-only container").to_string();
+    assert!(err.contains(&dir.join("usage.waste").display().to_string()) && err.contains("--usage-file"), "{err}");
+    // The command line says so before it computes anything.
+    let (code, out, stderr) = waste(&["run", dir.to_str().unwrap(), "--learn", "-n", "2", "--", "hello"]);
+    assert!(code != 0 && stderr.contains("option `--learn`") && stderr.contains("usage.waste") && out.is_empty(), "{code}: {out} {stderr}");
+
+    let elsewhere = temp_dir("hotlist-ro-file").join("learned.waste");
+    let mut m = Model::open(&dir, &Options { threads: 1, usage_file: Some(elsewhere.clone()), ..Options::default() }).unwrap();
+    m.learn_usage(true).unwrap();
+    m.eval(&oracle("olmoe_f32").prompt).unwrap();
+    assert_eq!(m.write_usage(None).unwrap(), elsewhere);
+    assert!(usage_tokens(&elsewhere) > 0 && !dir.join("usage.waste").exists());
+}

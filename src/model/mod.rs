@@ -433,11 +433,16 @@ impl Model {
 
     /// Starts (`true`) or stops counting which experts the computed tokens choose, for the
     /// learned hotlist that [`Model::write_usage`] saves. Stopping drops the counts not saved.
-    /// Refused for a model without experts.
+    /// Refused for a model without experts, and when the usage file
+    /// ([`Options::usage_file`](crate::Options::usage_file), else `usage.waste` beside the
+    /// model) cannot be written — a read-only container needs `usage_file` set at open.
     pub fn learn_usage(&mut self, on: bool) -> Result<()> {
         let Some(moe) = self.cfg.moe.as_ref() else {
             return Err(Error::arg("learning expert usage: the model has no experts"));
         };
+        if on {
+            crate::cache::usage::check_writable(&self.usage_file)?;
+        }
         let layers = self.weights.layers.iter().filter(|l| matches!(l.ffn, Ffn::Moe(_))).count();
         self.routing.usage = on.then(|| self.routing.usage.take().unwrap_or_else(|| Usage::new(layers, moe.experts)));
         Ok(())
