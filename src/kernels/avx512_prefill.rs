@@ -94,10 +94,11 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
                 }
                 c0 += kc;
             }
-            for (i, row) in acc.iter().enumerate().take(rows) {
-                for (t, v) in row.iter().enumerate().take(toks) {
+            // Vector by vector: the stores run along an output row (see avx2_gemm).
+            for t in 0..toks {
+                for (i, row) in acc.iter().enumerate().take(rows) {
                     // SAFETY: element (tg + t, rg + i) is the caller's to write.
-                    unsafe { *y.add((tg + t) * ys + rg + i) = hsum(*v) };
+                    unsafe { *y.add((tg + t) * ys + rg + i) = hsum(row[t]) };
                 }
             }
             tg += toks;

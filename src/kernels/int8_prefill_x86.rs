@@ -101,8 +101,10 @@ unsafe fn rows(f: Format, w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, 
                 }
                 b0 += nb;
             }
-            for (i, row) in acc.iter().enumerate().take(rows) {
-                for (t, v) in row.iter().enumerate().take(toks) {
+            // Vector by vector: the stores run along an output row (see avx2_gemm).
+            for t in 0..toks {
+                for (i, row) in acc.iter().enumerate().take(rows) {
+                    let v = &row[t];
                     let lo = _mm512_castps512_ps256(*v);
                     let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*v)));
                     // SAFETY: element (tg + t, rg + i) is the caller's to write.
