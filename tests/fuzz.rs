@@ -412,6 +412,11 @@ fn fuzz_cli_arguments() {
         std::fs::copy(stories().join(f), dir.join("m").join(f)).unwrap();
     }
     std::fs::write(dir.join("msgs.json"), r#"[{"role": "user", "content": "Hi"}]"#).unwrap();
+    // A private copy of the binary: a long run spawns it hundreds of times a second, and a
+    // child started while cargo rewrites target/release/waste dies of a signal (the one
+    // finding of the 2026-12-02 evening run, docs/RELIABILITY.md).
+    let bin = dir.join("waste-under-test");
+    std::fs::copy(env!("CARGO_BIN_EXE_waste"), &bin).unwrap();
     let argv = |a: &[&str]| a.join("\0").into_bytes();
     let seeds = vec![
         argv(&["run", "m", "Once upon a time", "-n", "4", "--temp", "0.5", "--seed", "3", "--budget", "8M"]),
@@ -437,7 +442,7 @@ fn fuzz_cli_arguments() {
             args.clear();
             args.push("version".into());
         }
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_waste")).args(&args).current_dir(&dir)
+        let mut child = std::process::Command::new(&bin).args(&args).current_dir(&dir)
             .stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped())
             .spawn().unwrap();
         let started = std::time::Instant::now();
