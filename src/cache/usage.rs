@@ -26,20 +26,18 @@ pub const FILE_NAME: &str = "usage.waste";
 const MAGIC: &[u8; 8] = b"WASTEUS\x01";
 const HEADER: usize = 56;
 
-/// Checks, before a workload is counted, that a usage file can be written at `path`: a probe
-/// file is created beside it and removed at once (the atomic write will do the same with its
-/// temp file). A read-only container directory is refused when learning starts, with an error
-/// naming the file, instead of after the whole run.
+/// Checks, before a workload is counted, that a usage file can be written at `path`: the
+/// temporary file the atomic write will use is created beside it and removed at once (a kill
+/// in between leaves what a killed write leaves, which the next write sweeps). A read-only
+/// container directory is refused when learning starts, with an error naming the file,
+/// instead of after the whole run.
 pub fn check_writable(path: &Path) -> Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map_or_else(|| FILE_NAME.into(), |n| n.to_string_lossy());
-    let probe = dir.join(format!(".{name}.probe-{}", std::process::id()));
-    match std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&probe) {
-        Ok(_) => {
-            let _ = std::fs::remove_file(&probe);
+    match crate::format::safetensors::TempFile::create(path) {
+        Ok(probe) => {
+            drop(probe); // never committed: dropping it removes the temporary file
             Ok(())
         }
-        Err(e) => Err(Error::io(path, "write the usage file there (give another: Options::usage_file, --usage-file F)", e)),
+        Err(e) => Err(Error::new(ErrorKind::Io, format!("{} (give another usage file: Options::usage_file, --usage-file F)", e.message()))),
     }
 }
 
