@@ -1,8 +1,9 @@
-//! Faults (issue 16): a bank truncated under a running model, a device that returns EIO, a
-//! full disk under each writer (quantize, convert, state save), and kill -9 at many points of
-//! a write. What must hold: a clear error naming what failed, the model usable for the next
-//! request, and on disk either the old file, resumable state that finishes byte-identical, or
-//! nothing — never a file that opens wrong. Cases the machine cannot run print `SKIP:`.
+//! Faults (issue 16): a bank truncated under a running model, a device that returns EIO (a
+//! FUSE filesystem failing reads on demand, `common::fuse`), a full disk under each writer
+//! (quantize, convert, state save), and kill -9 at many points of a write. What must hold: a
+//! clear error naming what failed, the model usable for the next request, and on disk either
+//! the old file, resumable state that finishes byte-identical, or nothing — never a file that
+//! opens wrong. Cases the machine cannot run print `SKIP:`.
 
 mod common;
 use common::*;
@@ -45,16 +46,18 @@ const DENSE: &str = r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 25
     "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32, "vocab_size": 1024,
     "rms_norm_eps": 1e-6, "max_position_embeddings": 256}"#;
 
-fn streamed(dir: &Path) -> Model {
+/// The container opened with the smallest expert cache (so a generation keeps reading), its
+/// records read by `io_threads` I/O threads (0: on the compute thread).
+fn streamed(dir: &Path, io_threads: usize) -> Model {
     let manifest = waste::format::container::Manifest::open(dir).unwrap();
-    let opts = Options { cache_bytes: waste::cache::min_cache_bytes(&manifest), io_threads: 0, threads: 1, ..Options::default() };
+    let opts = Options { cache_bytes: waste::cache::min_cache_bytes(&manifest), io_threads, threads: 1, ..Options::default() };
     Model::open(dir, &opts).unwrap()
 }
 
 #[test]
 fn a_bank_truncated_under_a_running_model_fails_the_request_and_the_next_one_works() {
     let dir = random_model("faults-truncate", MOE, true);
-    let mut m = streamed(&dir);
+    let mut m = streamed(&dir, 0);
     let prompt: Vec<u32> = (1..40).collect();
     let reference = m.eval(&prompt).unwrap().to_vec();
     let bank = dir.join("experts-001.bank");
@@ -84,13 +87,47 @@ fn a_bank_truncated_under_a_running_model_fails_the_request_and_the_next_one_wor
 
 #[test]
 fn a_device_returning_eio_fails_the_request_naming_layer_and_expert() {
-    // dm-error needs root, device-mapper in the kernel and dmsetup; this machine may lack them.
-    if !Path::new("/dev/mapper/control").exists() || Command::new("dmsetup").arg("version").output().map_or(true, |o| !o.status.success()) {
-        skip("a_device_returning_eio_fails_the_request_naming_layer_and_expert",
-            "no device-mapper (/dev/mapper/control or dmsetup) to build a dm-error device");
-        return;
+    // A real EIO from the kernel's read path: the bank is served by a one-file FUSE filesystem
+    // (tests/common/fuse.rs) that fails reads on demand — what a `dm-error` table gives, on a
+    // machine without device-mapper. Needs root and /dev/fuse.
+    let test = "a_device_returning_eio_fails_the_request_naming_layer_and_expert";
+    let dir = random_model("faults-eio", MOE, true);
+    let bank = dir.join("experts-001.bank");
+    let bytes = std::fs::read(&bank).unwrap();
+    let fs = match common::fuse::FaultyFile::mount(&dir.parent().unwrap().join("fuse"), bytes) {
+        Ok(fs) => fs,
+        Err(why) => {
+            skip(test, &format!("cannot mount a FUSE filesystem here: {why}"));
+            let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+            return;
+        }
+    };
+    std::fs::remove_file(&bank).unwrap();
+    std::os::unix::fs::symlink(fs.path(), &bank).unwrap();
+    // Both read paths: on the compute thread, and through the I/O threads.
+    for io_threads in [0, 2] {
+        let mut m = streamed(&dir, io_threads);
+        let prompt: Vec<u32> = (1..40).collect();
+        let reference = m.eval(&prompt).unwrap().to_vec();
+        let served = fs.faults.reads_served.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(served > 0, "no read reached the FUSE bank: the test would prove nothing");
+        // The device fails: the request that needs a record it holds fails, naming it.
+        fs.faults.fail_reads.store(true, std::sync::atomic::Ordering::SeqCst);
+        m.session_mut().reset();
+        let e = m.eval(&prompt).unwrap_err().to_string();
+        println!("EIO from the device ({io_threads} I/O threads): {e}");
+        assert!(fs.faults.reads_failed.load(std::sync::atomic::Ordering::SeqCst) > 0);
+        assert!(e.contains("layer 1") && e.contains("expert") && e.contains("experts-001.bank"), "{e}");
+        assert!(e.contains("Input/output error") || e.contains("os error 5"), "the error hides the EIO: {e}");
+        // The device recovers: the same model answers the next request, on a reset session,
+        // with the same bits.
+        fs.faults.fail_reads.store(false, std::sync::atomic::Ordering::SeqCst);
+        m.session_mut().reset();
+        let again = m.eval(&prompt).unwrap().to_vec();
+        assert!(bit_identical(&reference, &again), "logits after the device recovered differ ({io_threads} I/O threads)");
     }
-    skip("a_device_returning_eio_fails_the_request_naming_layer_and_expert", "device-mapper present but the dm-error case is not written yet");
+    drop(fs);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop; `None` (SKIP) when
@@ -401,7 +438,7 @@ fn a_full_disk_under_the_hotlist_writer_is_a_clear_error_and_keeps_the_old_file(
         return;
     };
     let container = random_model("faults-full-usage-model", MOE, true);
-    let mut m = streamed(&container);
+    let mut m = streamed(&container, 0);
     m.learn_usage(true).unwrap();
     m.eval(&[1, 2, 3, 4]).unwrap();
     // The old file, on the small disk.

@@ -3,6 +3,7 @@
 
 pub mod cgroup;
 pub mod freestanding;
+pub mod fuse;
 pub mod server;
 
 use std::path::{Path, PathBuf};
