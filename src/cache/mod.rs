@@ -342,7 +342,7 @@ impl ExpertCache {
             self.index.seed(base + e as usize, share, self.accesses_per_token);
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
             self.loading += 1;
             self.stats.preloaded += 1;
         }
@@ -605,7 +605,7 @@ impl ExpertCache {
             let Some((s, _)) = self.index.assign(base + e as usize) else { break };
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
             self.prefetched[s] = true;
             self.loading += 1;
             self.stats.prefetched += 1;
@@ -624,7 +624,7 @@ impl ExpertCache {
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             misses[*next].1 = s;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf })?;
+            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
             self.prefetched[s] = false;
             self.loading += 1;
             *next += 1;
