@@ -42,31 +42,14 @@ KINDS=${KINDS:-"q4 q8 bf16"}
 WASTE_ARGS=${WASTE_ARGS:-}
 LLAMA_ARGS=${LLAMA_ARGS:-}
 PRIO=${PRIO:-}
-SDIST=llama_cpp_python-0.3.36.tar.gz
-SDIST_SHA=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 WASTE=$ROOT/target/release/waste
 TIMED=${WASTE_BIN:-$WASTE}
 BENCH=$LL/build/bin/llama-bench
 PY=$LL/venv/bin/python
 
 say() { echo "duel: $*" >&2; }
-
-build_llamacpp() {
-    [ -x "$BENCH" ] && return
-    say "building llama.cpp under $LL (a few minutes)"
-    mkdir -p "$LL"
-    if [ ! -f "$LL/$SDIST" ]; then
-        python3 -m pip download llama-cpp-python==0.3.36 --no-deps --no-binary llama-cpp-python -d "$LL" >&2
-    fi
-    echo "$SDIST_SHA  $LL/$SDIST" | sha256sum -c - >&2
-    [ -d "$LL/llama_cpp_python-0.3.36" ] || tar xzf "$LL/$SDIST" -C "$LL"
-    [ -x "$PY" ] || { python3 -m venv "$LL/venv" && "$LL/venv/bin/pip" install -q cmake ninja numpy gguf >&2; }
-    PATH=$LL/venv/bin:$PATH cmake -S "$LL/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$LL/build" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_COMMIT=0c1e57098 >&2
-    PATH=$LL/venv/bin:$PATH ninja -C "$LL/build" llama-bench >&2
-}
+# build_llamacpp DIR TOOL... (tools/bench/llamacpp.sh)
+source "$ROOT/tools/bench/llamacpp.sh"
 
 make_models() {
     mkdir -p "$MODELS" "$LL/models"
@@ -88,7 +71,7 @@ json_field() { "$PY" -c "import json,sys; d=json.loads(sys.stdin.read()); print(
 main() {
     cd "$ROOT"
     cargo build --release >&2
-    build_llamacpp
+    build_llamacpp "$LL" llama-bench
     make_models
     local out; out=$(mktemp -d)
     say "read bandwidth"

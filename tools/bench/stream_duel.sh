@@ -73,8 +73,6 @@ WASTE_BUDGET=${WASTE_BUDGET:-auto}
 CTX=${CTX:-512}
 KEEP_RV_GGUF=${KEEP_RV_GGUF:-0}
 DISK_LIMIT=${DISK_LIMIT:-8G}
-SDIST=llama_cpp_python-0.3.36.tar.gz
-SDIST_SHA=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 WASTE=${WASTE_BIN:-$ROOT/target/release/waste}
 PY=$LL/venv/bin/python
 HELP=$ROOT/tools/bench/stream_duel.py
@@ -86,24 +84,8 @@ RVMP=$DIR/$TAG.rvmp
 TOK=$DIR/$TAG-tokenizer
 
 say() { echo "stream-duel: $*" >&2; }
-
-build_llamacpp() {
-    local b=$LL/build/bin
-    [ -x "$b/llama-bench" ] && [ -x "$b/llama-quantize" ] && [ -x "$b/llama-completion" ] && return
-    say "building llama.cpp under $LL (a few minutes)"
-    mkdir -p "$LL"
-    if [ ! -f "$LL/$SDIST" ]; then
-        python3 -m pip download llama-cpp-python==0.3.36 --no-deps --no-binary llama-cpp-python -d "$LL" >&2
-    fi
-    echo "$SDIST_SHA  $LL/$SDIST" | sha256sum -c - >&2
-    [ -d "$LL/llama_cpp_python-0.3.36" ] || tar xzf "$LL/$SDIST" -C "$LL"
-    [ -x "$PY" ] || { python3 -m venv "$LL/venv" && "$LL/venv/bin/pip" install -q cmake ninja numpy gguf >&2; }
-    [ -f "$LL/build/build.ninja" ] || PATH=$LL/venv/bin:$PATH cmake -S "$LL/llama_cpp_python-0.3.36/vendor/llama.cpp" -B "$LL/build" -G Ninja \
-        -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_COMMIT=0c1e57098 >&2
-    PATH=$LL/venv/bin:$PATH ninja -C "$LL/build" llama-bench llama-quantize llama-completion >&2
-}
+# build_llamacpp DIR TOOL... (tools/bench/llamacpp.sh)
+source "$ROOT/tools/bench/llamacpp.sh"
 
 build_ramvamp() {
     [ -x "$RV/bin/ramvamp" ] && [ -x "$RV/bin/ramvamp-repack" ] && return
@@ -249,7 +231,7 @@ main() {
     cd "$ROOT"
     [ "$(id -u)" = 0 ] || { say "run as root: the limits are real memory cgroups"; exit 1; }
     [ -n "${WASTE_BIN:-}" ] || cargo build --release >&2
-    build_llamacpp
+    build_llamacpp "$LL" llama-bench llama-quantize llama-completion
     build_ramvamp
     check_disk
     make_model
