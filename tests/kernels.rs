@@ -216,6 +216,79 @@ fn dot_and_sum_match_the_scalar_twin() {
     }
 }
 
+/// The attention kernels agree with their scalar twins (the bound of `dot` per score, and
+/// per weighted-sum column), for head sizes with and without a partial last 8 and key counts
+/// on both sides of the SIMD kernels' group of 8; a score's bits do not depend on how many
+/// keys are scored at once; and on AVX2 a score is `dot`'s value times the scale, bit for bit.
+#[test]
+fn attention_scores_and_weighted_sums_match_the_scalar_twin() {
+    let scalar = Kernels::scalar();
+    let mut rng = Rng(11);
+    for k in simd_isas() {
+        for hd in [4, 20, 64, 80, 128, 200] {
+            let stride = 3 * hd + 5;
+            for n in [1, 2, 7, 8, 9, 16, 23, 64] {
+                let q: Vec<f32> = (0..hd).map(|_| rng.f32()).collect();
+                let keys: Vec<f32> = (0..(n - 1) * stride + hd).map(|_| rng.f32()).collect();
+                let (mut got, mut want) = (vec![0f32; n], vec![0f32; n]);
+                k.attn_scores(&q, &keys, stride, 0.125, &mut got);
+                scalar.attn_scores(&q, &keys, stride, 0.125, &mut want);
+                let tol = 2.0 * (hd + 1) as f32 * f32::EPSILON / 2.0;
+                for i in 0..n {
+                    let key = &keys[i * stride..i * stride + hd];
+                    let mag: f32 = q.iter().zip(key).map(|(x, y)| (x * y).abs()).sum::<f32>() * 0.125;
+                    assert!((got[i] - want[i]).abs() <= tol * mag + 1e-30, "{} scores hd {hd} n {n} key {i}: {} vs {}", k.isa().name(), got[i], want[i]);
+                    let mut one = [0f32];
+                    k.attn_scores(&q, key, stride, 0.125, &mut one);
+                    assert_eq!(one[0].to_bits(), got[i].to_bits(), "{} hd {hd} n {n} key {i}: scored alone differs", k.isa().name());
+                    if k.isa() == Isa::Avx2 {
+                        assert_eq!((k.dot(&q, key) * 0.125).to_bits(), got[i].to_bits(), "avx2 hd {hd} key {i}: not dot's bits");
+                    }
+                }
+                // Softmax-like weights (non-negative, summing to about 1), as attention uses.
+                let w: Vec<f32> = (0..n).map(|_| rng.f32().abs() / n as f32).collect();
+                let values: Vec<f32> = (0..(n - 1) * stride + hd).map(|_| rng.f32()).collect();
+                let (mut got, mut want) = (vec![f32::NAN; hd], vec![f32::NAN; hd]);
+                k.attn_mix(&w, &values, stride, &mut got);
+                scalar.attn_mix(&w, &values, stride, &mut want);
+                let tol = 2.0 * (n + 1) as f32 * f32::EPSILON / 2.0;
+                for d in 0..hd {
+                    let mag: f32 = (0..n).map(|i| (w[i] * values[i * stride + d]).abs()).sum();
+                    assert!((got[d] - want[d]).abs() <= tol * mag + 1e-30, "{} mix hd {hd} n {n} column {d}: {} vs {}", k.isa().name(), got[d], want[d]);
+                }
+            }
+        }
+    }
+}
+
+/// Attention's softmax agrees with the scalar twin to a few ulp of each probability, with
+/// and without a sink, over lengths on both sides of 8 and scores spread from 0 to −120
+/// below the maximum (where e^x leaves the normal range); a NaN score makes every
+/// probability NaN, as in the twin.
+#[test]
+fn attention_softmax_matches_the_scalar_twin() {
+    let scalar = Kernels::scalar();
+    let mut rng = Rng(13);
+    for k in simd_isas() {
+        for n in (1..40).chain([64, 100, 1000]) {
+            for (spread, sink) in [(4.0f32, f32::NEG_INFINITY), (30.0, 0.5), (120.0, f32::NEG_INFINITY), (1.0, 40.0)] {
+                let x: Vec<f32> = (0..n).map(|_| rng.f32() * spread).collect();
+                let (mut got, mut want) = (x.clone(), x.clone());
+                k.softmax_with_sink(&mut got, sink);
+                scalar.softmax_with_sink(&mut want, sink);
+                for i in 0..n {
+                    let tol = 8.0 * f32::EPSILON * want[i] + 1e-37;
+                    assert!((got[i] - want[i]).abs() <= tol, "{} softmax n {n} spread {spread} sink {sink} [{i}] of {}: {} vs {}", k.isa().name(), x[i], got[i], want[i]);
+                }
+            }
+            let mut x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            x[n / 2] = f32::NAN;
+            k.softmax_with_sink(&mut x, f32::NEG_INFINITY);
+            assert!(x.iter().all(|v| v.is_nan()), "{} softmax n {n}: a NaN score did not spread", k.isa().name());
+        }
+    }
+}
+
 /// `force_scalar` selects the reference kernels; otherwise the best instruction set this CPU
 /// has is chosen, and it is one the CPU supports.
 #[test]

@@ -1,6 +1,8 @@
 //! Causal multi-head attention over the KV cache (spec §0.6), split across the pool by
 //! (token, head) pairs. Each pair's scores, softmax and weighted sum are computed by one
-//! participant in a fixed order, so the result does not depend on the thread count.
+//! participant in a fixed order ([`Kernels::attn_scores`], [`Kernels::softmax_with_sink`],
+//! [`Kernels::attn_mix`]: a call each per pair), so the result does not depend on the thread
+//! count or the chunking.
 
 use super::{holds, pool, Kernels, Pool};
 
@@ -50,20 +52,12 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
             let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
             let kvh = h / group;
             let sc = &mut row[lo..=p];
-            for (i, v) in sc.iter_mut().enumerate() {
-                let key = &keys[(lo + i) * kv_dim + kvh * hd..(lo + i) * kv_dim + (kvh + 1) * hd];
-                *v = k.dot(qh, key) * s.scale;
-            }
-            super::softmax_with_sink(sc, s.sinks.map_or(f32::NEG_INFINITY, |sinks| sinks[h]));
+            let at = lo * kv_dim + kvh * hd;
+            k.attn_scores(qh, &keys[at..], kv_dim, s.scale, sc);
+            k.softmax_with_sink(sc, s.sinks.map_or(f32::NEG_INFINITY, |sinks| sinks[h]));
             // SAFETY: item (t, h) is this participant's; its output slice is disjoint.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(t * q_dim + h * hd), hd) };
-            o.fill(0.0);
-            for (i, &w) in sc.iter().enumerate() {
-                let v = &values[(lo + i) * kv_dim + kvh * hd..(lo + i) * kv_dim + (kvh + 1) * hd];
-                for (oj, vj) in o.iter_mut().zip(v) {
-                    *oj += w * vj;
-                }
-            }
+            k.attn_mix(sc, &values[at..], kv_dim, o);
         }
     };
     if threads == 1 {

@@ -24,6 +24,23 @@ pub(crate) fn hsum8(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// `hsum8` of each of eight vectors, lane `j` holding `hsum8(a[j])` bit for bit: `hsum8` adds
+/// lanes (l, l+4), then (0, 2) and (1, 3) of that, then the two; here the halves of two
+/// vectors are added at once, each half reordered to (0, 2, 1, 3) so that `vhaddps` pairs
+/// lane 0 with 2 and 1 with 3, and a second `vhaddps` adds the two, leaving the sums in the
+/// order (0, 2, 4, 6 | 1, 3, 5, 7) that a last permutation undoes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn hsum8x8(a: &[__m256; 8]) -> __m256 {
+    let halves = |x: __m256, y: __m256| {
+        let s = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(x, y), _mm256_permute2f128_ps::<0x31>(x, y));
+        _mm256_permute_ps::<0b11_01_10_00>(s)
+    };
+    let (ab, cd, ef, gh) = (halves(a[0], a[1]), halves(a[2], a[3]), halves(a[4], a[5]), halves(a[6], a[7]));
+    let all = _mm256_hadd_ps(_mm256_hadd_ps(ab, cd), _mm256_hadd_ps(ef, gh));
+    _mm256_permutevar8x32_ps(all, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
 /// Asks for the cache line holding `p` to be brought into L2, ahead of use. A prefetch never
 /// faults, so `p` may point past the matrix (the last tile prefetches nothing useful).
 #[target_feature(enable = "avx2,fma,f16c")]

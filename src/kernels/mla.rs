@@ -102,18 +102,12 @@ pub fn attend_latent(k: &Kernels, pool: &Pool, s: LatentShape, scale: f32, q: &[
             let p = pos0 + t;
             let qh = &q[(t * s.heads + h) * w..(t * s.heads + h + 1) * w];
             let sc = &mut row[..=p];
-            for (j, v) in sc.iter_mut().enumerate() {
-                *v = k.dot(qh, &cache[j * w..(j + 1) * w]) * scale;
-            }
-            super::softmax(sc);
+            k.attn_scores(qh, cache, w, scale, sc);
+            k.softmax_with_sink(sc, f32::NEG_INFINITY);
             // SAFETY: item (t, h) is this participant's; its output slice is disjoint.
             let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add((h * n + t) * r), r) };
-            o.fill(0.0);
-            for (j, &p) in sc.iter().enumerate() {
-                for (oi, ci) in o.iter_mut().zip(&cache[j * w..j * w + r]) {
-                    *oi += p * ci;
-                }
-            }
+            // The values are the latents, the first r floats of each cache row.
+            k.attn_mix(sc, cache, w, o);
         }
     };
     if threads == 1 {

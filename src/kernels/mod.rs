@@ -107,6 +107,8 @@ pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_gemm;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_attention;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_prefill;
@@ -222,6 +224,12 @@ pub(crate) const SUM_SEGMENT: usize = 4096;
 type DotFn = unsafe fn(&[f32], &[f32]) -> f32;
 /// Sum of an f32 slice.
 type SumFn = unsafe fn(&[f32]) -> f32;
+/// Attention scores of one query against keys `stride` apart (see [`Kernels::attn_scores`]).
+type ScoresFn = unsafe fn(&[f32], &[f32], usize, f32, &mut [f32]);
+/// Attention's weighted sum of values `stride` apart (see [`Kernels::attn_mix`]).
+type MixFn = unsafe fn(&[f32], &[f32], usize, &mut [f32]);
+/// Softmax with a sink logit (see [`Kernels::softmax_with_sink`]).
+type SoftmaxFn = unsafe fn(&mut [f32], f32);
 
 /// The kernel table, chosen once, and the int8 path's activation buffer when it is on.
 #[derive(Clone)]
@@ -232,6 +240,9 @@ pub struct Kernels {
     rows: [RowsFn; 7],
     dot: DotFn,
     sum: SumFn,
+    scores: ScoresFn,
+    mix: MixFn,
+    softmax: SoftmaxFn,
     int8: Option<Int8Path>,
 }
 
@@ -312,6 +323,9 @@ impl Kernels {
             rows: [scalar::rows_f32, scalar::rows_bf16, scalar::rows_f16, scalar::rows_q8b32, scalar::rows_q4b32, scalar::rows_f8b32, scalar::rows_mxfp4],
             dot: scalar::dot_unsafe,
             sum: scalar::sum_unsafe,
+            scores: scalar::scores_unsafe,
+            mix: scalar::mix_unsafe,
+            softmax: softmax_with_sink_unsafe,
             int8: None,
         }
     }
@@ -330,6 +344,9 @@ impl Kernels {
                 rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx2::dot,
                 sum: avx2::sum,
+                scores: avx2_attention::scores,
+                mix: avx2_attention::mix,
+                softmax: avx2_attention::softmax_with_sink,
                 int8: None,
             }),
             #[cfg(target_arch = "x86_64")]
@@ -338,6 +355,9 @@ impl Kernels {
                 rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx512::dot,
                 sum: avx512::sum,
+                scores: avx2_attention::scores,
+                mix: avx2_attention::mix,
+                softmax: avx2_attention::softmax_with_sink,
                 int8: None,
             }),
             #[cfg(target_arch = "aarch64")]
@@ -346,6 +366,9 @@ impl Kernels {
                 rows: [neon::rows_f32, neon::rows_bf16, neon::rows_f16, neon::rows_q8b32, neon::rows_q4b32, scalar::rows_f8b32, scalar::rows_mxfp4],
                 dot: neon::dot,
                 sum: neon::sum,
+                scores: neon::scores,
+                mix: scalar::mix_unsafe,
+                softmax: softmax_with_sink_unsafe,
                 int8: None,
             }),
             #[allow(unreachable_patterns)]
@@ -511,6 +534,36 @@ impl Kernels {
         unsafe { (self.dot)(&a[..n], &b[..n]) }
     }
 
+    /// Attention scores: `out[i] = (q · key_i) × scale` for the `out.len()` keys of `q.len()`
+    /// values at `keys[i × stride..]`, each in an order fixed by `q.len()` and the ISA, so a
+    /// score's bits do not depend on how many keys are scored at once. Panics if `keys` is
+    /// too short.
+    pub fn attn_scores(&self, q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+        let n = out.len();
+        assert!(n == 0 || (keys.len() >= q.len() && holds((keys.len() - q.len()).saturating_add(stride), &[n, stride])), "attn_scores: keys too short");
+        // SAFETY: n keys of q.len() values lie in `keys` (asserted); the ISA was detected.
+        unsafe { (self.scores)(q, keys, stride, scale, out) }
+    }
+
+    /// Attention's weighted sum: `out[d] = Σᵢ w[i] × value_i[d]` over the `w.len()` values of
+    /// `out.len()` floats at `values[i × stride..]`, in key order from zero for every column
+    /// (fused multiply-adds on SIMD instruction sets). Panics if `values` is too short.
+    pub fn attn_mix(&self, w: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+        let n = w.len();
+        assert!(n == 0 || (values.len() >= out.len() && holds((values.len() - out.len()).saturating_add(stride), &[n, stride])), "attn_mix: values too short");
+        // SAFETY: n values of out.len() floats lie in `values` (asserted); the ISA was detected.
+        unsafe { (self.mix)(w, values, stride, out) }
+    }
+
+    /// Attention's softmax of the scores `x` in place, with an extra logit `sink` in the
+    /// denominator whose own probability is dropped (−∞ for none): the free function
+    /// [`softmax_with_sink`] on the scalar ISA, a vector exponential within about 2 ulp of
+    /// it on AVX2 and AVX-512.
+    pub fn softmax_with_sink(&self, x: &mut [f32], sink: f32) {
+        // SAFETY: the ISA was detected.
+        unsafe { (self.softmax)(x, sink) }
+    }
+
     /// `Σ a[i]`, in an order fixed by the length and the ISA (the read-bandwidth probe).
     pub fn sum(&self, a: &[f32]) -> f32 {
         // SAFETY: the ISA was detected.
@@ -550,6 +603,14 @@ pub(crate) fn softmax_with_sink(x: &mut [f32], sink: f32) {
     for v in x.iter_mut() {
         *v *= inv;
     }
+}
+
+/// [`softmax_with_sink`] with the kernel table's signature.
+///
+/// # Safety
+/// None beyond the signature.
+unsafe fn softmax_with_sink_unsafe(x: &mut [f32], sink: f32) {
+    softmax_with_sink(x, sink)
 }
 
 /// SiLU(z) = z · σ(z).

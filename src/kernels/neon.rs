@@ -205,6 +205,18 @@ row_driver!("neon", rows_f16, tile_f16, 4);
 row_driver!("neon", rows_q8b32, tile_q8b32, 4);
 row_driver!("neon", rows_q4b32, tile_q4b32, 4);
 
+/// Attention scores, one [`dot`] per key (the twin is `scalar::scores_unsafe`).
+///
+/// # Safety
+/// As `scalar::scores_unsafe`, and the CPU must have NEON.
+#[target_feature(enable = "neon")]
+pub unsafe fn scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        // SAFETY: NEON is present (the contract).
+        *o = unsafe { dot(q, &keys[i * stride..i * stride + q.len()]) } * scale;
+    }
+}
+
 /// Σ a[i]·b[i]: one 4-lane accumulator, a zero-padded last step, then [`hsum4`].
 ///
 /// # Safety

@@ -52,6 +52,33 @@ pub unsafe fn dot_unsafe(a: &[f32], b: &[f32]) -> f32 {
     dot_f32(a, b)
 }
 
+/// Attention scores: `out[i] = (q · key_i) × scale`, key `i` starting at `keys[i × stride]`,
+/// each product a [`dot_f32`] — what the attention loop computed key by key before the
+/// scores became one kernel call per (token, head).
+///
+/// # Safety
+/// `keys` holds `out.len()` keys of `q.len()` values, `stride` apart (the caller checks).
+pub unsafe fn scores_unsafe(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = dot_f32(q, &keys[i * stride..i * stride + q.len()]) * scale;
+    }
+}
+
+/// Attention's weighted sum of values: `out[d] = Σᵢ w[i] × value_i[d]`, value `i` starting at
+/// `values[i × stride]`, summed in key order from zero, one rounded product and one rounded
+/// sum per step.
+///
+/// # Safety
+/// `values` holds `w.len()` values of `out.len()` floats, `stride` apart (the caller checks).
+pub unsafe fn mix_unsafe(w: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    out.fill(0.0);
+    for (i, &wi) in w.iter().enumerate() {
+        for (o, v) in out.iter_mut().zip(&values[i * stride..]) {
+            *o += wi * v;
+        }
+    }
+}
+
 /// Sum in f32 with one accumulator, in index order (the scalar twin of the bandwidth probe).
 ///
 /// # Safety

@@ -1,0 +1,197 @@
+//! AVX2 attention kernels: one query head's scores against a run of cached keys, and the
+//! weighted sum of the cached values. Their scalar twins are `scalar::scores_unsafe` and
+//! `scalar::mix_unsafe` (compared in `tests/kernels.rs`); AVX-512 hosts use these too.
+//!
+//! A score is [`super::avx2::dot`]'s value to the bit — one 8-lane accumulator in column order,
+//! the last partial 8 zero-padded, the lanes summed by `hsum8`'s tree — but eight keys are
+//! taken at once: the query's columns are loaded once for the eight, eight independent
+//! accumulators keep both FMA pipes busy (one key's chain waits on each product), and the
+//! eight lane sums come out of one shuffle tree that adds exactly the pairs `hsum8` adds; the
+//! last keys (fewer than eight) go through `dot` itself. docs/BENCHMARKS.md ("attention as
+//! kernels") has what this changed.
+
+use super::avx2::{hsum8, hsum8x8};
+use std::arch::x86_64::*;
+
+/// Keys scored at once.
+const KEYS: usize = 8;
+
+/// `out[i] = (q · key_i) × scale`, key `i` at `keys[i × stride..]` (see the module comment).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `keys` holds `out.len()` keys of `q.len()` values,
+/// `stride` apart.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let (hd, n) = (q.len(), out.len());
+    let full = hd / 8 * 8;
+    let mut q_tail = [0f32; 8];
+    q_tail[..hd - full].copy_from_slice(&q[full..]);
+    let (qp, kp) = (q.as_ptr(), keys.as_ptr());
+    // The zero-padded last 8 columns of key `i` (as `dot` pads them).
+    let key_tail = |i: usize| {
+        let mut t = [0f32; 8];
+        t[..hd - full].copy_from_slice(&keys[i * stride + full..i * stride + hd]);
+        t
+    };
+    let mut i = 0;
+    while i + KEYS <= n {
+        let mut acc = [_mm256_setzero_ps(); KEYS];
+        let mut c = 0;
+        while c < full {
+            // SAFETY: c + 8 <= hd, and key i + j holds hd values (the contract).
+            let qv = unsafe { _mm256_loadu_ps(qp.add(c)) };
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(qv, unsafe { _mm256_loadu_ps(kp.add((i + j) * stride + c)) }, *a);
+            }
+            c += 8;
+        }
+        if full < hd {
+            // SAFETY: the padded copies hold 8 values each.
+            let qv = unsafe { _mm256_loadu_ps(q_tail.as_ptr()) };
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(qv, unsafe { _mm256_loadu_ps(key_tail(i + j).as_ptr()) }, *a);
+            }
+        }
+        // SAFETY: i + 8 <= out.len().
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_mul_ps(hsum8x8(&acc), _mm256_set1_ps(scale))) };
+        i += KEYS;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(i) {
+        // SAFETY: the CPU has AVX2 (the contract); key j lies in `keys`.
+        *o = unsafe { super::avx2::dot(q, &keys[j * stride..j * stride + hd]) } * scale;
+    }
+}
+
+/// `out[d] = Σᵢ w[i] × value_i[d]`, value `i` at `values[i × stride..]`: per 8 columns one
+/// accumulator taking one fused multiply-add per key, in key order from zero; up to 64
+/// columns at once, each key's weight broadcast once for them; the last columns (fewer
+/// than 8) one at a time, in the same order. A column's sum does not depend on how many are
+/// taken at once.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `values` holds `w.len()` values of `out.len()`
+/// floats, `stride` apart.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mix(w: &[f32], values: &[f32], stride: usize, out: &mut [f32]) {
+    let hd = out.len();
+    let mut d = 0;
+    // SAFETY (all four): columns d .. d + 8W lie in 0..hd (the contract covers them).
+    while hd - d >= 64 {
+        unsafe { mix_columns::<8>(w, values, stride, d, out) };
+        d += 64;
+    }
+    for width in [4, 2, 1] {
+        if hd - d >= 8 * width {
+            match width {
+                4 => unsafe { mix_columns::<4>(w, values, stride, d, out) },
+                2 => unsafe { mix_columns::<2>(w, values, stride, d, out) },
+                _ => unsafe { mix_columns::<1>(w, values, stride, d, out) },
+            }
+            d += 8 * width;
+        }
+    }
+    for (c, o) in out.iter_mut().enumerate().skip(d) {
+        *o = w.iter().enumerate().fold(0.0f32, |s, (i, &wi)| wi.mul_add(values[i * stride + c], s));
+    }
+}
+
+/// [`mix`]'s columns `d .. d + 8W`, W accumulators held in registers.
+///
+/// # Safety
+/// As [`mix`], and `d + 8W <= out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn mix_columns<const W: usize>(w: &[f32], values: &[f32], stride: usize, d: usize, out: &mut [f32]) {
+    let vp = values.as_ptr();
+    let mut acc = [_mm256_setzero_ps(); W];
+    for (i, &wi) in w.iter().enumerate() {
+        let wv = _mm256_set1_ps(wi);
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: value i holds out.len() >= d + 8W floats (the contract).
+            *a = _mm256_fmadd_ps(wv, unsafe { _mm256_loadu_ps(vp.add(i * stride + d + 8 * k)) }, *a);
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        // SAFETY: d + 8k + 8 <= out.len().
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(d + 8 * k), *a) };
+    }
+}
+
+/// e^x for 8 lanes with x ≤ 0, within about 2 ulp of `f32::exp`: x = n·ln 2 + r with
+/// n = round(x·log₂e) and r in ±ln 2 / 2 (ln 2 split in two parts, so r is exact to f32),
+/// e^r from its Taylor series to r⁷/7! (the next term is under 6e-9 of the result), and 2ⁿ
+/// put in the exponent bits. Below −87.33 (where e^x leaves the normal range) x is clamped
+/// there: its e^x, 1.2e-38, is what such a score weighs next to the maximum's 1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn exp8(x: __m256) -> __m256 {
+    // maxps returns its second operand when either is NaN: a NaN score stays NaN.
+    let x = _mm256_max_ps(_mm256_set1_ps(-87.33654), x);
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_145_75), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428_606_8e-6), r);
+    // Σ r^k / k!, k = 0..7, by Horner's rule.
+    let mut p = _mm256_set1_ps(1.0 / 5040.0);
+    for c in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let two_n = _mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(two_n))
+}
+
+/// The softmax of `x` with the extra logit `sink` in the denominator (see
+/// `kernels::softmax_with_sink`, its scalar twin): the maximum over the scores and the sink,
+/// e^(v − max) by [`exp8`] eight at a time (the last partial 8 from a padded copy), their sum
+/// in 8 lanes then `hsum8`, the sink's term (`f32::exp`) added last, and one product by the
+/// reciprocal per score.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn softmax_with_sink(x: &mut [f32], sink: f32) {
+    let (n, p) = (x.len(), x.as_mut_ptr());
+    let full = n / 8 * 8;
+    let mut mv = _mm256_set1_ps(sink);
+    let mut i = 0;
+    while i < full {
+        // SAFETY (here and below): i + 8 <= full <= n. A NaN score is passed over, as
+        // `f32::max` does (maxps returns its second operand when either is NaN).
+        mv = _mm256_max_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, mv);
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: 8 floats.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mv) };
+    let max = x[full..].iter().chain(&lanes).copied().fold(sink, f32::max);
+    let (m, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+    i = 0;
+    while i < full {
+        let e = exp8(_mm256_sub_ps(unsafe { _mm256_loadu_ps(p.add(i)) }, m));
+        unsafe { _mm256_storeu_ps(p.add(i), e) };
+        acc = _mm256_add_ps(acc, e);
+        i += 8;
+    }
+    let mut sum = hsum8(acc);
+    if full < n {
+        let mut pad = [0f32; 8];
+        pad[..n - full].copy_from_slice(&x[full..]);
+        // SAFETY: 8 floats each.
+        unsafe { _mm256_storeu_ps(pad.as_mut_ptr(), exp8(_mm256_sub_ps(_mm256_loadu_ps(pad.as_ptr()), m))) };
+        for (v, e) in x[full..].iter_mut().zip(pad) {
+            *v = e;
+            sum += e;
+        }
+    }
+    sum += (sink - max).exp();
+    let inv = _mm256_set1_ps(1.0 / sum);
+    i = 0;
+    while i < full {
+        unsafe { _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), inv)) };
+        i += 8;
+    }
+    let inv = 1.0 / sum;
+    for v in &mut x[full..] {
+        *v *= inv;
+    }
+}
