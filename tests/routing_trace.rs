@@ -107,3 +107,24 @@ fn bench_routes_as_a_trace_says() {
     assert_eq!(code, 2, "a dense model has nothing to route: {err}");
     assert!(err.contains("--route-trace"), "{err}");
 }
+
+/// `bench --warmup N`: an untimed run on other tokens comes first, so the timed decode of a
+/// model whose experts all fit its cache (a 1 GiB budget holds them all) starts with a warm expert cache (no misses, where a cold start
+/// misses), and what `--trace-out` records is the timed run alone.
+#[test]
+fn a_warm_up_run_fills_the_cache_and_stays_out_of_the_figures() {
+    let dir = float_container("olmoe_f32", "warmup");
+    let trace_file = dir.parent().unwrap().join("warm.jsonl");
+    let mut misses = Vec::new();
+    for warmup in ["0", "200"] {
+        let _ = std::fs::remove_file(&trace_file);
+        let (code, out, err) = waste(&["bench", dir.to_str().unwrap(), "--prompt-tokens", "2", "-n", "20", "--warmup", warmup,
+            "--budget", "1G", "--no-lookahead", "--no-hotlist", "--trace-out", trace_file.to_str().unwrap(), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(json_field(&out, "warmup_tokens"), warmup.parse::<u64>().unwrap());
+        assert_eq!(Trace::load(&trace_file).unwrap().tokens.len(), 22, "the recording holds the timed run's 2 + 20 tokens");
+        misses.push(json_field(&out, "decode_misses"));
+    }
+    assert!(misses[0] > 0, "a cold cache misses during decode: {misses:?}");
+    assert_eq!(misses[1], 0, "after the warm-up every expert the decode chose was resident: {misses:?}");
+}

@@ -490,12 +490,17 @@ fn int8_note(i: &waste::ModelInfo) -> String {
 fn bench(a: &Args) -> Outcome {
     let prompt_tokens = a.num("prompt-tokens", 1usize, waste::MAX_CONTEXT)?.unwrap_or(128);
     let n = a.num("n", 1usize, waste::MAX_CONTEXT)?.unwrap_or(64);
+    let warmup = a.num("warmup", 0usize, waste::MAX_CONTEXT)?.unwrap_or(0);
     let mut opts = model_options(a)?;
     if opts.ctx == 0 {
-        opts.ctx = prompt_tokens + n;
+        opts.ctx = prompt_tokens + n.max(warmup);
     }
     let mut model = Model::open(model_path(a)?, &opts)?;
     report_budget(&model);
+    // Before the trace, the recording and the counting start: they cover the timed run only.
+    if warmup > 0 {
+        waste::tools::bench::warm_up(&mut model, prompt_tokens, warmup)?;
+    }
     super::trace::replay(a, &mut model)?;
     let mut trace = super::trace::TraceOut::start(a, &mut model);
     super::trace::learn(a, &mut model)?;
@@ -509,6 +514,7 @@ fn bench(a: &Args) -> Outcome {
         outln!("{}", Json::object([
             ("prompt_tokens", Json::uint(prompt_tokens as u64)),
             ("decode_tokens", Json::uint(n as u64)),
+            ("warmup_tokens", Json::uint(warmup as u64)),
             ("prefill_tok_s", Json::float(report.prefill_tok_s)),
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),

@@ -108,6 +108,7 @@ pub const BENCH: Command = Command {
     opts: &[&[
         val("prompt-tokens", "N", "prompt length (default 128)"),
         Opt { long: "n", short: Some('n'), value: Some("N"), repeat: false, path: false, help: "tokens to decode (default 64)" },
+        val("warmup", "N", "first an untimed run of the same prompt length and N decode steps on other tokens, as llama-bench's warm-up: the expert cache starts warm (default 0: cold)"),
         flag("json", "print JSON"),
         path("route-trace", "FILE", "route as the trace FILE says (JSON lines, as --trace-out writes): streaming with a real model's locality on random weights"),
         TRACE_OUT,

@@ -20,10 +20,13 @@ pub struct BenchReport {
     pub decode_cache: Option<crate::CacheStats>,
 }
 
-/// Deterministic pseudo-random token ids in `3..vocab` (an xorshift sequence).
-fn token_stream(vocab: usize) -> impl FnMut() -> u32 {
+/// The seed of [`run`]'s token ids.
+const TIMED_SEED: u64 = 0x2545_F491_4F6C_DD1D;
+
+/// Deterministic pseudo-random token ids in `3..vocab` (an xorshift sequence from `seed`).
+fn token_stream(vocab: usize, seed: u64) -> impl FnMut() -> u32 {
     let vocab = vocab as u64;
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut x = seed;
     move || {
         x ^= x << 13;
         x ^= x >> 7;
@@ -51,7 +54,7 @@ pub struct StateBenchReport {
 /// loads it back into the emptied session (checking that the tokens came back), timing each
 /// step. The file stays at `path`.
 pub fn state(model: &mut Model, tokens: usize, path: &std::path::Path) -> Result<StateBenchReport> {
-    let mut next_id = token_stream(model.config().vocab);
+    let mut next_id = token_stream(model.config().vocab, TIMED_SEED);
     let prompt: Vec<u32> = (0..tokens).map(|_| next_id()).collect();
     model.reset();
     let t = Instant::now();
@@ -77,7 +80,7 @@ pub fn state(model: &mut Model, tokens: usize, path: &std::path::Path) -> Result
 /// route every step to the same experts and make any cache look perfect, while real text
 /// routes each token differently.
 pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchReport> {
-    let mut next_id = token_stream(model.config().vocab);
+    let mut next_id = token_stream(model.config().vocab, TIMED_SEED);
     let prompt: Vec<u32> = (0..prompt_tokens).map(|_| next_id()).collect();
     model.reset();
     let t = Instant::now();
@@ -111,6 +114,26 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
         prefill_secs,
         decode_secs,
     })
+}
+
+/// An untimed run before [`run`], as llama-bench's warm-up run: a prefill of `prompt_tokens`
+/// and `n` decode steps (as many as the context holds) on ids of another pseudo-random
+/// sequence, so it is not told the timed run's routing; then the session is reset. What it
+/// leaves behind is what a warm engine has: the expert cache filled with the experts it chose
+/// (for a model that fits its cache, after a hundred tokens or so, nearly all of them), as a
+/// warm page cache holds a memory-mapped model's pages. Without it, the timed run of a
+/// streamed model includes filling the cache from disk.
+pub fn warm_up(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<()> {
+    let mut next_id = token_stream(model.config().vocab, TIMED_SEED.rotate_left(32));
+    model.reset();
+    let prompt: Vec<u32> = (0..prompt_tokens).map(|_| next_id()).collect();
+    let mut chosen = argmax(model.eval(&prompt)?);
+    for _ in 0..n.min(model.context().saturating_sub(prompt_tokens)) {
+        chosen ^= argmax(model.eval(&[next_id()])?);
+    }
+    std::hint::black_box(chosen);
+    model.reset();
+    Ok(())
 }
 
 fn argmax(v: &[f32]) -> u32 {

@@ -29,6 +29,8 @@
 #     memory cgroup per run, v1 or v2, swap off; our model files evicted from the page cache
 #     with posix_fadvise before each run) — runs ROUNDS rounds, engine after engine:
 #       waste bench M --prompt-tokens PROMPT -n GEN --threads THREADS --json
+#         (in RAM with `--warmup WARMUP` too: llama.cpp's model is in a warm page cache there,
+#         so waste's expert cache starts warm as well, after an untimed run on other tokens)
 #       llama-bench -m G -p 0 -n GEN -r 1 --no-warmup    (decode) and -p PROMPT -n 0 (prefill)
 #       ramvamp generate --prompt <PROMPT ids> --max-new GEN --greedy --cache-bytes RV_CACHE
 #     each killed after TIMEOUT seconds;
@@ -38,7 +40,7 @@
 # Environment: LAYERS (48), N_EXPERTS (128), EXPERTS (q4; q8 writes Q8B32 experts, which
 #   llama.cpp reads as Q8_0 and ramvamp only after its requantization to Q4_K), LIMITS
 #   ("8G 6G 4G"), SETTINGS (default "ram $LIMITS"), ROUNDS (3), THREADS (2), PROMPT (128),
-#   GEN (32), TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
+#   GEN (32), WARMUP (128: waste's warm-up decode steps in RAM; 0 for a cold cache), TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
 #   the limit minus ramvamp's common weights, KV cache and 512 MiB; in RAM all its experts,
 #   if they fit in MemAvailable less 3 GiB, and at most 4 GiB, the cap of ramvamp 0.1.1's slot
 #   pool; or a fixed size), WASTE_BUDGET (waste's --budget per setting: "auto" = the limit
@@ -67,6 +69,7 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 PROMPT=${PROMPT:-128}
 GEN=${GEN:-32}
+WARMUP=${WARMUP:-128}
 TIMEOUT=${TIMEOUT:-1800}
 RV_CACHE=${RV_CACHE:-auto}
 WASTE_BUDGET=${WASTE_BUDGET:-auto}
@@ -252,8 +255,9 @@ json.dump({"cpu": cpu, "cpus": os.cpu_count(), "ram": "RAM " + ram, "commit": a[
 EOF
     local text; text=$("$PY" "$HELP" prompt "$PROMPT")
     for s in $SETTINGS; do
-        local lim=() ev=() repack=()
+        local lim=() ev=() repack=() warm=(--warmup "$WARMUP")
         if [ "$s" != ram ]; then
+            warm=()
             # Under a limit llama.cpp reads its weights through the mmap: its default repacks
             # Q4_0 into anonymous memory at load (an OOM kill when the model exceeds the limit)
             lim=(--limit "$s") repack=(--repack 0)
@@ -263,7 +267,7 @@ EOF
         for r in $(seq "$ROUNDS"); do
             say "setting $s, round $r of $ROUNDS, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
             "$PY" "$HELP" run --out "$out/waste_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" $wb --json
+                "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" $wb "${warm[@]}" --json
             "$PY" "$HELP" run --out "$out/llama_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup "${repack[@]}" -o jsonl
             "$PY" "$HELP" run --out "$out/llama_${s}_${r}_pp.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
