@@ -317,7 +317,7 @@ block_tile!(tile_mxfp4, 17, decode_mx, x_in_order);
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
 
 /// Longest input [`rows_q4b32`] permutes once into a stack buffer for decode (64 KiB).
-const Q4_ORDERED_MAX: usize = 16384;
+pub(crate) const Q4_ORDERED_MAX: usize = 16384;
 
 /// Generates the public row kernel `$name`: one vector through the decode tiles (`$rows` rows
 /// at a time, then one), several through the GEMM of [`super::avx2_gemm`] (same bits).

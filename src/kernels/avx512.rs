@@ -239,6 +239,9 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> (__m512, __m512) {
 
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
 block_tile!(tile_q4b32, 18, decode_q4, x_by_parity);
+// Q4B32 against inputs already split by parity (see [`rows_q4b32`]): the same values in the
+// same order, so the same bits, without two permutations per block, vector and tile.
+block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
 
 mod decode {
     use super::*;
@@ -246,11 +249,23 @@ mod decode {
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32, tile_q4b32, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8);
 }
 
-/// Generates the public row kernel `$name`: one vector goes to the decode tiles above, several
-/// to the panel kernel of [`super::avx512_prefill`] (same bits, see there).
+/// Largest input (vectors × columns × 4 bytes) for which several vectors still go to the
+/// register tiles above (2 rows × 4 vectors, each block widened once per tile) rather than to
+/// the panel kernel: the tiles read every input again for each pair of rows, which costs less
+/// than the panel's widening and its stored accumulators while the inputs stay in L2. A
+/// prefill chunk's experts see a few tokens each (8 of 128 on average with top-8 of 128):
+/// `waste bench matmul --tokens 2..64`, Zen 4, 2 threads, on 768 × 2048 and 2048 × 8192
+/// matrices, the tiles ran 1.3–2.6× the panel's GMAC/s up to 16 vectors of 8192 columns or 32
+/// of 2048, level at 512 KiB, slower past it (BENCHMARKS, 2026-12-03).
+const REGISTER_TILE_INPUTS: usize = 512 << 10;
+
+/// Generates the public row kernel `$name`: one vector, or a few short ones (see
+/// [`REGISTER_TILE_INPUTS`]), go to the register tiles above, more to the panel kernel of
+/// [`super::avx512_prefill`] (same bits, see there).
 macro_rules! rows_fn {
     ($name:ident) => {
         /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
@@ -261,7 +276,7 @@ macro_rules! rows_fn {
         pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
             // SAFETY: forwarded contract.
             unsafe {
-                if n == 1 {
+                if n == 1 || n * w.cols * 4 <= REGISTER_TILE_INPUTS {
                     decode::$name(w, r0, r1, x, n, y, ys)
                 } else {
                     super::avx512_prefill::rows(w, r0, r1, x, n, y, ys)
@@ -275,7 +290,38 @@ rows_fn!(rows_f32);
 rows_fn!(rows_bf16);
 rows_fn!(rows_f16);
 rows_fn!(rows_q8b32);
-rows_fn!(rows_q4b32);
+rows_fn!(rows_q4b32_any);
+
+/// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). Where the register
+/// tiles run and the inputs fit a 64 KiB stack buffer (an expert's few tokens in a prefill
+/// chunk, or one vector), they are split by parity once per call, not once per block, vector
+/// and pair of rows — the permutation was most of the tiles' work beside the widening. The
+/// values and their order, hence the bits, are those of [`x_by_parity`].
+///
+/// # Safety
+/// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+    let cols = w.row_bytes() / 18 * 32;
+    let len = n * cols;
+    if len > super::avx2::Q4_ORDERED_MAX || (n > 1 && len * 4 > REGISTER_TILE_INPUTS) {
+        // SAFETY: forwarded contract.
+        return unsafe { rows_q4b32_any(w, r0, r1, x, n, y, ys) };
+    }
+    let mut buf = std::mem::MaybeUninit::<[f32; super::avx2::Q4_ORDERED_MAX]>::uninit();
+    let ordered = buf.as_mut_ptr() as *mut f32;
+    for b in 0..len / 32 {
+        // SAFETY: the n vectors hold `len` values (the contract); the buffer holds len.
+        unsafe {
+            let (e, o) = x_by_parity(x.as_ptr().add(32 * b));
+            _mm512_storeu_ps(ordered.add(32 * b), e);
+            _mm512_storeu_ps(ordered.add(32 * b + 16), o);
+        }
+    }
+    // SAFETY: the first `len` values were written above; the rest of the contract is the
+    // caller's.
+    unsafe { decode::rows_q4b32_ordered(w, r0, r1, std::slice::from_raw_parts(ordered, len), n, y, ys) }
+}
 
 /// Σ a[i]·b[i]: one 16-lane accumulator, a masked last step, then [`hsum`].
 ///
