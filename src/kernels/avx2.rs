@@ -320,9 +320,11 @@ block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
 pub(crate) const Q4_ORDERED_MAX: usize = 16384;
 
 /// Generates the public row kernel `$name`: one vector through the decode tiles (`$rows` rows
-/// at a time, then one), several through the GEMM of [`super::avx2_gemm`] (same bits).
+/// at a time, then one); several through the tiles of [`super::avx2_few`] (`$few`, where
+/// given) while the inputs are small, else through the GEMM of [`super::avx2_gemm`] (same
+/// bits whichever runs).
 macro_rules! rows_fn {
-    ($name:ident, $tile:ident, $rows:literal) => {
+    ($name:ident, $tile:ident, $rows:literal, $few:expr) => {
         /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
         ///
         /// # Safety
@@ -330,8 +332,12 @@ macro_rules! rows_fn {
         #[target_feature(enable = "avx2,fma,f16c")]
         pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
             if n != 1 {
+                let few: Option<super::RowsFn> = $few;
                 // SAFETY: forwarded contract.
-                return unsafe { super::avx2_gemm::rows(w, r0, r1, x, n, y, ys) };
+                return match few {
+                    Some(f) if n * w.cols * 4 <= super::avx2_few::FEW_INPUTS => unsafe { f(w, r0, r1, x, n, y, ys) },
+                    _ => unsafe { super::avx2_gemm::rows(w, r0, r1, x, n, y, ys) },
+                };
             }
             let mut r = r0;
             // SAFETY (all tiles): rows r .. r + R lie in r0..r1, ours to write.
@@ -353,42 +359,51 @@ macro_rules! rows_fn {
     };
 }
 
-rows_fn!(rows_f32, tile_f32, 4);
-rows_fn!(rows_bf16, tile_bf16, 4);
-rows_fn!(rows_f16, tile_f16, 4);
-rows_fn!(rows_q8b32, tile_q8b32, 4);
-rows_fn!(rows_f8b32, tile_f8b32, 4);
-rows_fn!(rows_mxfp4, tile_mxfp4, 4);
-rows_fn!(rows_q4b32_unordered, tile_q4b32, 4);
-rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4);
+rows_fn!(rows_f32, tile_f32, 4, Some(super::avx2_few::rows_f32));
+rows_fn!(rows_bf16, tile_bf16, 4, Some(super::avx2_few::rows_bf16));
+rows_fn!(rows_f16, tile_f16, 4, Some(super::avx2_few::rows_f16));
+rows_fn!(rows_q8b32, tile_q8b32, 4, Some(super::avx2_few::rows_q8b32));
+rows_fn!(rows_f8b32, tile_f8b32, 4, Some(super::avx2_few::rows_f8b32));
+rows_fn!(rows_mxfp4, tile_mxfp4, 4, Some(super::avx2_few::rows_mxfp4));
+// Several Q4B32 vectors reach these only when too long to permute (see rows_q4b32): the GEMM.
+rows_fn!(rows_q4b32_unordered, tile_q4b32, 4, None);
+rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4, None);
 
-/// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). For one vector the
-/// inputs are put in the order of [`decode_q4`] once per call, not once per block of every
-/// tile (the decode tiles are compute-bound on Q4B32: the permutation was an eighth of their
-/// instructions); the values and their order, hence the bits, are those of [`x_q4`].
+/// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). For one vector, or a
+/// few (the tiles of [`super::avx2_few`]), the inputs are put in the order of [`decode_q4`]
+/// once per call into a 64 KiB stack buffer, not once per block of every tile (the decode
+/// tiles are compute-bound on Q4B32: the permutation was an eighth of their instructions);
+/// the values and their order, hence the bits, are those of [`x_q4`].
 ///
 /// # Safety
 /// As `RowsFn`, and the CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
-    let cols = w.row_bytes() / 18 * 32;
-    if n != 1 || cols > Q4_ORDERED_MAX {
+    let len = n * (w.row_bytes() / 18 * 32);
+    if len > Q4_ORDERED_MAX {
         // SAFETY: forwarded contract.
         return unsafe { rows_q4b32_unordered(w, r0, r1, x, n, y, ys) };
     }
     let mut buf = std::mem::MaybeUninit::<[f32; Q4_ORDERED_MAX]>::uninit();
     let ordered = buf.as_mut_ptr() as *mut f32;
-    for b in 0..cols / 32 {
-        // SAFETY: the vector holds `cols` values (the contract); the buffer holds cols.
+    for b in 0..len / 32 {
+        // SAFETY: the vectors hold `len` values (the contract); the buffer holds len.
         unsafe {
             for (k, v) in x_q4(x.as_ptr().add(32 * b)).iter().enumerate() {
                 _mm256_storeu_ps(ordered.add(32 * b + 8 * k), *v);
             }
         }
     }
-    // SAFETY: the first `cols` values were written above; the rest of the contract is the
+    let ordered = std::ptr::slice_from_raw_parts(ordered as *const f32, len);
+    // SAFETY: the first `len` values were written above; the rest of the contract is the
     // caller's.
-    unsafe { rows_q4b32_ordered(w, r0, r1, std::slice::from_raw_parts(ordered, cols), n, y, ys) }
+    unsafe {
+        if n == 1 {
+            rows_q4b32_ordered(w, r0, r1, &*ordered, n, y, ys)
+        } else {
+            super::avx2_few::rows_q4b32(w, r0, r1, &*ordered, n, y, ys)
+        }
+    }
 }
 
 /// Σ a[i]·b[i]: one 8-lane accumulator, a zero-padded last step, then [`hsum8`].

@@ -105,6 +105,8 @@ macro_rules! row_driver {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_few;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_gemm;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_attention;

@@ -1,0 +1,122 @@
+//! AVX2 row kernels for a few vectors at once: an expert's share of a prefill chunk (about 8
+//! of 128 tokens with top-8 of 128 experts), or a short prompt.
+//!
+//! The GEMM of [`super::avx2_gemm`] widens a panel of rows and keeps its accumulators in
+//! memory, a cost that pays for itself over a whole chunk but not over two or four vectors,
+//! where it ran slower than the one-vector decode tiles. These tiles keep 2 rows × up to 4
+//! vectors in registers, widen each block once per tile, and read the inputs from memory for
+//! every row (they stay in L1/L2 while [`FEW_INPUTS`] holds). Each (row, vector) pair receives
+//! one fused multiply-add per 8 columns in column order from the decode tiles' weight values
+//! and lane order, then [`hsum8`]: the arithmetic of [`super::avx2`]'s tiles and of the GEMM,
+//! so the bits do not depend on which of the three ran. Quantized inputs must already be in
+//! the decode order (Q4B32: split by parity, see `avx2::rows_q4b32`).
+
+use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, load_f32, prefetch_l2};
+use super::MatRef;
+use std::arch::x86_64::*;
+
+/// Largest input (vectors × columns × 4 bytes) given to these tiles rather than the GEMM: 8
+/// vectors of 2048 columns, 2 of 8192. Measured with the AVX2 kernels on a Zen 4 host (no
+/// AVX2-only host was at hand; BENCHMARKS, 2026-12-03): against the GEMM, 2 vectors of 2048
+/// columns ran 1.3–2× its GMAC/s, 8 vectors 1.03–1.19×, 16 slower (0.7–0.93×).
+pub(crate) const FEW_INPUTS: usize = 64 << 10;
+
+/// Dense tiles: `$load(ptr)` widens 8 stored weights to f32; the last partial 8 columns are
+/// zero-padded on both sides, as the decode tiles do.
+macro_rules! dense_few {
+    ($name:ident, $elem:ty, $load:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
+            let cols = w.cols;
+            let (wp, xp) = (w.data.as_ptr() as *const $elem, x.as_ptr());
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            let full = cols / 8 * 8;
+            let mut c = 0;
+            // SAFETY (all loads): rows r..r+R and vectors t0..t0+T exist (the driver's
+            // contract) and c + 8 <= cols.
+            while c < full {
+                for (i, row) in acc.iter_mut().enumerate() {
+                    prefetch_l2(wp.wrapping_add((r + i + 2 * R) * cols + c) as *const u8);
+                    let wv = unsafe { $load(wp.add((r + i) * cols + c)) };
+                    for (t, a) in row.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(wv, unsafe { _mm256_loadu_ps(xp.add((t0 + t) * cols + c)) }, *a);
+                    }
+                }
+                c += 8;
+            }
+            if c < cols {
+                let k = cols - c;
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let mut wpad = [<$elem>::default(); 8];
+                    // SAFETY: k values remain in row r + i and in each vector.
+                    unsafe { std::ptr::copy_nonoverlapping(wp.add((r + i) * cols + c), wpad.as_mut_ptr(), k) };
+                    let wv = unsafe { $load(wpad.as_ptr()) };
+                    for (t, a) in row.iter_mut().enumerate() {
+                        let mut xpad = [0f32; 8];
+                        unsafe { std::ptr::copy_nonoverlapping(xp.add((t0 + t) * cols + c), xpad.as_mut_ptr(), k) };
+                        *a = _mm256_fmadd_ps(wv, unsafe { _mm256_loadu_ps(xpad.as_ptr()) }, *a);
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                for (v, s) in o.iter_mut().zip(a) {
+                    *v = hsum8(*s);
+                }
+            }
+        }
+    };
+}
+
+/// Quantized tiles: `$decode(block_ptr)` gives a block's 32 scaled weights as four 8-lane
+/// vectors, each multiplied by the matching 8 inputs of every vector, in order.
+macro_rules! block_few {
+    ($name:ident, $bytes:expr, $decode:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
+            let (cols, rb) = (w.cols, w.row_bytes());
+            let (wp, xp) = (w.data.as_ptr(), x.as_ptr());
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            for b in 0..rb / $bytes {
+                for (i, row) in acc.iter_mut().enumerate() {
+                    if (b * $bytes) % 64 < $bytes {
+                        prefetch_l2(wp.wrapping_add((r + i + 2 * R) * rb + b * $bytes));
+                    }
+                    // SAFETY: block b of row r + i lies inside the matrix, and each vector
+                    // holds cols = 32 × blocks values (the driver's contract).
+                    let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
+                    for (t, a) in row.iter_mut().enumerate() {
+                        let xb = unsafe { xp.add((t0 + t) * cols + b * 32) };
+                        for (k, qk) in q.iter().enumerate() {
+                            *a = _mm256_fmadd_ps(*qk, unsafe { _mm256_loadu_ps(xb.add(8 * k)) }, *a);
+                        }
+                    }
+                }
+            }
+            for (o, a) in out.iter_mut().zip(&acc) {
+                for (v, s) in o.iter_mut().zip(a) {
+                    *v = hsum8(*s);
+                }
+            }
+        }
+    };
+}
+
+dense_few!(few_f32, f32, load_f32);
+dense_few!(few_bf16, u16, load_bf16);
+dense_few!(few_f16, u16, load_f16);
+block_few!(few_q8b32, 34, decode_q8);
+block_few!(few_q4b32, 18, decode_q4);
+block_few!(few_f8b32, 36, decode_f8);
+block_few!(few_mxfp4, 17, decode_mx);
+
+// The row drivers: pairs of rows, four vectors at a time (2 × 4 accumulators, four weight
+// vectors and a load in flight fit the 16 registers). Only their several-vector branch runs.
+row_driver!("avx2,fma,f16c", rows_f32, few_f32, 4);
+row_driver!("avx2,fma,f16c", rows_bf16, few_bf16, 4);
+row_driver!("avx2,fma,f16c", rows_f16, few_f16, 4);
+row_driver!("avx2,fma,f16c", rows_q8b32, few_q8b32, 4);
+row_driver!("avx2,fma,f16c", rows_q4b32, few_q4b32, 4);
+row_driver!("avx2,fma,f16c", rows_f8b32, few_f8b32, 4);
+row_driver!("avx2,fma,f16c", rows_mxfp4, few_mxfp4, 4);
