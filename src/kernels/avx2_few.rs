@@ -54,6 +54,7 @@ macro_rules! dense_few {
                     let wv = unsafe { $load(wpad.as_ptr()) };
                     for (t, a) in row.iter_mut().enumerate() {
                         let mut xpad = [0f32; 8];
+                        // SAFETY: as above, k values remain in vector t0 + t.
                         unsafe { std::ptr::copy_nonoverlapping(xp.add((t0 + t) * cols + c), xpad.as_mut_ptr(), k) };
                         *a = _mm256_fmadd_ps(wv, unsafe { _mm256_loadu_ps(xpad.as_ptr()) }, *a);
                     }
@@ -87,6 +88,7 @@ macro_rules! block_few {
                     // holds cols = 32 × blocks values (the driver's contract).
                     let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for (t, a) in row.iter_mut().enumerate() {
+                        // SAFETY: as above, block b of vector t0 + t.
                         let xb = unsafe { xp.add((t0 + t) * cols + b * 32) };
                         for (k, qk) in q.iter().enumerate() {
                             *a = _mm256_fmadd_ps(*qk, unsafe { _mm256_loadu_ps(xb.add(8 * k)) }, *a);
