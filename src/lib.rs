@@ -115,11 +115,16 @@ pub struct Options {
     /// Context length in tokens; 0 chooses the model's `max_position_embeddings`, capped at
     /// 4096.
     pub ctx: usize,
-    /// Tokens processed per forward pass during prefill (weights are read once per chunk).
-    /// 128 by default: a MoE layer decodes each chosen expert's weights once per chunk for the
-    /// few of its tokens routed there, so longer chunks decode them fewer times
-    /// (docs/BENCHMARKS.md: 128 prefills a 24-layer Qwen3-30B-A3B shape ~50 % faster than 32,
-    /// a dense 1B 7 % faster); the scratch the plan counts grows with it.
+    /// Tokens processed per forward pass during prefill (weights are read once per chunk);
+    /// the scratch the plan counts grows with it. 0, the default, lets the engine choose from
+    /// memory plan and the budget: 128 ([`model::plan::DEFAULT_PREFILL_CHUNK`]), or 512
+    /// ([`model::plan::STREAMING_PREFILL_CHUNK`]) when the model streams experts its cache
+    /// cannot all hold and the longer chunk's scratch costs the cache at most an eighth. A MoE
+    /// layer decodes — and, when they stream, reads — each chosen expert once per chunk for
+    /// the few of its tokens routed there, so longer chunks do that fewer times
+    /// (docs/BENCHMARKS.md: 128 prefills a 24-layer Qwen3-30B-A3B shape ~50 % faster than 32, a
+    /// dense 1B 7 % faster; under a tight budget 512 reads a third of the records of 128). The
+    /// chosen value is the plan's [`MemoryPlan::prefill_chunk`].
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
@@ -177,7 +182,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 128, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
             io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true, usage_file: None }
     }
 }
@@ -203,8 +208,8 @@ impl Options {
         if self.sessions == 0 || self.sessions > MAX_SESSIONS {
             return Err(Error::arg(format!("sessions: {} is out of range 1..={MAX_SESSIONS}", self.sessions)));
         }
-        if self.prefill_chunk == 0 || self.prefill_chunk > 4096 {
-            return Err(Error::arg(format!("prefill_chunk: {} is out of range 1..=4096", self.prefill_chunk)));
+        if self.prefill_chunk > 4096 {
+            return Err(Error::arg(format!("prefill_chunk: {} is out of range 0..=4096", self.prefill_chunk)));
         }
         Ok(())
     }

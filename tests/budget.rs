@@ -87,7 +87,10 @@ fn memory_used_after_open_equals_the_plan() {
                 budgets.push(Some(plan.floor_plus(1) + plan.expert_slot_bytes / 2));
             }
             for budget in budgets {
-                let m = Model::open(path, &Options { budget, ..base.clone() }).unwrap();
+                // The plan of the same options: a chunk left to the engine depends on the budget.
+                let opts = Options { budget, ..base.clone() };
+                let plan = plan_memory(path, &opts).unwrap();
+                let m = Model::open(path, &opts).unwrap();
                 assert_plan_matches(&plan, &m, &format!("{}: budget {budget:?}, {base:?}", path.display()));
                 if let Some(b) = budget {
                     assert_eq!(m.budget().expert_cache_bytes, plan.expert_cache_bytes(b).unwrap());
@@ -134,8 +137,11 @@ fn budget_under_the_floor_fails_before_any_expert_is_read() {
         }
         std::fs::write(&p, bytes).unwrap();
     }
-    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 0, ..waste::Options::default() }).unwrap();
+    // The floor of the default chunk: the longer one a streamed model may get needs more
+    // (under its floor the plan keeps the default, so this is the floor a budget meets).
+    let plan = waste::plan_memory(&dir, &waste::Options { ctx: 0, prefill_chunk: 128, ..waste::Options::default() }).unwrap();
     let floor = plan.floor_bytes();
+    assert_eq!(waste::plan_memory(&dir, &Options { budget: Some(floor - 1), ..Options::default() }).unwrap().prefill_chunk, 128);
     let err = Model::open(&dir, &Options { budget: Some(floor - 1), ..Options::default() }).err().unwrap();
     assert_eq!(err.kind(), ErrorKind::RamBudget);
     let (code, _, stderr) = waste(&["eval", dir.to_str().unwrap(), "--ids", "1,2,3", "--budget", &(floor - 1).to_string()]);

@@ -187,7 +187,7 @@ fn num(doc: &Json, key: &str) -> u64 {
     doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
 }
 
-const PLAN_KEYS: [&str; 13] = ["trunk_bytes", "state_bytes", "sessions", "session_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
+const PLAN_KEYS: [&str; 14] = ["trunk_bytes", "state_bytes", "sessions", "prefill_chunk", "session_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
     "open_extra_bytes", "floor_bytes", "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
 
 #[test]
@@ -201,6 +201,7 @@ fn cli_plan_json_keys_and_values() {
     let plan = waste::plan_memory(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
     assert_eq!(num(&doc, "trunk_bytes"), plan.trunk_bytes);
     assert_eq!(num(&doc, "floor_bytes"), plan.floor_bytes());
+    assert_eq!(num(&doc, "prefill_chunk"), 4);
     let (status, out, err) = waste(&["info", m, "--ctx", "64", "--threads", "2", "--chunk", "4", "--json"]);
     assert_eq!(status, 0, "{err}");
     let info = json::parse(out.as_bytes()).unwrap();
@@ -219,8 +220,9 @@ fn cli_plan_json_keys_and_values() {
     // With a budget: two more keys, a dense model keeps no expert cache.
     let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
     let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys[..13], PLAN_KEYS);
-    assert_eq!(keys[13..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(keys[..14], PLAN_KEYS);
+    assert_eq!(keys[14..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(num(&doc, "prefill_chunk"), 128, "a dense model's chunk left to the engine");
     assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
     assert_eq!(num(&doc, "expert_cache_bytes"), 0);
     // Exact bytes and fractional sizes parse too.
@@ -408,11 +410,12 @@ fn container_plan_streams_experts_through_the_cache() {
 fn cli_plan_of_a_container() {
     let (dir, _) = make_container("plan-cli-container", "olmoe_f32", DType::Q8B32);
     let d = dir.to_str().unwrap();
-    let doc = plan_json(&[d, "--ctx", "64"]);
+    // The chunk given: left to the engine it depends on the budget (the test above).
+    let doc = plan_json(&[d, "--ctx", "64", "--chunk", "128"]);
     let (floor, ws, min) = (num(&doc, "floor_bytes"), num(&doc, "working_set_bytes"), num(&doc, "min_expert_cache_bytes"));
     assert!(min > 0 && ws > 0);
     assert_eq!(num(&doc, "recommended_bytes"), floor + 3 * ws);
-    let doc = plan_json(&[d, "--ctx", "64", "--budget", &(floor + ws).to_string()]);
+    let doc = plan_json(&[d, "--ctx", "64", "--chunk", "128", "--budget", &(floor + ws).to_string()]);
     assert_eq!(num(&doc, "expert_cache_bytes"), min + ws);
     let (status, out, err) = waste(&["plan", d, "--ctx", "64"]);
     assert_eq!(status, 0, "{err}");
@@ -543,4 +546,38 @@ fn the_floor_counts_the_tensor_index_a_short_context_does_not_cover() {
     assert_eq!(p.floor_bytes(), p.resident_bytes() + p.open_extra_bytes + p.min_expert_cache_bytes);
     let long = waste::plan_memory(&dir, &waste::Options { ctx: 2048, ..short }).unwrap();
     assert_eq!(long.open_extra_bytes, 0, "{long:?}");
+}
+
+/// The default chunk is left to the engine: 512 tokens when a container's experts stream past
+/// its cache (a chunk reads each routed expert once, so fewer chunks read fewer records), 128
+/// when the cache holds every record or the model has no streamed experts — with `waste plan`
+/// and `Model::open` choosing alike, and the logits the bits of an explicit chunk of 128.
+#[test]
+fn the_engine_chooses_a_longer_prefill_chunk_when_experts_stream() {
+    let dir = float_container("qwen3_moe_f32", "auto-chunk");
+    let auto = Options { ctx: 512, threads: 2, ..Options::default() };
+    // 4 MoE layers of 8 experts, 2 per token: 3 working sets (24 slots) and the minimum (4) do
+    // not hold the 32 records.
+    let (plan, mut streamed, what) = plan_and_open(&dir, &auto);
+    assert_eq!(plan.prefill_chunk, 512, "{what}");
+    assert!(streamed.budget().expert_cache_bytes < plan.cache_within(u64::MAX), "{what}");
+    let everything = Options { budget: Some(1 << 34), ..auto.clone() };
+    let (plan, _, what) = plan_and_open(&dir, &everything);
+    assert_eq!(plan.prefill_chunk, 128, "{what}");
+    let dense = fixture("oracles/llama_f32/model");
+    assert_eq!(plan_and_open(&dense, &auto).0.prefill_chunk, 128, "a dense model");
+    // The same cache, the chunk given: the same bits over a prompt of three chunks of 128.
+    let given = Options { prefill_chunk: 128, cache_bytes: streamed.budget().expert_cache_bytes, ..auto.clone() };
+    let mut explicit = Model::open(&dir, &given).unwrap();
+    assert_eq!(explicit.plan().prefill_chunk, 128);
+    let prompt: Vec<u32> = (0..300u32).map(|i| (i * 37 + 11) % 512).collect();
+    let a = streamed.eval(&prompt).unwrap().to_vec();
+    let b = explicit.eval(&prompt).unwrap().to_vec();
+    assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    let (s, e) = (streamed.cache_stats().unwrap(), explicit.cache_stats().unwrap());
+    assert!(s.misses < e.misses, "the longer chunk reads fewer records: {} against {}", s.misses, e.misses);
+    let (status, out, err) = waste(&["plan", dir.to_str().unwrap(), "--ctx", "512"]);
+    assert_eq!(status, 0, "{err}");
+    assert!(out.contains("prefill chunk 512 (chosen by the plan)"), "{out}");
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }

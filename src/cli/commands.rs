@@ -515,6 +515,7 @@ fn bench(a: &Args) -> Outcome {
             ("prompt_tokens", Json::uint(prompt_tokens as u64)),
             ("decode_tokens", Json::uint(n as u64)),
             ("warmup_tokens", Json::uint(warmup as u64)),
+            ("prefill_chunk", Json::uint(model.plan().prefill_chunk as u64)),
             ("prefill_tok_s", Json::float(report.prefill_tok_s)),
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
@@ -536,7 +537,7 @@ fn bench(a: &Args) -> Outcome {
     } else {
         outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
         outln!("kernels  {} x {} threads{}", i.isa, i.threads, int8_note(&i));
-        outln!("prefill  {prompt_tokens} tokens  {:.2} tok/s", report.prefill_tok_s);
+        outln!("prefill  {prompt_tokens} tokens  {:.2} tok/s  (chunk {})", report.prefill_tok_s, model.plan().prefill_chunk);
         outln!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
         if let Some(rss) = peak_rss() {
             outln!("memory   holds {} bytes, budget {} bytes, peak RSS {rss} bytes", model.memory_used(), model.budget().bytes);

@@ -21,7 +21,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
         val("threads", "N", "compute threads, which size the scratch (default: one per available CPU, or per CPU of --cpus)"),
         val("cpus", "LIST", "the CPUs a run binds to: one compute thread each unless --threads says otherwise"),
-        val("chunk", "N", "prefill chunk: tokens per forward pass (default 128)"),
+        val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache)"),
         flag("int8-act", "count the int8-activation path's buffer"),
         val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
         val("io-threads", "N", "threads reading expert records (default 4)"),
@@ -48,6 +48,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("trunk_bytes", plan.trunk_bytes),
             ("state_bytes", plan.state_bytes),
             ("sessions", plan.sessions as u64),
+            ("prefill_chunk", plan.prefill_chunk as u64),
             ("session_bytes", plan.session_bytes),
             ("scratch_bytes", plan.scratch_bytes),
             ("tokenizer_bytes", plan.tokenizer_bytes),
@@ -65,7 +66,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         }
         outln!("{}", Json::object(m.into_iter().map(|(k, v)| (k, Json::uint(v)))).to_string_pretty());
     } else {
-        print_table(path, &plan, &ram, &chosen)?;
+        print_table(path, &plan, &ram, &chosen, opts.prefill_chunk == 0)?;
     }
     if let Some(w) = &chosen.warning {
         errln!("waste plan: warning: {w}");
@@ -79,13 +80,14 @@ fn row(label: &str, bytes: u64) -> Result<(), Failure> {
     Ok(())
 }
 
-fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget) -> Result<(), Failure> {
+fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chosen: &waste::Budget, chunk_chosen: bool) -> Result<(), Failure> {
     let kind = match plan.kind {
         ModelKind::HfCheckpoint => "Hugging Face checkpoint, loaded whole",
         ModelKind::Container => "waste container, experts streamed",
     };
     outln!("  model {} ({kind})", path.display());
-    outln!("  context {} tokens, {} threads, prefill chunk {}", plan.ctx, plan.threads, plan.prefill_chunk);
+    let how = if chunk_chosen { " (chosen by the plan)" } else { "" };
+    outln!("  context {} tokens, {} threads, prefill chunk {}{how}", plan.ctx, plan.threads, plan.prefill_chunk);
     row("resident trunk", plan.trunk_bytes)?;
     let sessions = match plan.sessions {
         1 => "state + KV cache".to_string(),

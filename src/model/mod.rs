@@ -201,8 +201,9 @@ impl Model {
         let headers = Headers::read(path, &limits)?;
         // The memory plan comes first, from headers alone: a budget under the floor fails here,
         // before any weight or expert is read.
-        let plan = MemoryPlan::new(&Footprint::of(path, &headers)?, opts);
-        let budget = resolve_budget_for(&plan, opts)?;
+        let usable = plan::usable_ram_for(opts)?;
+        let plan = MemoryPlan::for_options(&Footprint::of(path, &headers)?, opts, || Ok(usable))?;
+        let budget = plan.budget_for(usable, opts)?;
         let Headers { manifest, cfg, config_json, ckpt } = headers;
         let manifest = manifest.as_ref();
         // The tokenizer before the weights: its load briefly holds the file (and a
@@ -246,7 +247,7 @@ impl Model {
         drop(ckpt);
         let threads = opts.resolved_threads();
         let ctx = opts.resolved_ctx(cfg.max_position);
-        let chunk = opts.prefill_chunk.max(1);
+        let chunk = plan.prefill_chunk;
         let state = State::new(&cfg, ctx, chunk, threads)?;
         let session = Session::new(&cfg, ctx, identity, None)?;
         let mut kernels = Kernels::select(opts.force_scalar);
@@ -878,19 +879,6 @@ fn mlp_block(k: &Kernels, pool: &Pool, st: &mut State, m: &weights::Mlp, n: usiz
     add_bias(&m.up, n, &mut st.up);
     kernels::swiglu(&mut st.gate[..n * inter], &st.up[..n * inter]);
     linear(k, pool, &m.down, &st.gate, n, &mut st.out);
-}
-
-/// The budget a model opens with (seed 001 §3): the options' hard ceiling, or the engine's
-/// choice from the plan and usable RAM; an explicit expert-cache size overrides what the budget
-/// leaves but may not exceed it ([`MemoryPlan::budget_for`]).
-fn resolve_budget_for(plan: &MemoryPlan, opts: &Options) -> Result<Budget> {
-    // With an explicit budget, usable RAM only feeds a warning: an unreadable cgroup must not
-    // stop a run whose ceiling the user already chose.
-    let usable = match opts.budget {
-        Some(_) => crate::sys::ram::usable_ram_bytes().unwrap_or(u64::MAX),
-        None => crate::sys::ram::usable_ram_bytes()?,
-    };
-    plan.budget_for(usable, opts)
 }
 
 /// The identity of a model ([`session::identity`]): its config.json (a container's

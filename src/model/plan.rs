@@ -184,8 +184,29 @@ pub fn plan_memory(path: impl AsRef<Path>, opts: &Options) -> Result<MemoryPlan>
     opts.validate()?;
     let path = path.as_ref();
     let m = Footprint::of(path, &Headers::read(path, &Limits::for_budget(opts.budget))?)?;
-    Ok(MemoryPlan::new(&m, opts))
+    MemoryPlan::for_options(&m, opts, || usable_ram_for(opts))
 }
+
+/// The usable RAM a model's budget is chosen against ([`crate::usable_ram`]). With an explicit
+/// budget it only feeds a warning, so a machine whose RAM (or cgroup) cannot be read still runs
+/// under the ceiling the user chose: it reads as unlimited.
+pub(crate) fn usable_ram_for(opts: &Options) -> Result<u64> {
+    match opts.budget {
+        Some(_) => Ok(crate::sys::ram::usable_ram_bytes().unwrap_or(u64::MAX)),
+        None => crate::sys::ram::usable_ram_bytes(),
+    }
+}
+
+/// The prefill chunk [`Options::prefill_chunk`]'s 0 ("choose") resolves to, except when
+/// experts stream past the cache.
+pub const DEFAULT_PREFILL_CHUNK: usize = 128;
+
+/// The prefill chunk chosen when the expert cache cannot hold every record: a chunk reads each
+/// expert its tokens route to once, so when experts stream the disk reads go with the number
+/// of chunks — docs/BENCHMARKS.md, "the prefill chunk when experts stream": 512 read a third
+/// of the records 128 did and prefilled 1.3x faster under a tight budget. Its larger scratch
+/// (74 MB more on the Qwen3-30B-A3B shape) is why it is not the default for everything.
+pub const STREAMING_PREFILL_CHUNK: usize = 512;
 
 /// Everything opening a model reads from its headers, each file read once (issue 14: the plan
 /// is computed from what `open` parsed, not by parsing the headers again): a container's
@@ -269,11 +290,13 @@ fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threa
 }
 
 impl MemoryPlan {
-    /// The plan of a model for the context, threads, chunk and I/O threads of `opts`.
+    /// The plan of a model for the context, threads, chunk and I/O threads of `opts`; a chunk
+    /// of 0 ("choose") is planned as [`DEFAULT_PREFILL_CHUNK`] here ([`plan_memory`] and
+    /// [`crate::Model::open`] resolve it from the budget first, see [`Options::prefill_chunk`]).
     pub fn new(m: &Footprint, opts: &Options) -> MemoryPlan {
         let threads = opts.resolved_threads().max(1);
         let ctx = opts.resolved_ctx(m.cfg.max_position);
-        let chunk = opts.prefill_chunk.max(1);
+        let chunk = if opts.prefill_chunk == 0 { DEFAULT_PREFILL_CHUNK } else { opts.prefill_chunk };
         let io_threads = if m.experts.is_some() { opts.io_threads } else { 0 };
         let session = Session::plan_bytes(&m.cfg, ctx);
         let sessions = opts.sessions.max(1);
@@ -304,6 +327,32 @@ impl MemoryPlan {
             expert_records: records,
             open_extra_bytes: m.index_bytes.saturating_sub(session.saturating_mul(sessions as u64)
                 .saturating_add(scratch).saturating_sub(metadata_bytes(m.cfg.layers))),
+        }
+    }
+
+    /// The plan of a model opened with `opts`, its prefill chunk chosen when `opts` leaves it
+    /// to the engine (0): [`STREAMING_PREFILL_CHUNK`] when the model streams experts that the
+    /// budget's expert cache cannot all hold at [`DEFAULT_PREFILL_CHUNK`], and the longer
+    /// chunk's scratch still leaves at least 7/8 of that cache (under the engine's own budget
+    /// that means the same number of working sets); else the default. `usable_ram` is read only
+    /// when the choice needs it (a chunk left to the engine and experts that stream).
+    pub(crate) fn for_options(m: &Footprint, opts: &Options, usable_ram: impl FnOnce() -> Result<u64>) -> Result<MemoryPlan> {
+        let plan_at = |chunk| MemoryPlan::new(m, &Options { prefill_chunk: chunk, ..opts.clone() });
+        let base = plan_at(DEFAULT_PREFILL_CHUNK);
+        if opts.prefill_chunk != 0 || !base.has_experts() {
+            return Ok(MemoryPlan::new(m, opts));
+        }
+        let usable = usable_ram()?;
+        // A budget under the floor keeps the default plan: the error is the budget's, given
+        // when it is resolved.
+        let Ok(cache) = base.budget_for(usable, opts).map(|b| b.expert_cache_bytes) else { return Ok(base) };
+        if cache >= base.cache_within(u64::MAX) {
+            return Ok(base);
+        }
+        let long = plan_at(STREAMING_PREFILL_CHUNK);
+        match long.budget_for(usable, opts) {
+            Ok(b) if b.expert_cache_bytes >= cache - cache / 8 => Ok(long),
+            _ => Ok(base),
         }
     }
 
@@ -376,7 +425,7 @@ impl MemoryPlan {
     /// The `waste plan` command line that shows this plan.
     pub fn command(&self) -> String {
         let mut c = format!("waste plan {} --ctx {} --threads {}", self.path.display(), self.ctx, self.threads);
-        if self.prefill_chunk != Options::default().prefill_chunk {
+        if self.prefill_chunk != DEFAULT_PREFILL_CHUNK {
             c.push_str(&format!(" --chunk {}", self.prefill_chunk));
         }
         if self.io_threads != Options::default().io_threads && self.kind == ModelKind::Container {
@@ -597,5 +646,45 @@ mod tests {
         assert_eq!(p.recommended_bytes(), p.floor_bytes() + 24 * slot);
         assert_eq!((p.expert_slot_bytes, p.expert_records), (slot, 16));
         assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).must(), e.fixed_bytes() + 16 * slot);
+    }
+    #[test]
+    fn a_chunk_left_to_the_engine_grows_when_experts_stream_past_the_cache() {
+        let json = crate::format::json::parse(br#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,
+            "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
+            "max_position_embeddings":64}"#).must();
+        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
+        let e = ExpertShape { top_k: 4, experts: 64, moe_layers: 2, layers: 2, largest_record_bytes: 400_000, records: 128, queued: false };
+        let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
+            experts: Some(e), index_bytes: 0 };
+        let auto = Options { threads: 2, ctx: 64, ..Options::default() };
+        assert_eq!(auto.prefill_chunk, 0, "the default leaves the chunk to the engine");
+        let at = |chunk| MemoryPlan::new(&m, &Options { prefill_chunk: chunk, ..auto.clone() });
+        let (short, long) = (at(DEFAULT_PREFILL_CHUNK), at(STREAMING_PREFILL_CHUNK));
+        assert_eq!(MemoryPlan::new(&m, &auto), short, "new() plans a chunk of 0 as the default");
+        let delta = long.scratch_bytes - short.scratch_bytes;
+        assert!(delta > 0 && delta * 16 < short.cache_within(u64::MAX), "{delta}");
+        let chosen = |o: &Options| MemoryPlan::for_options(&m, o, || Ok(1 << 40)).must().prefill_chunk;
+        // The engine's own budget is 3 working sets (24 slots) of 128 records: they stream.
+        assert_eq!(chosen(&auto), STREAMING_PREFILL_CHUNK);
+        assert_eq!(MemoryPlan::for_options(&m, &auto, || Ok(1 << 40)).must(), long);
+        // A budget whose cache holds every record at 128: the default.
+        let every = short.resident_bytes() + short.cache_within(u64::MAX);
+        assert_eq!(chosen(&Options { budget: Some(every), ..auto.clone() }), DEFAULT_PREFILL_CHUNK);
+        assert_eq!(chosen(&Options { budget: Some(every - 1), ..auto.clone() }), STREAMING_PREFILL_CHUNK);
+        // A budget whose cache the longer chunk's scratch would cut by more than an eighth.
+        let small_cache = short.cache_within(delta * 4);
+        assert!(small_cache >= short.min_expert_cache_bytes);
+        assert_eq!(chosen(&Options { budget: Some(short.resident_bytes() + small_cache), ..auto.clone() }), DEFAULT_PREFILL_CHUNK);
+        let large_cache = short.cache_within(delta * 16);
+        assert_eq!(chosen(&Options { budget: Some(short.resident_bytes() + large_cache), ..auto.clone() }), STREAMING_PREFILL_CHUNK);
+        // Under the floor: the default plan, and the budget's error comes when it is resolved.
+        let under = Options { budget: Some(short.floor_bytes() - 1), ..auto.clone() };
+        assert_eq!(chosen(&under), DEFAULT_PREFILL_CHUNK);
+        // A chunk given, or a model without streamed experts: RAM is not even read.
+        let no_ram = || Err(Error::arg("not read"));
+        assert_eq!(MemoryPlan::for_options(&m, &Options { prefill_chunk: 7, ..auto.clone() }, no_ram).must().prefill_chunk, 7);
+        let dense = Footprint { experts: None, kind: ModelKind::HfCheckpoint, ..m.clone() };
+        assert_eq!(MemoryPlan::for_options(&dense, &auto, no_ram).must().prefill_chunk, DEFAULT_PREFILL_CHUNK);
+        assert!(MemoryPlan::for_options(&m, &auto, no_ram).is_err(), "a streamed model's choice needs the RAM");
     }
 }
