@@ -155,9 +155,10 @@ pub struct Options {
     /// which a filesystem that refuses `O_DIRECT` gets anyway. Changes only how bytes move,
     /// never the result.
     pub direct_io: bool,
-    /// Router look-ahead for streamed experts: during each decode step's MoE layer, guess the
-    /// next MoE layer's experts (its router applied to this layer's input) and start reading
-    /// them. On by default: the cache holds back while fewer than half of the recent
+    /// Router look-ahead for streamed experts: during each MoE layer, guess the next MoE
+    /// layer's experts (its router applied to this layer's input: a decode step's top-k, a
+    /// prefill chunk's union of top-k when the cache holds both layers' experts) and start
+    /// reading them. On by default: the cache holds back while fewer than half of the recent
     /// look-ahead reads were used (wrong guesses only take the disk from certain misses).
     /// Changes only when bytes move, never the result.
     pub lookahead: bool,

@@ -52,6 +52,8 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("token at a time, smallest cache", Options { cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
             ("look-ahead, smallest cache", Options { cache_bytes: smallest, io_threads: 2, lookahead: true, ..base.clone() }, true),
             ("look-ahead, half the experts", Options { cache_bytes: manifest.expert_bytes() / 2, io_threads: 3, lookahead: true, threads: 2, ..base.clone() }, true),
+            // Prefill chunks guess the next layer's experts too, where the cache holds both layers'.
+            ("look-ahead, prefill chunks", Options { cache_bytes: manifest.expert_bytes(), io_threads: 2, lookahead: true, ..base.clone() }, false),
             // The fallback where O_DIRECT is refused (buffered reads, pages dropped), forced.
             ("buffered fallback, io threads", Options { direct_io: false, cache_bytes: smallest, io_threads: 2, ..base.clone() }, false),
             ("buffered fallback, synchronous", Options { direct_io: false, cache_bytes: smallest, ..base.clone() }, true),

@@ -56,6 +56,14 @@ impl Experts {
         matches!(self, Experts::Streamed(_))
     }
 
+    /// Slots of the expert cache (0 when nothing streams).
+    pub fn cache_slots(&self) -> usize {
+        match self {
+            Experts::Streamed(c) => c.stats().slots,
+            _ => 0,
+        }
+    }
+
     /// Bytes of expert records held in RAM (resident banks, or the cache's slots).
     pub fn resident_bytes(&self) -> u64 {
         match self {

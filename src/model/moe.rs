@@ -47,11 +47,11 @@ pub(crate) struct MoeStep<'a> {
     pub routing: &'a mut RoutingHooks,
 }
 
-/// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`. With `next` (a
-/// decode step whose experts stream), the next MoE layer's router is applied to this layer's
-/// input — the residual stream changes little from one layer to the next — and the experts it
-/// picks start reading while this layer computes. A guess only moves bytes earlier: the next
-/// layer still routes on its own input.
+/// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`. With `next` (the
+/// experts stream), the next MoE layer's router is applied to this layer's input — the
+/// residual stream changes little from one layer to the next — and the experts it picks start
+/// reading while this layer computes (see [`guess_next_experts`]). A guess only moves bytes
+/// earlier: the next layer still routes on its own input.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
                  experts: &mut Experts, step: MoeStep, n: usize, next: NextRouter) -> Result<()> {
@@ -66,22 +66,18 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     route::route(moe, w.bias.as_deref(), &mut st.router[..n * ne], n, &mut st.route_ids, &mut st.route_w, &mut st.latent.route_scratch);
     step.routing.replay(step.pos0, step.moe_index, ne, n, top_k, &mut st.route_ids[..n * top_k]);
     step.routing.record(step.moe_index, n, top_k, &st.route_ids[..n * top_k]);
-    let lookahead = match next {
-        Some((next_layer, router)) if n == 1 && experts.is_streamed() => {
-            k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
-            top_k_ids(&st.ahead_logits, &mut st.ahead_ids);
-            Some(next_layer)
-        }
-        _ => None,
-    };
     // The distinct experts the chunk needs, in id order.
     st.wanted.clear();
     st.wanted.extend_from_slice(&st.route_ids[..n * top_k]);
     st.wanted.sort_unstable();
     st.wanted.dedup();
     let wanted = std::mem::take(&mut st.wanted);
+    let guessed = match next {
+        Some((_, router)) if experts.is_streamed() => guess_next_experts(k, pool, st, router, n, (h, ne, top_k), wanted.len(), experts.cache_slots()),
+        _ => 0,
+    };
     let inter = moe.expert_intermediate;
-    let ahead = lookahead.map(|l| (l, &st.ahead_ids[..]));
+    let ahead = next.filter(|_| guessed > 0).map(|(l, _)| (l, &st.ahead_ids[..guessed]));
     experts.with_records(layer, &wanted, ahead, &mut |expert, layout, rec| {
         // Gather the tokens routed to this expert.
         let mut m = 0;
@@ -137,6 +133,46 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
         None => {}
     }
     Ok(())
+}
+
+/// The look-ahead's guess of the next MoE layer's experts, from its `router` applied to this
+/// layer's input; returns how many ids lead `st.ahead_ids` (0: no guess). A decode step
+/// guesses the router's top-k. A prefill chunk guesses the union of its tokens' top-k, so the
+/// next layer's records stream in behind this layer's while it computes instead of after it —
+/// but only when the cache has slots for both layers' experts at once (this layer's `wanted`
+/// and the guess): in a smaller one the guesses would take slots this layer's misses are
+/// waiting for and be evicted again before their layer comes.
+#[allow(clippy::too_many_arguments)]
+fn guess_next_experts(k: &Kernels, pool: &Pool, st: &mut State, router: &Matrix, n: usize,
+                      (h, ne, top_k): (usize, usize, usize), wanted: usize, slots: usize) -> usize {
+    if n == 1 {
+        k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
+        top_k_ids(&st.ahead_logits, &mut st.ahead_ids[..top_k]);
+        return top_k;
+    }
+    if slots < wanted + ne.min(n * top_k) {
+        return 0;
+    }
+    // This layer's router logits have been routed: their buffer takes the next layer's.
+    k.matmul(pool, router.view(), &st.h[..n * h], n, &mut st.router[..n * ne]);
+    let marks = &mut st.ahead_ids[..ne];
+    marks.fill(0);
+    let mut ids = [0u32; 64];
+    for row in st.router[..n * ne].chunks_exact(ne) {
+        top_k_ids(row, &mut ids[..top_k]);
+        for &e in &ids[..top_k] {
+            marks[e as usize] = 1;
+        }
+    }
+    // The marked ids, in order, in place (the write index never passes the read index).
+    let mut count = 0;
+    for e in 0..ne {
+        if marks[e] != 0 {
+            marks[count] = e as u32;
+            count += 1;
+        }
+    }
+    count
 }
 
 /// Qwen2-MoE: out += σ(h·w_sg) · SwiGLU_shared(h) (spec §2.2).

@@ -118,8 +118,9 @@ pub struct State {
     pub(crate) xs_slot: Vec<usize>,
     pub(crate) ys: Vec<f32>,
     pub(crate) expert_out: Vec<f32>,
-    /// Router look-ahead: the next MoE layer's logits for this layer's input, and the experts
-    /// they pick.
+    /// Router look-ahead: the next MoE layer's logits for a decode step's input, and the
+    /// experts guessed (top-k for a decode step; for a prefill chunk, one mark per expert, then
+    /// the marked ids).
     pub(crate) ahead_logits: Vec<f32>,
     pub(crate) ahead_ids: Vec<u32>,
     /// One q/k norm group, for normalising in place (head_dim, or q/k width for a whole norm).
@@ -155,7 +156,7 @@ impl Sizes {
                 chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
                 State::norm_width(cfg)],
             // route_ids, wanted, ahead_ids
-            u32s: [chunk * top_k, chunk * top_k, top_k],
+            u32s: [chunk * top_k, chunk * top_k, experts.max(top_k)],
             usizes: moe_rows,
         }
     }
