@@ -623,15 +623,22 @@ mod tests {
         assert!(resolve_budget(&p, 1000, None).must().warning.is_some());
     }
 
+    /// A two-layer container of `hidden` columns whose experts are `e`: trunk 5 bytes,
+    /// tokenizer 3, vocabulary 32.
+    fn container_footprint(hidden: usize, e: ExpertShape) -> Footprint {
+        let json = crate::format::json::parse(format!(r#"{{"architectures":["LlamaForCausalLM"],"hidden_size":{hidden},
+            "intermediate_size":{},"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
+            "max_position_embeddings":64}}"#, 2 * hidden).as_bytes()).must();
+        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
+        Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg, trunk_bytes: 5, tokenizer_bytes: 3,
+            experts: Some(e), index_bytes: 0 }
+    }
+
     #[test]
     fn experts_enter_floor_and_working_set() {
-        let json = crate::format::json::parse(br#"{"architectures":["LlamaForCausalLM"],"hidden_size":8,
-            "intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
-            "max_position_embeddings":64}"#).must();
-        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
         let e = ExpertShape { top_k: 4, experts: 8, moe_layers: 2, layers: 2, largest_record_bytes: 1000, records: 16, queued: false };
-        let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
-            experts: Some(e), index_bytes: 0 };
+        let m = container_footprint(8, e);
+        let cfg = m.cfg.clone();
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
@@ -647,15 +654,11 @@ mod tests {
         assert_eq!((p.expert_slot_bytes, p.expert_records), (slot, 16));
         assert_eq!(p.expert_cache_bytes(p.floor_bytes() + (1 << 30)).must(), e.fixed_bytes() + 16 * slot);
     }
+
     #[test]
     fn a_chunk_left_to_the_engine_grows_when_experts_stream_past_the_cache() {
-        let json = crate::format::json::parse(br#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,
-            "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":32,
-            "max_position_embeddings":64}"#).must();
-        let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
         let e = ExpertShape { top_k: 4, experts: 64, moe_layers: 2, layers: 2, largest_record_bytes: 400_000, records: 128, queued: false };
-        let m = Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg: cfg.clone(), trunk_bytes: 5, tokenizer_bytes: 3,
-            experts: Some(e), index_bytes: 0 };
+        let m = container_footprint(64, e);
         let auto = Options { threads: 2, ctx: 64, ..Options::default() };
         assert_eq!(auto.prefill_chunk, 0, "the default leaves the chunk to the engine");
         let at = |chunk| MemoryPlan::new(&m, &Options { prefill_chunk: chunk, ..auto.clone() });
