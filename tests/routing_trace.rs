@@ -109,8 +109,9 @@ fn bench_routes_as_a_trace_says() {
 }
 
 /// `bench --warmup N`: an untimed run on other tokens comes first, so the timed decode of a
-/// model whose experts all fit its cache (a 1 GiB budget holds them all) starts with a warm expert cache (no misses, where a cold start
-/// misses), and what `--trace-out` records is the timed run alone.
+/// model whose experts all fit its cache (a 1 GiB budget holds them all) starts with a warm
+/// expert cache (no misses, where a cold start misses), and what `--trace-out` records is the
+/// timed run alone.
 #[test]
 fn a_warm_up_run_fills_the_cache_and_stays_out_of_the_figures() {
     let dir = float_container("olmoe_f32", "warmup");

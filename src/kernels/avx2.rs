@@ -316,8 +316,6 @@ block_tile!(tile_mxfp4, 17, decode_mx, x_in_order);
 // values in the same order, so the same bits, without a permutation per block and tile.
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
 
-/// Longest input [`rows_q4b32`] permutes once into a stack buffer for decode (64 KiB).
-pub(crate) const Q4_ORDERED_MAX: usize = 16384;
 
 /// Generates the public row kernel `$name`: one vector through the decode tiles (`$rows` rows
 /// at a time, then one); several through the tiles of [`super::avx2_few`] (`$few`, where
@@ -380,11 +378,11 @@ rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4, None);
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let len = n * (w.row_bytes() / 18 * 32);
-    if len > Q4_ORDERED_MAX {
+    if len > super::Q4_ORDERED_MAX {
         // SAFETY: forwarded contract.
         return unsafe { rows_q4b32_unordered(w, r0, r1, x, n, y, ys) };
     }
-    let mut buf = std::mem::MaybeUninit::<[f32; Q4_ORDERED_MAX]>::uninit();
+    let mut buf = std::mem::MaybeUninit::<[f32; super::Q4_ORDERED_MAX]>::uninit();
     let ordered = buf.as_mut_ptr() as *mut f32;
     for b in 0..len / 32 {
         // SAFETY: the vectors hold `len` values (the contract); the buffer holds len.

@@ -262,6 +262,8 @@ mod decode {
 /// matrices, the tiles ran 1.3–2.6× the panel's GMAC/s up to 16 vectors of 8192 columns or 32
 /// of 2048, level at 512 KiB, slower past it (BENCHMARKS, 2026-12-03).
 const REGISTER_TILE_INPUTS: usize = 512 << 10;
+// rows_q4b32 relies on it: inputs its 64 KiB buffer holds always go to the tiles.
+const _: () = assert!(super::Q4_ORDERED_MAX * 4 <= REGISTER_TILE_INPUTS);
 
 /// Generates the public row kernel `$name`: one vector, or a few short ones (see
 /// [`REGISTER_TILE_INPUTS`]), go to the register tiles above, more to the panel kernel of
@@ -304,11 +306,12 @@ rows_fn!(rows_q4b32_any);
 pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let cols = w.row_bytes() / 18 * 32;
     let len = n * cols;
-    if len > super::avx2::Q4_ORDERED_MAX || (n > 1 && len * 4 > REGISTER_TILE_INPUTS) {
+    // Inputs that fit the buffer (64 KiB) are also within REGISTER_TILE_INPUTS: the tiles run.
+    if len > super::Q4_ORDERED_MAX {
         // SAFETY: forwarded contract.
         return unsafe { rows_q4b32_any(w, r0, r1, x, n, y, ys) };
     }
-    let mut buf = std::mem::MaybeUninit::<[f32; super::avx2::Q4_ORDERED_MAX]>::uninit();
+    let mut buf = std::mem::MaybeUninit::<[f32; super::Q4_ORDERED_MAX]>::uninit();
     let ordered = buf.as_mut_ptr() as *mut f32;
     for b in 0..len / 32 {
         // SAFETY: the n vectors hold `len` values (the contract); the buffer holds len.

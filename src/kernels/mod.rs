@@ -222,6 +222,11 @@ impl Isa {
 /// under-reads this machine by 40%).
 pub(crate) const SUM_SEGMENT: usize = 4096;
 
+/// Most input values (vectors × columns) the x86 Q4B32 kernels put in their weights' nibble
+/// order once per call, into a stack buffer (64 KiB), rather than once per block of every tile.
+#[cfg(target_arch = "x86_64")]
+pub(crate) const Q4_ORDERED_MAX: usize = 16384;
+
 /// Dot product of two equally long f32 slices.
 type DotFn = unsafe fn(&[f32], &[f32]) -> f32;
 /// Sum of an f32 slice.

@@ -40,7 +40,8 @@
 # Environment: LAYERS (48), N_EXPERTS (128), EXPERTS (q4; q8 writes Q8B32 experts, which
 #   llama.cpp reads as Q8_0 and ramvamp only after its requantization to Q4_K), LIMITS
 #   ("8G 6G 4G"), SETTINGS (default "ram $LIMITS"), ROUNDS (3), THREADS (2), PROMPT (128),
-#   GEN (32), WARMUP (128: waste's warm-up decode steps in RAM; 0 for a cold cache), TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
+#   GEN (32), WARMUP (128: waste's warm-up decode steps in RAM; 0 for a cold cache),
+#   TIMEOUT (1800 s per run), RV_CACHE (ramvamp's --cache-bytes per limit: "auto" =
 #   the limit minus ramvamp's common weights, KV cache and 512 MiB; in RAM all its experts,
 #   if they fit in MemAvailable less 3 GiB, and at most 4 GiB, the cap of ramvamp 0.1.1's slot
 #   pool; or a fixed size), WASTE_BUDGET (waste's --budget per setting: "auto" = the limit
