@@ -135,12 +135,14 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     all.extend(simd_isas());
     for k in all {
         for dtype in DTYPES {
-          // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 32), vector groups
-          // (32 both), AVX2 spans (96) and column chunks (256), with dense column tails; and
-          // on both sides of the inputs' size (vectors × columns × 4 bytes) below which a few
-          // vectors run on register tiles instead (AVX2 64 KiB, AVX-512 512 KiB): the last
-          // shape's whole product takes the GEMM, its first 2, 3 and 5 vectors the tiles.
-          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66)] {
+          // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
+          // (AVX2 32, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
+          // 2048), with dense column tails; and on both sides of the inputs' size (vectors ×
+          // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
+          // 64 KiB, AVX-512 512 KiB): the 2080-column shape's whole product takes the GEMM,
+          // its first 2, 3 and 5 vectors the tiles.
+          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66),
+                                  (19, 1056, 131)] {
             let cols = if dtype.is_quantized() { cols / 32 * 32 } else { cols + 1 };
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
