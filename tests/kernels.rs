@@ -133,6 +133,8 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let mut all = vec![Kernels::scalar()];
     all.extend(simd_isas());
+    // With room for a Q4B32 product's inputs split by parity once (AVX-512), as a model holds.
+    all.extend(simd_isas().into_iter().filter(Kernels::splits_q4_inputs).map(|k| k.with_q4_input_buffer(128 * 2080)));
     for k in all {
         for dtype in DTYPES {
           // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
@@ -157,13 +159,15 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
 #[test]
 fn threads_do_not_change_the_bits() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    let k = Kernels::select(false);
+    // As a model holds them: with room for a Q4B32 product's inputs split by parity (AVX-512),
+    // which 600 vectors use, 128 at a time.
+    let k = Kernels::select(false).with_q4_input_buffer(128 * 256);
     let pools: Vec<Pool> = (1..=4).map(|t| Pool::new(t).unwrap()).collect();
     for dtype in DTYPES {
         let (rows, cols) = (203, 256);
         let data = random_matrix(dtype, rows, cols, &mut rng);
         let w = MatRef { dtype, rows, cols, data: &data };
-        for n in [1, 4, 7] {
+        for n in [1, 4, 7, 600] {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let mut base = vec![0.0; n * rows];
             k.matmul(&pools[0], w, &x, n, &mut base);

@@ -265,6 +265,12 @@ const REGISTER_TILE_INPUTS: usize = 512 << 10;
 // rows_q4b32 relies on it: inputs its 64 KiB buffer holds always go to the tiles.
 const _: () = assert!(super::Q4_ORDERED_MAX * 4 <= REGISTER_TILE_INPUTS);
 
+/// True when `n` vectors of `cols` inputs go to the GEMM of [`super::avx512_prefill`], not to
+/// the register tiles (see [`REGISTER_TILE_INPUTS`]).
+pub(crate) fn takes_gemm(n: usize, cols: usize) -> bool {
+    n > 1 && n * cols * 4 > REGISTER_TILE_INPUTS
+}
+
 /// Generates the public row kernel `$name`: one vector, or a few short ones (see
 /// [`REGISTER_TILE_INPUTS`]), go to the register tiles above, more to the panel kernel of
 /// [`super::avx512_prefill`] (same bits, see there).
@@ -278,7 +284,7 @@ macro_rules! rows_fn {
         pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
             // SAFETY: forwarded contract.
             unsafe {
-                if n == 1 || n * w.cols * 4 <= REGISTER_TILE_INPUTS {
+                if !takes_gemm(n, w.cols) {
                     decode::$name(w, r0, r1, x, n, y, ys)
                 } else {
                     super::avx512_prefill::rows(w, r0, r1, x, n, y, ys)

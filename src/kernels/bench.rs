@@ -150,6 +150,8 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
         Some(isa) => Kernels::with_isa(isa).ok_or_else(|| Error::unsupported(format!(
             "bench matmul: this CPU cannot run the {} kernels", isa.name())))?,
     };
+    // As a model holds it: room for a Q4B32 product's inputs split by parity.
+    kernels = kernels.with_q4_input_buffer(opts.cols * opts.tokens.min(super::SPLIT_VECTORS));
     if opts.int8_activations {
         kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
     }

@@ -35,6 +35,7 @@ use crate::format::container::{self, Manifest};
 use crate::format::json::{Json, Limits};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
+use crate::kernels::Kernels;
 use crate::model::session::Session;
 use crate::model::state::State;
 use crate::model::weights::{load_trunk, Loader};
@@ -279,14 +280,17 @@ pub fn metadata_bytes(layers: usize) -> u64 {
 }
 
 /// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
-/// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on,
+/// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on, the kernels'
+/// Q4B32 input buffer on an instruction set that has one ([`Kernels::with_q4_input_buffer`];
+/// held whatever the weights' dtypes, so the plan needs no more than the headers' shapes),
 /// [`THREAD_BYTES`] per compute worker (the caller is participant 0) and per I/O thread, and
 /// the metadata allowance.
-fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, int8: bool) -> u64 {
+fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
-    let int8 = if int8 { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
+    let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
+    let q4 = if Kernels::select(opts.force_scalar).splits_q4_inputs() { State::q4_split_values(cfg, chunk) as u64 * 4 } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
-    rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + threads + metadata_bytes(cfg.layers)
+    rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + q4 + threads + metadata_bytes(cfg.layers)
 }
 
 impl MemoryPlan {
@@ -300,7 +304,7 @@ impl MemoryPlan {
         let io_threads = if m.experts.is_some() { opts.io_threads } else { 0 };
         let session = Session::plan_bytes(&m.cfg, ctx);
         let sessions = opts.sessions.max(1);
-        let scratch = State::plan_bytes(&m.cfg, ctx, chunk, threads) + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts.int8_activations);
+        let scratch = State::plan_bytes(&m.cfg, ctx, chunk, threads) + model_scratch_bytes(&m.cfg, chunk, threads, io_threads, opts);
         let (min_cache, working_set, slot, fixed, records) = match m.experts.map(|e| e.with_io_threads(io_threads)) {
             None => (0, 0, 0, 0, 0),
             Some(e) => (e.cache_bytes(e.min_slots()), (e.top_k as u64 * e.moe_layers as u64).saturating_mul(e.slot_bytes()),

@@ -205,6 +205,12 @@ impl State {
         crate::kernels::int8::scratch_bytes(Self::int8_values(cfg, chunk))
     }
 
+    /// Inputs the kernels' Q4B32 buffer holds ([`crate::kernels::Kernels::with_q4_input_buffer`]):
+    /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter, of the widest input.
+    pub fn q4_split_values(cfg: &ModelConfig, chunk: usize) -> usize {
+        Self::int8_values(cfg, chunk.min(crate::kernels::SPLIT_VECTORS))
+    }
+
     /// Activations the int8 path quantizes at most at once.
     pub fn int8_values(cfg: &ModelConfig, chunk: usize) -> usize {
         chunk * cfg.hidden.max(cfg.q_dim()).max(Self::ffn_width(cfg)).max(LatentState::widest_input(cfg))
