@@ -646,8 +646,10 @@ mod tests {
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
-        // Besides the state: RoPE, the sampler, one compute worker and 4 I/O threads, metadata.
-        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + 5 * THREAD_BYTES + metadata_bytes(2);
+        // Besides the state: RoPE, the sampler, the kernels' Q4B32 input buffer (AVX-512),
+        // one compute worker and 4 I/O threads, metadata.
+        let q4 = if Kernels::select(false).splits_q4_inputs() { 4 * State::q4_split_values(&cfg, 4) as u64 } else { 0 };
+        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + q4 + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.
         let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING + ExpertShape::QUEUE_BYTES;
