@@ -9,9 +9,9 @@
 //! fused multiply-adds. The accumulators live in a stack buffer between column chunks (a store
 //! and a reload change no bits); a matrix of at most [`K_CHUNK`] columns never stores them.
 //!
-//! Why this order (commit message and BENCHMARKS, 2026-12-03): widening a panel once for 128
-//! vectors instead of 32, and reusing each vector's inputs across 16 rows while they are in
-//! L1, raised an f32 GEMM from 55–65 % to about 80 % of the FMA peak on Zen 4.
+//! Why this order (BENCHMARKS, 2026-12-03, "the prefill GEMM reordered"): widening a panel once
+//! for 128 vectors instead of 32, and storing a tile's accumulators once per 2048 columns
+//! instead of 256, raised the GEMM from 50–65 % to 65–75 % of the FMA peak on Zen 4.
 //!
 //! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
 //! one FMA per 16 columns in column order, from the same weight values in the same lane order
