@@ -259,9 +259,11 @@ mod decode {
 /// than the panel's widening and its stored accumulators while the inputs stay in L2. A
 /// prefill chunk's experts see a few tokens each (8 of 128 on average with top-8 of 128):
 /// `waste bench matmul --tokens 2..64`, Zen 4, 2 threads, on 768 × 2048 and 2048 × 8192
-/// matrices, the tiles ran 1.3–2.6× the panel's GMAC/s up to 16 vectors of 8192 columns or 32
-/// of 2048, level at 512 KiB, slower past it (BENCHMARKS, 2026-12-03).
-const REGISTER_TILE_INPUTS: usize = 512 << 10;
+/// matrices, the tiles ran 1.3–2.6× the old panel kernel's GMAC/s up to 16 vectors of 8192
+/// columns or 32 of 2048, level at 512 KiB; against the reordered GEMM (16-row panels for 128
+/// vectors) they are level at about 256 KiB (32 vectors of 2048 columns) and slower past it,
+/// 5–15 % at 48–128 vectors (BENCHMARKS, 2026-12-03).
+const REGISTER_TILE_INPUTS: usize = 256 << 10;
 // rows_q4b32 relies on it: inputs its 64 KiB buffer holds always go to the tiles.
 const _: () = assert!(super::Q4_ORDERED_MAX * 4 <= REGISTER_TILE_INPUTS);
 
