@@ -32,12 +32,13 @@ const SPIN_ALONE: Duration = Duration::from_micros(10);
 
 /// What the memory plan counts for each thread the engine starts (a compute worker here, an
 /// expert-reading thread in `cache::io`): its stack as touched, its flag and handle, its share
-/// of a channel's blocks. The stack dominates: the AVX-512 prefill kernels keep their register
-/// tiles' accumulators and a widened weight panel on it (128 KiB per call, see
-/// `kernels::avx512_prefill`). Measured at about 140 KiB per compute worker with those kernels
-/// and 14 KiB with the scalar ones (peak RSS of `waste bench` on stories260K with 65 threads
-/// against 1); `tests/budget.rs` checks the measured figure stays under this.
-pub const THREAD_BYTES: u64 = 192 << 10;
+/// of a channel's blocks. The stack dominates: the AVX-512 prefill GEMM keeps its register
+/// tiles' accumulators, a widened weight panel and four vectors' inputs on it (288 KiB per
+/// call, see `kernels::avx512_prefill`). Measured at about 300 KiB per compute worker with
+/// those kernels on a prefill that reaches the GEMM (peak RSS of `waste bench` on a
+/// SmolLM2-135M-shaped model, 128-token prompt, 9 threads against 1, 2026-12-03);
+/// `tests/budget.rs` checks the measured figure stays under this.
+pub const THREAD_BYTES: u64 = 384 << 10;
 
 /// One cache line per flag, so a worker spinning on its own flag does not slow the others.
 #[repr(align(64))]
