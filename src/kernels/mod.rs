@@ -267,7 +267,7 @@ struct SplitInputs(std::sync::Mutex<Vec<f32>>);
 impl Clone for SplitInputs {
     /// A copy with its own buffer of the same size (a buffer is never shared).
     fn clone(&self) -> SplitInputs {
-        let values = self.0.lock().map_or(0, |b| b.len());
+        let values = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
         SplitInputs(std::sync::Mutex::new(vec![0.0; values]))
     }
 }
@@ -442,7 +442,9 @@ impl Kernels {
     /// Heap bytes held: the int8 path's activation buffer when it is on, and the Q4B32 input
     /// buffer when there is one.
     pub fn heap_bytes(&self) -> u64 {
-        let q4 = self.q4_inputs.as_ref().map_or(0, |b| b.0.lock().map_or(0, |v| crate::sys::vec_bytes(&v)));
+        // A poisoned lock only means a panic elsewhere interrupted a split, which the next one
+        // overwrites: the buffer is still held.
+        let q4 = self.q4_inputs.as_ref().map_or(0, |b| crate::sys::vec_bytes(&b.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
         self.scratch().map_or(0, |s| s.bytes() as u64) + q4
     }
 
