@@ -7,7 +7,7 @@
 //! [`TOKEN_GROUP`] vectors, four at a time: while four vectors' inputs stay in L1, a register
 //! tile of 4 rows × 4 vectors walks down the panel's rows, two 16-lane loads for every two
 //! fused multiply-adds. The accumulators live in a stack buffer between column chunks (a store
-//! and a reload change no bits); a matrix of at most [`K_CHUNK`] columns never stores them.
+//! and a reload change no bits): a tile loads and stores them once per chunk.
 //!
 //! Why this order (BENCHMARKS, 2026-12-03, "the prefill GEMM reordered"): widening a panel once
 //! for 128 vectors instead of 32, and storing a tile's accumulators once per 2048 columns
@@ -57,10 +57,10 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
     unsafe { rows_with::<false>(w, r0, r1, x, n, y, ys) }
 }
 
-/// As [`rows`] for a Q4B32 matrix whose inputs `x` are already split by parity per 32-column
-/// block ([`split_by_parity`]), as [`super::Kernels`] does once per product when it holds a
-/// buffer for them: permuting four vectors at a time here instead costs about a fifth of the
-/// GEMM, since each permuted input serves only the panel's 16 rows.
+/// As [`rows`] (for any n ≥ 1) for a Q4B32 matrix whose inputs `x` are already split by
+/// parity per 32-column block ([`split_by_parity`]), as [`super::Kernels`] does once per
+/// product when it holds a buffer for them: permuting four vectors at a time here instead costs
+/// about a fifth of the GEMM, since each permuted input serves only the panel's 16 rows.
 ///
 /// # Safety
 /// As [`rows`], and `w.dtype` is Q4B32.

@@ -449,7 +449,7 @@ impl Kernels {
     }
 
     /// The Q4B32 input buffer, locked, when `w` × `n` vectors goes to the GEMM that takes
-    /// inputs split by parity and the buffer holds a row of [`SPLIT_VECTORS`] of them.
+    /// inputs split by parity and the buffer holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
     fn q4_split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Vec<f32>>> {
         #[cfg(target_arch = "x86_64")]
         {
@@ -526,8 +526,8 @@ impl Kernels {
     pub fn matmul(&self, pool: &Pool, w: MatRef, x: &[f32], n: usize, y: &mut [f32]) {
         assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul: buffers too short");
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul: weight data too short");
-        // Activations are quantized here, on the calling thread, before the parallel region:
-        // every participant reads the same int8 inputs.
+        // Inputs split by parity or quantized are made here, on the calling thread, before the
+        // parallel region: every participant reads the same ones.
         if let Some(mut buf) = self.q4_split_buffer(&w, n) {
             let rows = w.rows;
             self.with_split_inputs(&mut buf, &w, x, n, |job, t0, tn| self.product(pool, &w, job, tn, &mut y[t0 * rows..]));
