@@ -77,8 +77,18 @@ pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: u
 /// The CPU has AVX-512 F; `x` and `out` hold at least `n × cols` values.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn split_by_parity(x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
-    let (src, dst) = (x.as_ptr(), out.as_mut_ptr());
-    for b in 0..n * cols / 32 {
+    // SAFETY: both hold n × cols values (the caller's contract).
+    unsafe { split_blocks(x.as_ptr(), out.as_mut_ptr(), n * cols / 32) }
+}
+
+/// `blocks` consecutive 32-value blocks from `src` into `dst`, each split by parity (the
+/// Q4B32 decode order).
+///
+/// # Safety
+/// Both hold `blocks × 32` values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn split_blocks(src: *const f32, dst: *mut f32, blocks: usize) {
+    for b in 0..blocks {
         // SAFETY: block b lies inside both (the caller's contract).
         unsafe {
             let (e, o) = x_by_parity(src.add(b * 32));
@@ -235,14 +245,8 @@ unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, pa
 unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf: &mut [f32; 4 * K_CHUNK]) -> Inputs {
     let out = buf.as_mut_ptr();
     for t in 0..toks.min(4) {
-        for b in 0..kc / 32 {
-            // SAFETY: block b of vector t lies inside x (the caller's contract) and inside buf.
-            unsafe {
-                let (e, o) = x_by_parity(x.add(t * cols + b * 32));
-                _mm512_storeu_ps(out.add(t * K_CHUNK + b * 32), e);
-                _mm512_storeu_ps(out.add(t * K_CHUNK + b * 32 + 16), o);
-            }
-        }
+        // SAFETY: vector t's kc values lie inside x (the caller's contract) and its row of buf.
+        unsafe { split_blocks(x.add(t * cols), out.add(t * K_CHUNK), kc / 32) };
     }
     Inputs { ptr: out, stride: K_CHUNK }
 }
