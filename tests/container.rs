@@ -60,11 +60,16 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("purgeable slots, io threads", Options { purgeable_slots: true, cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
             ("purgeable slots, synchronous", Options { purgeable_slots: true, cache_bytes: manifest.expert_bytes() / 2, ..base.clone() }, false),
         ] {
+            let t = std::time::Instant::now();
             let mut m = open(&dir, opts);
             let got = prompt_logits(&mut m, &o.prompt, single);
+            let wall = t.elapsed();
             assert!(bit_identical(&reference, &got), "{name}: {label}");
             let s = m.cache_stats().unwrap();
             assert!(s.hits + s.misses > 0 && s.bytes_read > 0, "{name}: {label}: {s:?}");
+            // The disk's busy time lies within the run, and overlapping reads count once in it
+            // but each in the reading time.
+            assert!(!s.disk_busy.is_zero() && s.disk_busy <= wall && s.read_time >= s.disk_busy, "{name}: {label}: {s:?}");
             assert_eq!(s.banks, manifest.banks.len(), "{name}: {label}");
             if label.starts_with("buffered") {
                 assert!(!s.direct_io && s.buffered_banks == s.banks && s.io_mode() == "buffered+fadvise", "{name}: {label}: {s:?}");

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A bank file opened for reading records: with `O_DIRECT` where the filesystem takes it, else
 /// buffered reads whose pages are dropped after each (`POSIX_FADV_DONTNEED`).
@@ -191,12 +191,77 @@ impl<T> Drop for Closer<'_, T> {
     }
 }
 
+/// When the disk had work: the time at least one read was under way on the I/O threads, and
+/// the sum of every read's own duration (that sum over the busy time is the mean number of
+/// reads in flight). A run's bytes over its busy time is the bandwidth the disk gave while it
+/// had work, and the busy time over the run's time says how much of the run the disk was idle
+/// (what `waste bench` reports as the disk bound it reached, measured in the same run).
+#[derive(Default)]
+struct DiskClock {
+    state: Mutex<ClockState>,
+}
+
+#[derive(Default)]
+struct ClockState {
+    in_flight: usize,
+    /// When `in_flight` last changed.
+    since: Option<Instant>,
+    busy: Duration,
+    reading: Duration,
+}
+
+impl ClockState {
+    /// Adds the time since the last change at the current number of reads in flight.
+    fn advance(&mut self, now: Instant) {
+        if let Some(t) = self.since {
+            let dt = now.saturating_duration_since(t);
+            if self.in_flight > 0 {
+                self.busy += dt;
+                self.reading += dt * self.in_flight as u32;
+            }
+        }
+        self.since = Some(now);
+    }
+
+    fn read_started(&mut self, now: Instant) {
+        self.advance(now);
+        self.in_flight += 1;
+    }
+
+    fn read_ended(&mut self, now: Instant) {
+        self.advance(now);
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+}
+
+impl DiskClock {
+    fn lock(&self) -> MutexGuard<'_, ClockState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read_started(&self) {
+        self.lock().read_started(Instant::now());
+    }
+
+    fn read_ended(&self) {
+        self.lock().read_ended(Instant::now());
+    }
+
+    /// (busy, reading) up to now.
+    fn totals(&self) -> (Duration, Duration) {
+        let mut st = self.lock();
+        st.advance(Instant::now());
+        (st.busy, st.reading)
+    }
+}
+
 /// I/O threads reading records for the cache.
 pub struct IoPool {
     /// Written by the pool alone (one writer, closed when the pool is dropped).
     requests: Arc<Queue<Request>>,
     /// Written by the readers: it ends when the last of them does.
     completions: Arc<Queue<Completion>>,
+    clock: Arc<DiskClock>,
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -208,10 +273,11 @@ impl IoPool {
     pub fn new(threads: usize, banks: Arc<Vec<Option<BankFile>>>, in_flight: usize) -> Result<IoPool> {
         let requests = Arc::new(Queue::new(in_flight, 1));
         let completions = Arc::new(Queue::new(in_flight, threads));
-        let mut pool = IoPool { requests, completions, workers: Vec::with_capacity(threads) };
+        let mut pool = IoPool { requests, completions, clock: Arc::default(), workers: Vec::with_capacity(threads) };
         for i in 0..threads {
             let (rx, tx, banks) = (Arc::clone(&pool.requests), Arc::clone(&pool.completions), Arc::clone(&banks));
-            match std::thread::Builder::new().name(format!("waste-io-{i}")).spawn(move || io_loop(&rx, &tx, &banks)) {
+            let clock = Arc::clone(&pool.clock);
+            match std::thread::Builder::new().name(format!("waste-io-{i}")).spawn(move || io_loop(&rx, &tx, &banks, &clock)) {
                 Ok(h) => pool.workers.push(h),
                 Err(e) => {
                     // The readers that did not start will never close their end; dropping the
@@ -236,15 +302,22 @@ impl IoPool {
         self.completions.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
     }
 
+    /// The time at least one read was under way, and the sum of the reads' durations, since
+    /// the pool started (see [`DiskClock`]).
+    pub fn disk_time(&self) -> (Duration, Duration) {
+        self.clock.totals()
+    }
+
     /// Bytes of the two queues.
     pub fn heap_bytes(&self) -> usize {
         self.requests.heap_bytes() + self.completions.heap_bytes()
     }
 }
 
-fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[Option<BankFile>]) {
+fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[Option<BankFile>], clock: &DiskClock) {
     let _closer = Closer(completions);
     while let Some(Request { layer, expert, slot, offset, len, mut buf }) = requests.pop() {
+        clock.read_started();
         // A panic here (a bug: a request longer than its buffer, say) must not lose the
         // completion, or the caller would wait for it for ever: it becomes this read's error,
         // and the buffer goes back with it.
@@ -259,6 +332,7 @@ fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[
             Err(Error::new(crate::ErrorKind::Io, format!(
                 "the I/O thread reading layer {layer} expert {expert} ({len} bytes at offset {offset}) panicked: {why}")))
         });
+        clock.read_ended();
         completions.push(Completion { layer, expert, slot, buf, result });
     }
 }
@@ -272,14 +346,6 @@ impl Drop for IoPool {
     }
 }
 
-/// Times a blocking wait, adding it to `total`.
-pub fn timed<T>(total: &mut std::time::Duration, f: impl FnOnce() -> T) -> T {
-    let t = Instant::now();
-    let v = f();
-    *total += t.elapsed();
-    v
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +354,23 @@ mod tests {
     /// The queue keeps its order and its storage; a pop waits for a push from another thread,
     /// and once the last writer is gone it drains what is left and then ends instead of
     /// waiting for ever (how `wait` learns that every reader has stopped).
+    /// Busy time counts each stretch with a read under way once, however many overlap; the
+    /// reading time counts every read's own duration; an idle stretch counts in neither.
+    #[test]
+    fn the_disk_clock_counts_busy_stretches_once_and_reads_each() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut c = ClockState::default();
+        c.read_started(at(0));
+        c.read_started(at(10)); // two in flight from 10 to 30
+        c.read_ended(at(30));
+        c.read_ended(at(40));
+        c.read_started(at(100)); // idle from 40 to 100
+        c.read_ended(at(120));
+        c.advance(at(200));
+        assert_eq!((c.busy, c.reading), (Duration::from_millis(60), Duration::from_millis(80)));
+    }
+
     #[test]
     fn the_queue_keeps_order_and_ends_with_its_last_writer() {
         let q = Arc::new(Queue::<u32>::new(4, 2));

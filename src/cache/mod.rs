@@ -145,6 +145,13 @@ pub struct CacheStats {
     pub bytes_read: u64,
     /// Time the computing thread spent waiting for reads.
     pub io_wait: Duration,
+    /// Time at least one read was under way (on the I/O threads; with none, the time the
+    /// computing thread spent reading). The bytes read over it are the bandwidth the disk
+    /// gave while it had work, and the run's time minus it is when the disk had none.
+    pub disk_busy: Duration,
+    /// The reads' durations summed: over [`CacheStats::disk_busy`], the mean number of reads in
+    /// flight while the disk had work.
+    pub read_time: Duration,
     /// True when reads bypass the page cache (`O_DIRECT`); false when the fallback (buffered
     /// reads, then `POSIX_FADV_DONTNEED`) is in use.
     pub direct_io: bool,
@@ -567,7 +574,12 @@ impl ExpertCache {
             let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
             let rec = &mut buf.as_mut_slice()[..layout.record_bytes];
-            let read = io::timed(&mut self.stats.io_wait, || bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize));
+            let t = std::time::Instant::now();
+            let read = bank.read_record(rec, (e as usize * layout.record_bytes) as u64, layer, e as usize);
+            let took = t.elapsed();
+            self.stats.io_wait += took;
+            self.stats.disk_busy += took;
+            self.stats.read_time += took;
             let switched = self.stats.direct_io && !bank.is_direct();
             let checked = read.and_then(|()| layout.check(rec, &bank.path, layer, e as usize, self.verify));
             if switched {
@@ -647,6 +659,7 @@ impl ExpertCache {
         let t = std::time::Instant::now();
         let c = io.wait();
         self.stats.io_wait += t.elapsed();
+        (self.stats.disk_busy, self.stats.read_time) = io.disk_time();
         c
     }
 }

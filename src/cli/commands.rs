@@ -527,6 +527,10 @@ fn bench(a: &Args) -> Outcome {
             ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
             ("decode_misses", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.misses))),
             ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
+            ("decode_secs", Json::float(report.decode_secs)),
+            ("decode_io_wait_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.io_wait.as_secs_f64()))),
+            ("decode_disk_busy_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.disk_busy.as_secs_f64()))),
+            ("decode_read_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.read_time.as_secs_f64()))),
             // The whole run's counters (prefill included), which a --trace-out file replayed
             // through `waste bench cache --slots` reproduces.
             ("cache_slots", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.slots as u64))),
@@ -546,6 +550,11 @@ fn bench(a: &Args) -> Outcome {
             outln!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",
                 c.slots, 100.0 * c.hit_rate(), c.bytes_read as f64 / n as f64 / 1048576.0, c.io_wait.as_secs_f64(),
                 if c.direct_io { "O_DIRECT" } else { "buffered reads" });
+            if !c.disk_busy.is_zero() {
+                let busy = c.disk_busy.as_secs_f64();
+                outln!("disk     busy {busy:.2} s of the decode's {:.2} s: {:.2} GB/s while busy, {:.1} reads in flight on average",
+                    report.decode_secs, c.bytes_read as f64 / busy / 1e9, c.read_time.as_secs_f64() / busy);
+            }
             if c.prefetched > 0 {
                 outln!("ahead    {} records read ahead, {} of them used ({:.0}%){}", c.prefetched, c.prefetch_hits,
                     100.0 * c.prefetch_hits as f64 / c.prefetched as f64,

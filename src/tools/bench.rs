@@ -100,6 +100,8 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
             misses: a.misses - b.misses,
             bytes_read: a.bytes_read - b.bytes_read,
             io_wait: a.io_wait.saturating_sub(b.io_wait),
+            disk_busy: a.disk_busy.saturating_sub(b.disk_busy),
+            read_time: a.read_time.saturating_sub(b.read_time),
             prefetched: a.prefetched - b.prefetched,
             prefetch_hits: a.prefetch_hits - b.prefetch_hits,
             prefetch_held: a.prefetch_held - b.prefetch_held,

@@ -189,6 +189,14 @@ def figures(engine, rec, pp):
         d = json.loads(rec["stdout"])
         f.update(decode=d["decode_tok_s"], prefill=d["prefill_tok_s"], hit=d["decode_hit_rate"],
                  read_per_tok=d["decode_bytes_read_per_token"])
+        busy, secs = d.get("decode_disk_busy_secs"), d.get("decode_secs")
+        if busy and secs:
+            # The disk bound measured in the run itself: the bytes over the disk's busy time is
+            # the bandwidth it gave while it had work; the share of the decode it was busy is
+            # how close decode came to that bound.
+            f["busy_share"] = busy / secs
+            f["busy_gbs"] = d["decode_bytes_read_per_token"] * d["decode_tokens"] / busy / 1e9
+            f["in_flight"] = d["decode_read_secs"] / busy
     elif engine == "llama":
         rows = [json.loads(l) for l in rec["stdout"].splitlines() if l.startswith("{")]
         tg = [r for r in rows if r.get("n_gen", 0) > 0]
@@ -260,6 +268,17 @@ def table(argv):
                   f"{col([x.get('peak') for x in main], lambda v: f'{v / 2**30:.2f} GiB')} | "
                   f"{col([x.get('cg') for x in main], lambda v: f'{v / 2**30:.2f} GiB')} | "
                   f"{'; '.join(fails) or '—'} |")
+    busy = [(s, [rs.get("main", {}) for _, rs in sorted(runs.get(("waste", s), {}).items())]) for s in order]
+    busy = [(s, m) for s, m in busy if any(x.get("busy_share") for x in m)]
+    if busy:
+        print()
+        print("| waste | disk busy, share of decode | GB/s while busy | reads in flight while busy |")
+        print("|---|---|---|---|")
+        for s, m in busy:
+            print(f"| {'in RAM' if s == 'ram' else s + ' cgroup'} | "
+                  f"{col([x.get('busy_share') for x in m], lambda v: f'{100 * v:.0f} %')} | "
+                  f"{col([x.get('busy_gbs') for x in m], lambda v: f'{v:.2f}')} | "
+                  f"{col([x.get('in_flight') for x in m], lambda v: f'{v:.1f}')} |")
     print()
     print("read per token: waste and ramvamp report the expert bytes their decode read; for llama.cpp it is the")
     print("process's read_bytes (/proc/PID/io: page-cache misses of its mmap, load included) over the decoded")
