@@ -69,9 +69,9 @@ impl ExpertShape {
         ExpertShape { queued: io_threads > 0, ..self }
     }
 
-    /// Bookkeeping per slot: its key and pin in the index, its look-ahead and purgeable
+    /// Bookkeeping per slot: its key, pin and stored value in the index, its look-ahead and purgeable
     /// flags, its buffer handle, and one entry of the hotlist to preload (at most one per slot).
-    pub const SLOT_BOOKKEEPING: u64 = (size_of::<u32>() + size_of::<bool>() + 2 * size_of::<bool>() + size_of::<Option<Slot>>()
+    pub const SLOT_BOOKKEEPING: u64 = (CacheIndex::PER_SLOT_BYTES + 2 * size_of::<bool>() + size_of::<Option<Slot>>()
         + size_of::<(usize, u32, f64)>()) as u64;
 
     /// A slot's place in the I/O threads' request and completion queues, when there are I/O
