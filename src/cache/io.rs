@@ -351,9 +351,6 @@ mod tests {
     use super::*;
     use crate::test_util::Must;
 
-    /// The queue keeps its order and its storage; a pop waits for a push from another thread,
-    /// and once the last writer is gone it drains what is left and then ends instead of
-    /// waiting for ever (how `wait` learns that every reader has stopped).
     /// Busy time counts each stretch with a read under way once, however many overlap; the
     /// reading time counts every read's own duration; an idle stretch counts in neither.
     #[test]
@@ -371,6 +368,9 @@ mod tests {
         assert_eq!((c.busy, c.reading), (Duration::from_millis(60), Duration::from_millis(80)));
     }
 
+    /// The queue keeps its order and its storage; a pop waits for a push from another thread,
+    /// and once the last writer is gone it drains what is left and then ends instead of
+    /// waiting for ever (how `wait` learns that every reader has stopped).
     #[test]
     fn the_queue_keeps_order_and_ends_with_its_last_writer() {
         let q = Arc::new(Queue::<u32>::new(4, 2));
