@@ -147,7 +147,8 @@ pub struct CacheStats {
     pub io_wait: Duration,
     /// Time at least one read was under way (on the I/O threads; with none, the time the
     /// computing thread spent reading). The bytes read over it are the bandwidth the disk
-    /// gave while it had work, and the run's time minus it is when the disk had none.
+    /// gave while it had work, and the run's time minus it is when the disk had none. As of
+    /// the end of the last layer served.
     pub disk_busy: Duration,
     /// The reads' durations summed: over [`CacheStats::disk_busy`], the mean number of reads in
     /// flight while the disk had work.
@@ -412,6 +413,11 @@ impl ExpertCache {
         if self.purgeable {
             self.offer_idle();
         }
+        // The disk's clock as of the end of this layer (reads that finished after the layer's
+        // last wait included), so statistics taken between layers are current.
+        if let Some(io) = &self.io {
+            (self.stats.disk_busy, self.stats.read_time) = io.disk_time();
+        }
         result
     }
 
@@ -659,7 +665,6 @@ impl ExpertCache {
         let t = std::time::Instant::now();
         let c = io.wait();
         self.stats.io_wait += t.elapsed();
-        (self.stats.disk_busy, self.stats.read_time) = io.disk_time();
         c
     }
 }
