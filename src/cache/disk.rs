@@ -156,7 +156,7 @@ fn bench_container(path: &Path, threads: usize, limit: u64) -> Result<DiskReport
             }
         }
         wanted.sort_unstable();
-        cache.with_records(layer, &wanted, None, &mut |_, _, _| {})?;
+        cache.with_records(layer, &wanted, None, &mut |_, _| {})?;
         group += 1;
     }
     let s = cache.stats();

@@ -169,6 +169,11 @@ impl<T> Queue<T> {
         }
     }
 
+    /// The oldest item if there is one, without waiting.
+    fn try_pop(&self) -> Option<T> {
+        self.lock().items.pop_front()
+    }
+
     /// One writer is gone.
     fn close(&self) {
         let mut st = self.lock();
@@ -300,6 +305,11 @@ impl IoPool {
     /// Waits for the next finished read.
     pub fn wait(&self) -> Result<Completion> {
         self.completions.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
+    }
+
+    /// A finished read if one is waiting to be taken back, without waiting.
+    pub fn try_wait(&self) -> Option<Completion> {
+        self.completions.try_pop()
     }
 
     /// The time at least one read was under way, and the sum of the reads' durations, since

@@ -24,8 +24,23 @@ use std::mem::size_of;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A callback receiving (expert id, the bank's layout, the record bytes).
-pub type RecordFn<'a> = dyn FnMut(u32, &RecordLayout, &[u8]) + 'a;
+/// One expert's record, resident while the callback that receives it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Record<'a> {
+    /// The expert's id within its layer.
+    pub expert: u32,
+    /// The record, `RecordLayout::record_bytes` long.
+    pub bytes: &'a [u8],
+}
+
+/// Records handed over at most this many at a time (a fixed array: decode allocates nothing).
+pub const RECORD_BATCH: usize = 16;
+
+/// A callback receiving the bank's layout and a batch of records available together (at most
+/// [`RECORD_BATCH`]): the hits resident when a layer starts, the reads that have landed by the
+/// time the computation asks for more. Several at once let the MoE block give whole experts to
+/// different threads.
+pub type RecordFn<'a> = dyn FnMut(&RecordLayout, &[Record<'_>]) + 'a;
 
 /// The routed experts of a container, as far as memory is concerned: everything the expert
 /// cache's size follows from. [`ExpertCache`] sizes itself with these
@@ -476,15 +491,21 @@ impl ExpertCache {
         }
         // Hits whose record is resident now; the others are look-ahead reads still under way.
         let mut remaining = misses.len();
+        let mut ready = [(0u32, 0usize); RECORD_BATCH];
+        let mut count = 0;
         for &(e, s) in hits {
-            match &self.bufs[s] {
-                Some(buf) => {
-                    f(e, layout, &buf.as_slice()[..layout.record_bytes]);
-                    self.index.unpin(s);
-                }
-                None => remaining += 1,
+            if self.bufs[s].is_none() {
+                remaining += 1;
+                continue;
+            }
+            ready[count] = (e, s);
+            count += 1;
+            if count == RECORD_BATCH {
+                self.hand_over(layout, &ready[..count], f);
+                count = 0;
             }
         }
+        self.hand_over(layout, &ready[..count], f);
         // Slots the hits held may now take the misses that did not fit.
         self.submit_misses(layer, layout, base, misses, &mut next)?;
         let mut first_error = None;
@@ -493,36 +514,61 @@ impl ExpertCache {
                 // Nothing under way will free a slot: the misses left cannot be served.
                 return Err(first_error.unwrap_or_else(|| slot_lost(layer, misses.get(next).map_or(0, |m| m.0))));
             }
-            let c = self.wait()?;
-            let (l, e, slot) = (c.layer, c.expert as u32, c.slot);
-            let landed = self.land(c);
-            let wanted_now = l == layer && (misses[..next].contains(&(e, slot)) || hits.contains(&(e, slot)));
-            if !wanted_now {
-                // A look-ahead or preloaded record: now resident (or forgotten if it failed),
-                // and its slot free to take a miss that is waiting for one.
-                if landed.is_ok() {
-                    self.index.unpin(slot);
-                }
-                self.submit_misses(layer, layout, base, misses, &mut next)?;
-                continue;
-            }
-            remaining -= 1;
-            match landed {
-                Ok(()) if first_error.is_none() => {
-                    if let Some(b) = &self.bufs[slot] {
-                        f(e, layout, &b.as_slice()[..layout.record_bytes]);
+            // Wait for one read, then take every other one that has landed meanwhile.
+            let mut count = 0;
+            let mut landed = Some(self.wait()?);
+            while let Some(c) = landed {
+                let (l, e, slot) = (c.layer, c.expert as u32, c.slot);
+                let checked = self.land(c);
+                let wanted_now = l == layer && (misses[..next].contains(&(e, slot)) || hits.contains(&(e, slot)));
+                if !wanted_now {
+                    // A look-ahead or preloaded record: now resident (or forgotten if it
+                    // failed), and its slot free to take a miss that is waiting for one.
+                    if checked.is_ok() {
+                        self.index.unpin(slot);
                     }
-                    self.index.unpin(slot);
                     self.submit_misses(layer, layout, base, misses, &mut next)?;
+                } else {
+                    remaining -= 1;
+                    match checked {
+                        Ok(()) if first_error.is_none() => {
+                            ready[count] = (e, slot);
+                            count += 1;
+                        }
+                        Ok(()) => self.index.unpin(slot),
+                        // Keep draining so every buffer comes home, then report.
+                        Err(err) => _ = first_error.get_or_insert(err),
+                    }
                 }
-                Ok(()) => self.index.unpin(slot),
-                Err(err) => {
-                    // Keep draining so every buffer comes home, then report.
-                    first_error.get_or_insert(err);
-                }
+                landed = if count < RECORD_BATCH && remaining > 0 { self.io.as_ref().and_then(IoPool::try_wait) } else { None };
+            }
+            if count > 0 {
+                self.hand_over(layout, &ready[..count], f);
+                self.submit_misses(layer, layout, base, misses, &mut next)?;
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Calls `f` with the records of `ready` ((expert, slot) pairs, each slot resident and
+    /// pinned), then makes their slots evictable again.
+    fn hand_over(&mut self, layout: &RecordLayout, ready: &[(u32, usize)], f: &mut RecordFn) {
+        if ready.is_empty() {
+            return;
+        }
+        let empty: &[u8] = &[];
+        let mut batch = [Record { expert: 0, bytes: empty }; RECORD_BATCH];
+        let mut count = 0;
+        for &(e, s) in ready {
+            if let Some(buf) = &self.bufs[s] {
+                batch[count] = Record { expert: e, bytes: &buf.as_slice()[..layout.record_bytes] };
+                count += 1;
+            }
+        }
+        f(layout, &batch[..count]);
+        for &(_, s) in ready {
+            self.index.unpin(s);
+        }
     }
 
     /// Takes back a finished read's buffer and checks the record: on success the slot holds
@@ -564,10 +610,11 @@ impl ExpertCache {
             misses[assigned].1 = s;
             assigned += 1;
         }
-        for &(e, s) in hits {
-            let buf = self.bufs[s].as_ref().ok_or_else(|| slot_lost(layer, e))?;
-            f(e, layout, &buf.as_slice()[..layout.record_bytes]);
-            self.index.unpin(s);
+        for group in hits.chunks(RECORD_BATCH) {
+            if let Some(&(e, _)) = group.iter().find(|&&(_, s)| self.bufs[s].is_none()) {
+                return Err(slot_lost(layer, e));
+            }
+            self.hand_over(layout, group, f);
         }
         for i in 0..misses.len() {
             let e = misses[i].0;
@@ -600,8 +647,7 @@ impl ExpertCache {
                 return Err(err);
             }
             self.stats.bytes_read += layout.record_bytes as u64;
-            f(e, layout, rec);
-            self.index.unpin(s);
+            self.hand_over(layout, &[(e, s)], f);
         }
         Ok(())
     }

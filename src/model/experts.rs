@@ -26,10 +26,10 @@ pub enum Experts {
     Streamed(Box<ExpertCache>),
 }
 
-pub use crate::cache::RecordFn;
+pub use crate::cache::{Record, RecordFn, RECORD_BATCH};
 
 impl Experts {
-    /// Calls `f` once for each expert of `wanted` (ids of `layer`), in the order their records
+    /// Calls `f` with the records of `wanted` (ids of `layer`), each once, in batches as they
     /// become available. `lookahead` names a later layer's likely experts, which a streamed
     /// source starts reading behind this layer's (resident sources ignore it).
     pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: Option<(usize, &[u32])>,
@@ -41,9 +41,12 @@ impl Experts {
                     Error::new(ErrorKind::Tensor, format!("layer {layer} has no expert bank"))
                 })?;
                 let rb = bank.layout.record_bytes;
-                for &e in wanted {
-                    let rec = &bank.records.as_slice()[e as usize * rb..(e as usize + 1) * rb];
-                    f(e, &bank.layout, rec);
+                let mut batch = [Record { expert: 0, bytes: &[] }; RECORD_BATCH];
+                for group in wanted.chunks(RECORD_BATCH) {
+                    for (r, &e) in batch.iter_mut().zip(group) {
+                        *r = Record { expert: e, bytes: &bank.records.as_slice()[e as usize * rb..(e as usize + 1) * rb] };
+                    }
+                    f(&bank.layout, &batch[..group.len()]);
                 }
                 Ok(())
             }

@@ -14,6 +14,12 @@ use crate::error::Result;
 use crate::format::config::ModelConfig;
 use crate::format::container::RecordLayout;
 use crate::kernels::{self, Kernels, MatRef, Pool};
+use super::experts::{Record, RECORD_BATCH};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The most experts a token chooses per layer (the combine's fixed order array).
+const MAX_TOP_K: usize = 64;
 
 /// The resident part of a MoE layer.
 pub struct MoeWeights {
@@ -78,33 +84,33 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     };
     let inter = moe.expert_intermediate;
     let ahead = next.filter(|_| guessed > 0).map(|(l, _)| (l, &st.ahead_ids[..guessed]));
-    experts.with_records(layer, &wanted, ahead, &mut |expert, layout, rec| {
-        // Gather the tokens routed to this expert.
-        let mut m = 0;
-        for t in 0..n {
-            for slot in 0..top_k {
-                if st.route_ids[t * top_k + slot] == expert {
-                    st.xs[m * h..(m + 1) * h].copy_from_slice(&st.h[t * h..(t + 1) * h]);
-                    st.xs_slot[m] = t * top_k + slot;
-                    m += 1;
+    // Whole experts per participant in decode, when the state has the participants' scratch
+    // (the int8 path quantizes its input in one shared buffer: it keeps the row split).
+    let parallel = n == 1 && pool.threads() > 1 && k.int8_isa().is_none() && st.expert_par.len() >= 4 * inter;
+    experts.with_records(layer, &wanted, ahead, &mut |layout, batch| {
+        if parallel && batch.len() > 1 {
+            let bufs = ParallelBufs { x: &st.h[..h], ids: &st.route_ids[..top_k], out: &mut st.expert_out, scratch: &mut st.expert_par };
+            experts_in_parallel(cfg, k, pool, w, bufs, layout, batch);
+            return;
+        }
+        for r in batch {
+            // Gather the tokens routed to this expert.
+            let mut m = 0;
+            for t in 0..n {
+                for slot in 0..top_k {
+                    if st.route_ids[t * top_k + slot] == r.expert {
+                        st.xs[m * h..(m + 1) * h].copy_from_slice(&st.h[t * h..(t + 1) * h]);
+                        st.xs_slot[m] = t * top_k + slot;
+                        m += 1;
+                    }
                 }
             }
-        }
-        let [gate, up, down] = record_matrices(layout, rec);
-        k.matmul_group(pool, &st.xs, m, &mut [(gate, &mut st.gate[..]), (up, &mut st.up[..])]);
-        match (&w.expert_bias, &cfg.gpt_oss) {
-            (Some(b), Some(g)) => super::gpt_oss::expert_activation(g, b, expert, &mut st.gate[..m * inter], &st.up[..m * inter]),
-            _ => kernels::swiglu(&mut st.gate[..m * inter], &st.up[..m * inter]),
-        }
-        k.matmul(pool, down, &st.gate, m, &mut st.ys);
-        if let Some(b) = &w.expert_bias {
-            for row in st.ys[..m * h].chunks_exact_mut(h) {
-                super::add_rows(row, b.down(expert), h);
+            let bufs = ExpertBufs { gate: &mut st.gate[..m * inter], up: &mut st.up[..m * inter], y: &mut st.ys[..m * h] };
+            expert_ffn(cfg, k, Some(pool), w, layout, *r, &st.xs[..m * h], m, bufs);
+            for i in 0..m {
+                let s = st.xs_slot[i];
+                st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);
             }
-        }
-        for i in 0..m {
-            let s = st.xs_slot[i];
-            st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);
         }
     })?;
     st.wanted = wanted;
@@ -113,7 +119,7 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
         let out = &mut st.out[t * h..(t + 1) * h];
         out.fill(0.0);
         let ids = &st.route_ids[t * top_k..(t + 1) * top_k];
-        let mut order: [usize; 64] = [0; 64];
+        let mut order = [0usize; MAX_TOP_K];
         let order = &mut order[..top_k];
         for (i, o) in order.iter_mut().enumerate() {
             *o = i;
@@ -133,6 +139,95 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
         None => {}
     }
     Ok(())
+}
+
+/// The buffers of one expert's FFN over `m` inputs: gate and up (m × intermediate), the
+/// output (m × hidden).
+struct ExpertBufs<'a> {
+    gate: &'a mut [f32],
+    up: &'a mut [f32],
+    y: &'a mut [f32],
+}
+
+/// One routed expert over its `m` gathered inputs `x`: y = down(act(gate·x, up·x)), SwiGLU or
+/// gpt-oss's clamped form with its biases. The products' rows are split across `pool`, or
+/// computed on the calling thread without one; each row's value is the same either way
+/// ([`Kernels::matmul`] does not depend on the thread count).
+#[allow(clippy::too_many_arguments)]
+fn expert_ffn(cfg: &ModelConfig, k: &Kernels, pool: Option<&Pool>, w: &MoeWeights, layout: &RecordLayout, r: Record,
+              x: &[f32], m: usize, b: ExpertBufs) {
+    let [gate, up, down] = record_matrices(layout, r.bytes);
+    match pool {
+        Some(pool) => k.matmul_group(pool, x, m, &mut [(gate, &mut *b.gate), (up, &mut *b.up)]),
+        None => {
+            k.rows(gate, 0, gate.rows, x, m, b.gate, gate.rows);
+            k.rows(up, 0, up.rows, x, m, b.up, up.rows);
+        }
+    }
+    match (&w.expert_bias, &cfg.gpt_oss) {
+        (Some(bias), Some(g)) => super::gpt_oss::expert_activation(g, bias, r.expert, b.gate, b.up),
+        _ => kernels::swiglu(b.gate, b.up),
+    }
+    match pool {
+        Some(pool) => k.matmul(pool, down, b.gate, m, b.y),
+        None => k.rows(down, 0, down.rows, b.gate, m, b.y, down.rows),
+    }
+    if let Some(bias) = &w.expert_bias {
+        for row in b.y.chunks_exact_mut(down.rows) {
+            super::add_rows(row, bias.down(r.expert), down.rows);
+        }
+    }
+}
+
+/// What [`experts_in_parallel`] reads and writes: the step's input (hidden), the experts its
+/// token chose (top-k), every slot's output (top-k × hidden), the participants' scratch.
+struct ParallelBufs<'a> {
+    x: &'a [f32],
+    ids: &'a [u32],
+    out: &'a mut [f32],
+    scratch: &'a mut [f32],
+}
+
+/// A decode step's batch of records with whole experts split across the pool: each
+/// participant takes the next expert not yet taken and computes it alone, so the pool hands
+/// off once for the batch instead of twice per expert, and a participant the system delays
+/// leaves its share to the others instead of holding a product's barrier (2-3 % more decode
+/// tok/s in RAM on the Qwen3-30B-A3B shape, docs/BENCHMARKS.md). Every expert's output is its
+/// [`expert_ffn`] on one thread: the same bits as its rows split across threads.
+fn experts_in_parallel(cfg: &ModelConfig, k: &Kernels, pool: &Pool, w: &MoeWeights, b: ParallelBufs,
+                       layout: &RecordLayout, batch: &[Record]) {
+    let h = cfg.hidden;
+    let inter = layout.matrices[0].rows;
+    // Each record's output row: the one slot of the token that chose the expert.
+    let mut rows: [Option<&mut [f32]>; MAX_TOP_K] = [const { None }; MAX_TOP_K];
+    for (slot, row) in b.out.chunks_exact_mut(h).take(b.ids.len().min(MAX_TOP_K)).enumerate() {
+        rows[slot] = Some(row);
+    }
+    let outs: [Mutex<Option<&mut [f32]>>; RECORD_BATCH] = std::array::from_fn(|i| {
+        let slot = batch.get(i).and_then(|r| b.ids.iter().position(|&e| e == r.expert));
+        Mutex::new(slot.and_then(|s| rows.get_mut(s)?.take()))
+    });
+    let mut parts = b.scratch.chunks_exact_mut(2 * inter);
+    let scratch: [Mutex<Option<&mut [f32]>>; RECORD_BATCH] = std::array::from_fn(|_| Mutex::new(parts.next()));
+    let taken = AtomicUsize::new(0);
+    pool.run(&|part| {
+        let Some(mut scratch) = scratch.get(part).map(lock) else { return };
+        let Some(scratch) = scratch.as_deref_mut() else { return };
+        let (gate, up) = scratch.split_at_mut(inter);
+        loop {
+            let i = taken.fetch_add(1, Ordering::Relaxed);
+            let Some(&r) = batch.get(i) else { return };
+            let mut out = lock(&outs[i]);
+            let Some(y) = out.as_deref_mut() else { continue };
+            expert_ffn(cfg, k, None, w, layout, r, b.x, 1, ExpertBufs { gate: &mut *gate, up: &mut *up, y });
+        }
+    });
+}
+
+/// A poisoned lock only means a kernel panicked in another participant; the pool passes that
+/// panic on, and nothing reads these buffers after it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// The look-ahead's guess of the next MoE layer's experts, from its `router` applied to this

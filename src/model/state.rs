@@ -118,6 +118,9 @@ pub struct State {
     pub(crate) xs_slot: Vec<usize>,
     pub(crate) ys: Vec<f32>,
     pub(crate) expert_out: Vec<f32>,
+    /// A decode step's experts computed whole, one per pool participant: each participant's
+    /// gate and up (2 × expert intermediate), for at most a batch of records' worth of them.
+    pub(crate) expert_par: Vec<f32>,
     /// Router look-ahead: the next MoE layer's logits for a decode step's input, and the
     /// experts guessed (top-k for a decode step; for a prefill chunk, one mark per expert, then
     /// the marked ids).
@@ -136,7 +139,7 @@ const LOGIT_BUFFER_BYTES: usize = 8 << 20;
 /// The element counts of every buffer of a [`State`], by field; the one description both
 /// the plan and the allocation read.
 struct Sizes {
-    f32s: [usize; 20],
+    f32s: [usize; 21],
     u32s: [usize; 3],
     usizes: usize,
 }
@@ -148,13 +151,18 @@ impl Sizes {
         let (experts, top_k) = cfg.moe.as_ref().map_or((0, 0), |m| (m.experts, m.top_k));
         let moe_rows = if experts > 0 { chunk } else { 0 };
         let half = chunk * cfg.rope.dim / 2;
+        // `moe::experts_in_parallel`: only with more than one participant.
+        let par = match cfg.moe.as_ref() {
+            Some(m) if threads > 1 => threads.min(crate::cache::RECORD_BATCH) * 2 * m.expert_intermediate,
+            _ => 0,
+        };
         Sizes {
             // x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w,
-            // xs, ys, expert_out, ahead_logits, norm_tmp
+            // xs, ys, expert_out, ahead_logits, norm_tmp, expert_par
             f32s: [chunk * h, chunk * h, chunk * qd, chunk * kvd, chunk * kvd, chunk * qd, chunk * h,
                 chunk * ffn, chunk * ffn, threads * ctx, half, half, State::logit_rows(cfg, chunk) * cfg.vocab,
                 chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
-                State::norm_width(cfg)],
+                State::norm_width(cfg), par],
             // route_ids, wanted, ahead_ids
             u32s: [chunk * top_k, chunk * top_k, experts.max(top_k)],
             usizes: moe_rows,
@@ -177,7 +185,7 @@ impl State {
     pub fn heap_bytes(&self) -> u64 {
         let f32s = [&self.x, &self.h, &self.q, &self.k, &self.v, &self.att, &self.out, &self.gate, &self.up,
             &self.scores, &self.cos, &self.sin, &self.logits, &self.router, &self.route_w, &self.xs, &self.ys,
-            &self.expert_out, &self.ahead_logits, &self.norm_tmp];
+            &self.expert_out, &self.ahead_logits, &self.norm_tmp, &self.expert_par];
         let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids];
         let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
             + vec_bytes(&self.xs_slot);
@@ -225,7 +233,7 @@ impl State {
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Result<State> {
         let s = Sizes::new(cfg, ctx, chunk, threads);
         let [x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w, xs, ys, expert_out,
-            ahead_logits, norm_tmp] = s.f32s.map(|n| vec![0.0f32; n]);
+            ahead_logits, norm_tmp, expert_par] = s.f32s.map(|n| vec![0.0f32; n]);
         let [route_ids, wanted, ahead_ids] = s.u32s;
         Ok(State {
             cache: SessionCache::empty(),
@@ -241,6 +249,7 @@ impl State {
             xs_slot: vec![0; s.usizes],
             ys,
             expert_out,
+            expert_par,
             ahead_logits,
             ahead_ids: vec![0; ahead_ids],
             norm_tmp,
