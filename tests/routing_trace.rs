@@ -116,7 +116,7 @@ fn bench_routes_as_a_trace_says() {
 fn a_warm_up_run_fills_the_cache_and_stays_out_of_the_figures() {
     let dir = float_container("olmoe_f32", "warmup");
     let trace_file = dir.parent().unwrap().join("warm.jsonl");
-    let mut misses = Vec::new();
+    let (mut misses, mut prefill_read) = (Vec::new(), Vec::new());
     for warmup in ["0", "200"] {
         let _ = std::fs::remove_file(&trace_file);
         let (code, out, err) = waste(&["bench", dir.to_str().unwrap(), "--prompt-tokens", "2", "-n", "20", "--warmup", warmup,
@@ -125,7 +125,10 @@ fn a_warm_up_run_fills_the_cache_and_stays_out_of_the_figures() {
         assert_eq!(json_field(&out, "warmup_tokens"), warmup.parse::<u64>().unwrap());
         assert_eq!(Trace::load(&trace_file).unwrap().tokens.len(), 22, "the recording holds the timed run's 2 + 20 tokens");
         misses.push(json_field(&out, "decode_misses"));
+        prefill_read.push(json_field(&out, "prefill_bytes_read"));
     }
     assert!(misses[0] > 0, "a cold cache misses during decode: {misses:?}");
     assert_eq!(misses[1], 0, "after the warm-up every expert the decode chose was resident: {misses:?}");
+    // The prefill's own figures: a cold prefill reads its experts, a warm one nothing.
+    assert!(prefill_read[0] > 0 && prefill_read[1] == 0, "bytes read by the prefill, cold and warm: {prefill_read:?}");
 }

@@ -201,6 +201,25 @@ impl CacheStats {
         }
     }
 
+    /// What the cache did since `earlier` (statistics of the same cache taken before): the
+    /// counters and times as differences, the configuration (slots, banks, I/O mode) as now.
+    pub fn since(&self, earlier: &CacheStats) -> CacheStats {
+        CacheStats {
+            hits: self.hits.saturating_sub(earlier.hits),
+            misses: self.misses.saturating_sub(earlier.misses),
+            bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
+            io_wait: self.io_wait.saturating_sub(earlier.io_wait),
+            disk_busy: self.disk_busy.saturating_sub(earlier.disk_busy),
+            read_time: self.read_time.saturating_sub(earlier.read_time),
+            prefetched: self.prefetched.saturating_sub(earlier.prefetched),
+            prefetch_hits: self.prefetch_hits.saturating_sub(earlier.prefetch_hits),
+            prefetch_held: self.prefetch_held.saturating_sub(earlier.prefetch_held),
+            preloaded: self.preloaded.saturating_sub(earlier.preloaded),
+            purged: self.purged.saturating_sub(earlier.purged),
+            ..self.clone()
+        }
+    }
+
     /// Hits over lookups (0 when there were none).
     pub fn hit_rate(&self) -> f64 {
         let n = self.hits + self.misses;

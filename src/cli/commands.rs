@@ -524,6 +524,10 @@ fn bench(a: &Args) -> Outcome {
             ("memory_used_bytes", Json::uint(model.memory_used())),
             ("budget_bytes", Json::uint(model.budget().bytes)),
             ("peak_rss_bytes", peak_rss().map_or(Json::Null, Json::uint)),
+            ("prefill_secs", Json::float(report.prefill_secs)),
+            ("prefill_bytes_read", report.prefill_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read))),
+            ("prefill_io_wait_secs", report.prefill_cache.as_ref().map_or(Json::Null, |c| Json::float(c.io_wait.as_secs_f64()))),
+            ("prefill_disk_busy_secs", report.prefill_cache.as_ref().map_or(Json::Null, |c| Json::float(c.disk_busy.as_secs_f64()))),
             ("decode_hit_rate", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.hit_rate()))),
             ("decode_misses", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.misses))),
             ("decode_bytes_read_per_token", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.bytes_read / n as u64))),
@@ -545,6 +549,11 @@ fn bench(a: &Args) -> Outcome {
         outln!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
         if let Some(rss) = peak_rss() {
             outln!("memory   holds {} bytes, budget {} bytes, peak RSS {rss} bytes", model.memory_used(), model.budget().bytes);
+        }
+        if let Some(c) = report.prefill_cache.as_ref().filter(|c| !c.disk_busy.is_zero()) {
+            let busy = c.disk_busy.as_secs_f64();
+            outln!("prefill  read {:.1} MiB, {:.2} s I/O wait; disk busy {busy:.2} s of the prefill's {:.2} s: {:.2} GB/s while busy",
+                c.bytes_read as f64 / 1048576.0, c.io_wait.as_secs_f64(), report.prefill_secs, c.bytes_read as f64 / busy / 1e9);
         }
         if let Some(c) = &report.decode_cache {
             outln!("experts  {} slots, decode hit rate {:.1}%, {:.1} MiB read per token, {:.2} s I/O wait, {}",

@@ -16,6 +16,8 @@ pub struct BenchReport {
     pub prefill_secs: f64,
     /// Seconds of the decode.
     pub decode_secs: f64,
+    /// Expert-cache activity during the prefill only (streamed models).
+    pub prefill_cache: Option<crate::CacheStats>,
     /// Expert-cache activity during decode only (streamed models).
     pub decode_cache: Option<crate::CacheStats>,
 }
@@ -83,6 +85,7 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
     let mut next_id = token_stream(model.config().vocab, TIMED_SEED);
     let prompt: Vec<u32> = (0..prompt_tokens).map(|_| next_id()).collect();
     model.reset();
+    let start = model.cache_stats().cloned();
     let t = Instant::now();
     let mut chosen = argmax(model.eval(&prompt)?);
     let prefill_secs = t.elapsed().as_secs_f64();
@@ -94,22 +97,10 @@ pub fn run(model: &mut Model, prompt_tokens: usize, n: usize) -> Result<BenchRep
     }
     std::hint::black_box(chosen);
     let decode_secs = t.elapsed().as_secs_f64();
-    let decode_cache = match (before, model.cache_stats()) {
-        (Some(b), Some(a)) => Some(crate::CacheStats {
-            hits: a.hits - b.hits,
-            misses: a.misses - b.misses,
-            bytes_read: a.bytes_read - b.bytes_read,
-            io_wait: a.io_wait.saturating_sub(b.io_wait),
-            disk_busy: a.disk_busy.saturating_sub(b.disk_busy),
-            read_time: a.read_time.saturating_sub(b.read_time),
-            prefetched: a.prefetched - b.prefetched,
-            prefetch_hits: a.prefetch_hits - b.prefetch_hits,
-            prefetch_held: a.prefetch_held - b.prefetch_held,
-            ..a.clone()
-        }),
-        _ => None,
-    };
+    let prefill_cache = start.zip(before.as_ref()).map(|(s, b)| b.since(&s));
+    let decode_cache = before.zip(model.cache_stats()).map(|(b, a)| a.since(&b));
     Ok(BenchReport {
+        prefill_cache,
         decode_cache,
         prefill_tok_s: prompt_tokens as f64 / prefill_secs.max(1e-9),
         decode_tok_s: n as f64 / decode_secs.max(1e-9),
