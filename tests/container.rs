@@ -564,3 +564,30 @@ fn non_finite_expert_scales_are_refused() {
         assert!(e.contains(name) && e.contains("row 2, block 1") && e.contains(what), "{e}");
     }
 }
+
+/// The look-ahead stops guessing once it cannot help: a cache with a slot for every record may
+/// still miss until it has read them all, and not after; a smaller one, or one whose slots
+/// the kernel may take back, may always miss.
+#[test]
+fn a_cache_holding_every_record_stops_missing_once_all_are_read() {
+    use waste::cache::{CacheOptions, ExpertCache};
+    let dir = float_container("olmoe_f32", "may_miss");
+    let m = waste::format::container::Manifest::open(&dir).unwrap();
+    let experts = m.config.moe.as_ref().unwrap().experts as u32;
+    let all: Vec<u32> = (0..experts).collect();
+    let options = |bytes, purgeable| CacheOptions { bytes, io_threads: 2, verify: false, policy: None, direct_io: true, purgeable };
+    for (label, opts, after) in [
+        ("every record", options(m.expert_bytes() * 2, false), false),
+        ("purgeable, every record", options(m.expert_bytes() * 2, true), true),
+        ("the smallest cache", options(waste::cache::min_cache_bytes(&m), false), true),
+    ] {
+        let mut cache = ExpertCache::open(&m, &opts).unwrap();
+        assert!(cache.may_miss(), "{label}: nothing read yet");
+        for bank in &m.banks {
+            let mut served = 0;
+            cache.with_records(bank.layer, &all, None, &mut |_, batch| served += batch.len()).unwrap();
+            assert_eq!(served, all.len(), "{label}: layer {} served every record once", bank.layer);
+        }
+        assert_eq!(cache.may_miss(), after, "{label}: after every record was read");
+    }
+}

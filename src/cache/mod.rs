@@ -331,6 +331,14 @@ impl ExpertCache {
         })
     }
 
+    /// True when a lookup may still miss: some record is not resident yet, or may stop being
+    /// (fewer slots than records, or purgeable slots the kernel may take back). False once a
+    /// cache that holds every record has read them all: reading ahead cannot help any more.
+    pub fn may_miss(&self) -> bool {
+        let records = self.experts_per_layer * self.layouts.iter().flatten().count();
+        self.purgeable || self.bufs.len() < records || self.index.occupied() < records
+    }
+
     /// Bytes of the slots.
     pub fn slot_bytes(&self) -> u64 {
         (self.slot_bytes * self.bufs.len()) as u64

@@ -284,6 +284,11 @@ impl CacheIndex {
         }
     }
 
+    /// Slots holding an expert.
+    pub fn occupied(&self) -> usize {
+        self.slot_key.iter().filter(|&&k| k != NONE).count()
+    }
+
     /// A free slot for `key`, pinned, without evicting anything (`None` when every slot holds
     /// an expert): for the hotlist, which must not push out what the workload brought in.
     pub fn assign_free(&mut self, key: usize) -> Option<usize> {

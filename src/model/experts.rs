@@ -59,6 +59,12 @@ impl Experts {
         matches!(self, Experts::Streamed(_))
     }
 
+    /// True when records stream through a cache that may still have to read one (see
+    /// [`ExpertCache::may_miss`]): the router look-ahead can move reads earlier.
+    pub fn may_miss(&self) -> bool {
+        matches!(self, Experts::Streamed(c) if c.may_miss())
+    }
+
     /// Slots of the expert cache (0 when nothing streams).
     pub fn cache_slots(&self) -> usize {
         match self {
