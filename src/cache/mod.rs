@@ -409,8 +409,9 @@ impl ExpertCache {
         &self.stats
     }
 
-    /// Calls `f` for each wanted expert of `layer` as its record becomes available: resident
-    /// ones first, then the others as their reads complete. With `lookahead` (a later layer
+    /// Calls `f` with every wanted expert of `layer`, once each, in batches as the records
+    /// become available: the resident ones first, then the others as their reads complete
+    /// (each batch all that have landed when the last one was computed). With `lookahead` (a later layer
     /// and the experts it will probably choose), those records are queued to be read behind
     /// this layer's misses, so the disk keeps working while this layer computes; they land in
     /// the cache whenever their reads complete (the next calls collect them).
