@@ -197,6 +197,9 @@ def figures(engine, rec, pp):
             f["busy_share"] = busy / secs
             f["busy_gbs"] = d["decode_bytes_read_per_token"] * d["decode_tokens"] / busy / 1e9
             f["in_flight"] = d["decode_read_secs"] / busy
+        if d.get("prefill_bytes_read") is not None and d.get("prefill_secs"):
+            # The prefill's own I/O (waste >= 1de4ea5): what it read, and how long it waited.
+            f["pf_read"], f["pf_wait"], f["pf_secs"] = d["prefill_bytes_read"], d["prefill_io_wait_secs"], d["prefill_secs"]
     elif engine == "llama":
         rows = [json.loads(l) for l in rec["stdout"].splitlines() if l.startswith("{")]
         tg = [r for r in rows if r.get("n_gen", 0) > 0]
@@ -268,17 +271,23 @@ def table(argv):
                   f"{col([x.get('peak') for x in main], lambda v: f'{v / 2**30:.2f} GiB')} | "
                   f"{col([x.get('cg') for x in main], lambda v: f'{v / 2**30:.2f} GiB')} | "
                   f"{'; '.join(fails) or '—'} |")
-    busy = [(s, [rs.get("main", {}) for _, rs in sorted(runs.get(("waste", s), {}).items())]) for s in order]
-    busy = [(s, m) for s, m in busy if any(x.get("busy_share") for x in m)]
+    busy = [(s, [rs.get("main", {}) for _, rs in sorted(runs.get(("waste", s), {}).items())],
+             [rs.get("pp", rs.get("main", {})) for _, rs in sorted(runs.get(("waste", s), {}).items())]) for s in order]
+    busy = [(s, m, pp) for s, m, pp in busy if any(x.get("busy_share") for x in m)]
     if busy:
         print()
-        print("| waste | disk busy, share of decode | GB/s while busy | reads in flight while busy |")
-        print("|---|---|---|---|")
-        for s, m in busy:
+        print("| waste | disk busy, share of decode | GB/s while busy | reads in flight while busy | prefill: read | prefill: I/O wait of its time |")
+        print("|---|---|---|---|---|---|")
+        for s, m, pp in busy:
             print(f"| {'in RAM' if s == 'ram' else s + ' cgroup'} | "
                   f"{col([x.get('busy_share') for x in m], lambda v: f'{100 * v:.0f} %')} | "
                   f"{col([x.get('busy_gbs') for x in m], lambda v: f'{v:.2f}')} | "
-                  f"{col([x.get('in_flight') for x in m], lambda v: f'{v:.1f}')} |")
+                  f"{col([x.get('in_flight') for x in m], lambda v: f'{v:.1f}')} | "
+                  f"{col([x.get('pf_read') for x in pp], lambda v: f'{v / 2**30:.2f} GiB')} | "
+                  f"{col([x['pf_wait'] / x['pf_secs'] if x.get('pf_secs') else None for x in pp], lambda v: f'{100 * v:.0f} %')} |")
+        print()
+        print("prefill: the prompt's expert bytes read and the share of the prefill spent waiting for them; a prefill")
+        print("that reads much but waits little is computing, or faulting in the cache's fresh pages (docs/BENCHMARKS.md).")
     print()
     print("read per token: waste and ramvamp report the expert bytes their decode read; for llama.cpp it is the")
     print("process's read_bytes (/proc/PID/io: page-cache misses of its mmap, load included) over the decoded")
