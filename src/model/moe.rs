@@ -199,8 +199,9 @@ struct ParallelBufs<'a> {
 /// [`expert_ffn`] on one thread: the same bits as its rows split across threads.
 fn experts_in_parallel(cfg: &ModelConfig, k: &Kernels, pool: &Pool, w: &MoeWeights, b: ParallelBufs,
                        layout: &RecordLayout, batch: &[Record]) {
-    let h = cfg.hidden;
-    let inter = layout.matrices[0].rows;
+    // The state's scratch is sized by the config's expert width, which every record layout
+    // has (the manifest is checked against it).
+    let (h, inter) = (cfg.hidden, cfg.moe.as_ref().map_or(0, |m| m.expert_intermediate));
     // Each record's output row: the one slot of the token that chose the expert.
     let mut rows: [Option<&mut [f32]>; MAX_TOP_K] = [const { None }; MAX_TOP_K];
     for (slot, row) in b.out.chunks_exact_mut(h).take(b.ids.len().min(MAX_TOP_K)).enumerate() {
