@@ -54,7 +54,7 @@ impl Experts {
         }
     }
 
-    /// True when records stream from disk (look-ahead can help).
+    /// True when records stream from disk through the expert cache.
     pub fn is_streamed(&self) -> bool {
         matches!(self, Experts::Streamed(_))
     }
