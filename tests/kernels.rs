@@ -181,26 +181,34 @@ fn threads_do_not_change_the_bits() {
     }
 }
 
-/// Products grouped into one parallel region equal the same products made one by one.
+/// Products grouped into one parallel region equal the same products made one by one, and
+/// the row kernel's on unsplit inputs: with and without the buffer in which Q4B32 inputs are split
+/// by parity (AVX-512: once for the group's two Q4B32 products, as an expert's gate and up),
+/// for a few vectors (register tiles), more (GEMM), and more than the buffer's 128 at once.
 #[test]
 fn grouped_products_equal_single_ones() {
     let mut rng = Rng(99);
-    let k = Kernels::select(false);
     let pool = Pool::new(2).unwrap();
-    let (cols, n) = (256, 3);
-    let mats: Vec<(DType, usize, Vec<u8>)> = [(DType::BF16, 301), (DType::Q4B32, 64), (DType::Q8B32, 129)]
+    let cols = 256;
+    let mats: Vec<(DType, usize, Vec<u8>)> = [(DType::BF16, 301), (DType::Q4B32, 64), (DType::Q8B32, 129), (DType::Q4B32, 97)]
         .iter().map(|&(d, rows)| (d, rows, random_matrix(d, rows, cols, &mut rng))).collect();
-    let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
     let views: Vec<MatRef> = mats.iter().map(|(d, r, data)| MatRef { dtype: *d, rows: *r, cols, data }).collect();
-    let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
-    {
-        let mut items: Vec<(MatRef, &mut [f32])> = views.iter().copied().zip(outs.iter_mut().map(|o| &mut o[..])).collect();
-        k.matmul_group(&pool, &x, n, &mut items);
-    }
-    for (w, got) in views.iter().zip(&outs) {
-        let mut want = vec![0.0; n * w.rows];
-        k.matmul(&pool, *w, &x, n, &mut want);
-        assert!(bit_identical(got, &want), "{}", w.dtype);
+    let plain = Kernels::select(false);
+    for k in [plain.clone(), plain.clone().with_q4_input_buffer(128 * cols)] {
+        for n in [3, 9, 40, 300] {
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+            {
+                let mut items: Vec<(MatRef, &mut [f32])> = views.iter().copied().zip(outs.iter_mut().map(|o| &mut o[..])).collect();
+                k.matmul_group(&pool, &x, n, &mut items);
+            }
+            for (w, got) in views.iter().zip(&outs) {
+                let mut want = vec![0.0; n * w.rows];
+                k.matmul(&pool, *w, &x, n, &mut want);
+                assert!(bit_identical(got, &want), "{} {} n={n}", k.isa().name(), w.dtype);
+                assert!(bit_identical(got, &kernel_product(&plain, *w, &x, n)), "{} {} n={n}: not the unsplit rows kernel's", k.isa().name(), w.dtype);
+            }
+        }
     }
 }
 

@@ -260,15 +260,24 @@ pub struct Kernels {
 pub const SPLIT_VECTORS: usize = 128;
 
 /// A buffer for the inputs of a Q4B32 prefill product split by parity once per product
-/// instead of once per four vectors and panel (`avx512_prefill::rows_q4b32_split`).
+/// instead of once per block and tile, or per four vectors and panel (`avx512::rows_q4b32_split`).
 #[derive(Debug)]
-struct SplitInputs(std::sync::Mutex<Vec<f32>>);
+struct SplitInputs {
+    /// Values the buffer holds (its length, readable without the lock).
+    values: usize,
+    buf: std::sync::Mutex<Vec<f32>>,
+}
+
+impl SplitInputs {
+    fn new(values: usize) -> SplitInputs {
+        SplitInputs { values, buf: std::sync::Mutex::new(vec![0.0; values]) }
+    }
+}
 
 impl Clone for SplitInputs {
     /// A copy with its own buffer of the same size (a buffer is never shared).
     fn clone(&self) -> SplitInputs {
-        let values = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
-        SplitInputs(std::sync::Mutex::new(vec![0.0; values]))
+        SplitInputs::new(self.values)
     }
 }
 
@@ -431,7 +440,7 @@ impl Kernels {
         if !self.splits_q4_inputs() {
             return self;
         }
-        Kernels { q4_inputs: Some(SplitInputs(std::sync::Mutex::new(vec![0.0; values]))), ..self }
+        Kernels { q4_inputs: Some(SplitInputs::new(values)), ..self }
     }
 
     /// True when [`Kernels::with_q4_input_buffer`] holds a buffer on this instruction set (AVX-512).
@@ -444,43 +453,51 @@ impl Kernels {
     pub fn heap_bytes(&self) -> u64 {
         // A poisoned lock only means a panic elsewhere interrupted a split, which the next one
         // overwrites: the buffer is still held.
-        let q4 = self.q4_inputs.as_ref().map_or(0, |b| crate::sys::vec_bytes(&b.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+        let q4 = self.q4_inputs.as_ref().map_or(0, |b| crate::sys::vec_bytes(&b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
         self.scratch().map_or(0, |s| s.bytes() as u64) + q4
     }
 
-    /// The Q4B32 input buffer, locked, when `w` × `n` vectors goes to the GEMM that takes
-    /// inputs split by parity and the buffer holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
+    /// True when `w` × `n` vectors (two or more: one vector is split by the kernel itself, on
+    /// the stack) go to the kernels that take Q4B32 inputs split by parity, and the buffer
+    /// holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
+    fn wants_q4_split(&self, w: &MatRef, n: usize) -> bool {
+        self.q4_inputs.as_ref().is_some_and(|b| b.values >= SPLIT_VECTORS.min(n) * w.cols)
+            && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
+    }
+
+    /// The Q4B32 input buffer, locked, when [`Kernels::wants_q4_split`].
     fn q4_split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Vec<f32>>> {
+        let buf = self.q4_inputs.as_ref().filter(|_| self.wants_q4_split(w, n))?;
+        Some(buf.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, by parity
+    /// into `buf` and returns the job that multiplies a Q4B32 matrix with them.
+    fn split_q4_inputs<'a>(&self, buf: &'a mut [f32], x: &'a [f32], n: usize, cols: usize) -> Job<'a> {
         #[cfg(target_arch = "x86_64")]
         {
-            let buf = self.q4_inputs.as_ref()?;
-            if w.dtype != DType::Q4B32 || self.int8_covers(w.dtype) || !avx512::takes_gemm(n, w.cols) {
-                return None;
-            }
-            let guard = buf.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            (guard.len() >= SPLIT_VECTORS.min(n) * w.cols).then_some(guard)
+            // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
+            // n × cols values (`wants_q4_split` checked the buffer, the caller x).
+            unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
+            Job::F32(avx512::rows_q4b32_split, &buf[..n * cols])
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (w, n, &self.q4_inputs);
-            None
+            // No buffer is made off x86 (`splits_q4_inputs`): the plain Q4B32 kernel (slot 4)
+            // on the unsplit inputs.
+            let _ = (buf, n, cols);
+            Job::F32(self.rows[4], x)
         }
     }
 
     /// `matmul` or `rows` of a Q4B32 product through the split-input GEMM, [`SPLIT_VECTORS`]
     /// vectors at a time: `run` gets each group's job, its first vector and its vector count.
     fn with_split_inputs(&self, buf: &mut [f32], w: &MatRef, x: &[f32], n: usize, mut run: impl FnMut(Job, usize, usize)) {
-        #[cfg(target_arch = "x86_64")]
         for t0 in (0..n).step_by(SPLIT_VECTORS) {
             let tn = SPLIT_VECTORS.min(n - t0);
-            let xs = &x[t0 * w.cols..(t0 + tn) * w.cols];
-            // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
-            // tn × cols values (the buffer was checked by `q4_split_buffer`).
-            unsafe { avx512_prefill::split_by_parity(xs, tn, w.cols, buf) };
-            run(Job::F32(avx512_prefill::rows_q4b32_split, &buf[..tn * w.cols]), t0, tn);
+            let job = self.split_q4_inputs(buf, &x[t0 * w.cols..(t0 + tn) * w.cols], tn, w.cols);
+            run(job, t0, tn);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (buf, w, x, n, &mut run);
     }
 
     /// The int8 path's kernels, when it is on.
@@ -572,24 +589,32 @@ impl Kernels {
             assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul_group: buffers too short");
             assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul_group: weight data too short");
         }
-        // A Q4B32 prefill product splits its inputs in the one buffer: the group runs its
-        // products one by one (a region per product costs microseconds against milliseconds).
-        if items.iter().any(|(w, _)| self.q4_split_buffer(w, n).is_some()) {
+        // Q4B32 prefill products take their inputs split by parity, in the one buffer: split
+        // once for the group when it holds them all (an expert's gate and up), else the group
+        // runs its products one by one (a region per product costs microseconds against
+        // milliseconds).
+        let splits = items.iter().any(|(w, _)| self.wants_q4_split(w, n));
+        if splits && (n > SPLIT_VECTORS || items.iter().any(|(w, _)| w.cols != items[0].0.cols)) {
             for (w, y) in items.iter_mut() {
                 self.matmul(pool, *w, x, n, y);
             }
             return;
         }
+        let mut split_buf = if splits { items.iter().find_map(|(w, _)| self.q4_split_buffer(w, n)) } else { None };
+        let split = split_buf.as_deref_mut().map(|buf| self.split_q4_inputs(buf, x, n, items[0].0.cols));
         // The shared input is quantized once for every int8-path product of the group.
         let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
         let mut scratch = int8_cols.and_then(|_| self.scratch());
         let acts = scratch.as_mut().zip(int8_cols).map(|(s, cols)| self.quantize(s, x, n, cols));
         let threads = pool.threads();
         let small = items.iter().map(|(w, _)| w.rows * w.cols * n).sum::<usize>() < PARALLEL_MIN_MACS;
+        let job = |w: &MatRef| match split {
+            Some(job) if self.wants_q4_split(w, n) => job,
+            _ => self.job(w, x, acts, "matmul_group"),
+        };
         if threads == 1 || small || items.len() == 1 {
             for (w, y) in items.iter_mut() {
-                let job = self.job(w, x, acts, "matmul_group");
-                self.product(pool, w, job, n, y);
+                self.product(pool, w, job(w), n, y);
             }
             return;
         }
@@ -597,7 +622,7 @@ impl Kernels {
         assert!(items.len() <= GROUP_MAX, "matmul_group: at most {GROUP_MAX} products");
         let mut jobs: [Option<(MatRef, Job, OutPtr)>; GROUP_MAX] = [None; GROUP_MAX];
         for (slot, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
-            *slot = Some((*w, self.job(w, x, acts, "matmul_group"), OutPtr(y.as_mut_ptr())));
+            *slot = Some((*w, job(w), OutPtr(y.as_mut_ptr())));
         }
         pool.run(&|part| {
             for (w, job, out) in jobs.iter().flatten() {
