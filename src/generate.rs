@@ -80,7 +80,8 @@ pub struct TokenEvent<'a> {
 }
 
 /// What the expert cache did over a stretch of work: lookups that hit and missed, bytes read
-/// from the banks, and the time the computing thread waited for reads.
+/// from the banks, the time the computing thread waited for reads, and the time the disk had
+/// reads to serve.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExpertActivity {
     /// Expert requests served from the cache.
@@ -91,6 +92,10 @@ pub struct ExpertActivity {
     pub bytes_read: u64,
     /// Time the computing thread waited for reads.
     pub io_wait: Duration,
+    /// Time at least one read was under way ([`CacheStats::disk_busy`]): the bytes read over
+    /// it are the bandwidth the disk gave while it had work, and the stretch's time minus it
+    /// is when the disk had none.
+    pub disk_busy: Duration,
 }
 
 impl ExpertActivity {
@@ -101,13 +106,14 @@ impl ExpertActivity {
             misses: now.misses.saturating_sub(before.misses),
             bytes_read: now.bytes_read.saturating_sub(before.bytes_read),
             io_wait: now.io_wait.saturating_sub(before.io_wait),
+            disk_busy: now.disk_busy.saturating_sub(before.disk_busy),
         }
     }
 
     /// The running counters of a cache.
     pub fn of(stats: Option<&CacheStats>) -> ExpertActivity {
         stats.map_or_else(ExpertActivity::default, |c| ExpertActivity { hits: c.hits, misses: c.misses, bytes_read: c.bytes_read,
-            io_wait: c.io_wait })
+            io_wait: c.io_wait, disk_busy: c.disk_busy })
     }
 
     /// Adds `other`'s counters.
@@ -116,6 +122,7 @@ impl ExpertActivity {
         self.misses += other.misses;
         self.bytes_read += other.bytes_read;
         self.io_wait += other.io_wait;
+        self.disk_busy += other.disk_busy;
     }
 }
 

@@ -313,6 +313,8 @@ fn streamed_upcycled_stories_tells_the_golden_story() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout.trim_end_matches('\n'), text);
     assert!(err.contains("[252 tokens,") && err.contains("experts ") && err.contains(" hit / ") && err.contains("miss"), "{err}");
+    // A cache of 1 MiB reads all along: the summary gives the disk's busy time and rate.
+    assert!(err.contains(", disk busy ") && err.contains(" GB/s"), "{err}");
     let m = waste::format::container::Manifest::open(&out).unwrap();
     assert_eq!((m.tokenizer_kind.as_deref(), &m.tokenizer_files[..]), (Some("llama2c"), &["tok512.bin".to_string()][..]));
     // `info` on a container: the expert cache, the banks and how they are read.

@@ -396,6 +396,9 @@ fn token_events_carry_each_steps_expert_activity() {
     assert_eq!(summary.experts.hits + summary.experts.misses, (after.hits - before.hits) + (after.misses - before.misses));
     assert_eq!(sum, summary.experts);
     assert_eq!(summary.experts.bytes_read, after.bytes_read - before.bytes_read);
+    // The disk's clock too: it ran while the floor budget's small cache read records.
+    assert_eq!(summary.experts.disk_busy, after.disk_busy - before.disk_busy);
+    assert!(summary.experts.misses > 0 && !summary.experts.disk_busy.is_zero(), "{:?}", summary.experts);
     let stats = m.stats();
     assert_eq!((stats.prefill_tokens, stats.generated_tokens, stats.decode_steps, stats.generations), (5, 8, 7, 1));
     assert_eq!(stats.cache.unwrap().misses, after.misses);

@@ -297,8 +297,8 @@ fn print_stats(model: &Model) -> Outcome {
     outln!("prefill   {} tokens in {:.2} s ({:.1} tok/s)", s.prefill_tokens, s.prefill_time.as_secs_f64(), rate(s.prefill_tokens, s.prefill_time));
     outln!("decode    {} tokens in {:.2} s ({:.1} tok/s)", s.generated_tokens, s.decode_time.as_secs_f64(), rate(s.decode_steps, s.decode_time));
     if let Some(c) = &s.cache {
-        outln!("experts   {} hits, {} misses ({:.1}% hit), {} read, {:.2} s I/O wait", c.hits, c.misses, 100.0 * c.hit_rate(),
-            h(c.bytes_read).trim(), c.io_wait.as_secs_f64());
+        outln!("experts   {} hits, {} misses ({:.1}% hit), {} read, {:.2} s I/O wait{}", c.hits, c.misses, 100.0 * c.hit_rate(),
+            h(c.bytes_read).trim(), c.io_wait.as_secs_f64(), super::moe::disk_busy(c.disk_busy, c.bytes_read));
     }
     let used = model.memory_use();
     outln!("memory    {} held of a {} budget (state {}, expert cache {})", h(used.total()).trim(), h(model.budget().bytes).trim(),

@@ -8,11 +8,21 @@ use waste::cache::replay::{belady_range, replay_range, Trace};
 use waste::tools::convert::{self, ConvertOptions, Encoding, Progress};
 use waste::format::json::Json;
 
-/// ` | experts H hit / M miss = P%, R read, W s I/O wait` for the run summary line.
+/// ` | experts H hit / M miss = P%, R read, W s I/O wait[, disk busy D s at G GB/s]` for the
+/// run summary line (the disk's part once it has read anything).
 pub fn stats_suffix(s: &waste::CacheStats) -> String {
-    format!(" | experts {} hit / {} miss = {:.0}%, {:.1} MiB read, {:.2} s I/O wait{}",
+    format!(" | experts {} hit / {} miss = {:.0}%, {:.1} MiB read, {:.2} s I/O wait{}{}",
         s.hits, s.misses, 100.0 * s.hit_rate(), s.bytes_read as f64 / (1 << 20) as f64, s.io_wait.as_secs_f64(),
-        if s.direct_io { "" } else { ", buffered reads" })
+        disk_busy(s.disk_busy, s.bytes_read), if s.direct_io { "" } else { ", buffered reads" })
+}
+
+/// `, disk busy D s at G GB/s` (the disk's rate while it had work), or nothing when it had none.
+pub fn disk_busy(busy: std::time::Duration, bytes: u64) -> String {
+    if busy.is_zero() {
+        return String::new();
+    }
+    let secs = busy.as_secs_f64();
+    format!(", disk busy {secs:.2} s at {:.2} GB/s", bytes as f64 / secs / 1e9)
 }
 
 fn encoding(a: &Args, name: &str) -> Result<Option<Encoding>, Failure> {
