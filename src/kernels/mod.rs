@@ -659,6 +659,27 @@ impl Kernels {
         unsafe { job.run(&w, r0, r1, n, y.as_mut_ptr(), y_stride) };
     }
 
+    /// All rows of `w` against the `n` vectors of `x`, on the calling thread, into `y` (n ×
+    /// rows), with `split` as this caller's own room for Q4B32 inputs split by parity: what a
+    /// pool participant computing whole products alone uses, so that several of them run at
+    /// once without taking turns at the kernels' one buffer. `split` should hold n × cols
+    /// values (shorter, the inputs are split per call on the stack, or per tile: slower).
+    /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
+    pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
+        let alone = self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
+            && split.len() >= n * w.cols;
+        if !alone {
+            // Other dtypes and instruction sets use no buffer; the int8 path quantizes into
+            // its own one and takes turns at it.
+            return self.rows(w, 0, w.rows, x, n, y, w.rows);
+        }
+        assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "rows_alone: buffers too short");
+        assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows_alone: weight data too short");
+        let job = self.split_q4_inputs(split, x, n, w.cols);
+        // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
+        unsafe { job.run(&w, 0, w.rows, n, y.as_mut_ptr(), w.rows) };
+    }
+
     /// `Σ a[i]·b[i]` over the common length, in an order fixed by the length and the ISA.
     pub fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());

@@ -87,16 +87,21 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     };
     let inter = moe.expert_intermediate;
     let ahead = next.filter(|_| guessed > 0).map(|(l, _)| (l, &st.ahead_ids[..guessed]));
-    // Whole experts per participant in decode, when the state has the participants' scratch
-    // (the int8 path quantizes its input in one shared buffer: it keeps the row split).
-    let parallel = n == 1 && pool.threads() > 1 && k.int8_isa().is_none() && st.expert_par.len() >= 4 * inter;
+    // Whole experts per participant when the state has the participants' scratch, for the
+    // experts of at most `whole` of the chunk's tokens (the int8 path quantizes its inputs in
+    // one shared buffer: it keeps the row split).
+    let whole = State::whole_expert_tokens(st.chunk);
+    let parallel = pool.threads() > 1 && k.int8_isa().is_none()
+        && st.expert_par.len() >= State::participants(pool.threads()) * State::participant_floats(h, inter, whole);
     experts.with_records(layer, &wanted, ahead, &mut |layout, batch| {
+        let ids = &st.route_ids[..n * top_k];
+        let mut alone = 0;
         if parallel && batch.len() > 1 {
-            let bufs = ParallelBufs { x: &st.h[..h], ids: &st.route_ids[..top_k], out: &mut st.expert_out, scratch: &mut st.expert_par };
-            experts_in_parallel(cfg, k, pool, w, bufs, layout, batch);
-            return;
+            let bufs = ParallelBufs { x: &st.h[..n * h], ids, top_k, out: &mut st.expert_out, scratch: &mut st.expert_par };
+            experts_in_parallel(cfg, k, pool, w, bufs, layout, batch, whole);
+            alone = whole;
         }
-        for r in batch {
+        for r in batch.iter().filter(|r| tokens_of(ids, r.expert) > alone) {
             // Gather the tokens routed to this expert.
             let mut m = 0;
             for t in 0..n {
@@ -109,7 +114,7 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
                 }
             }
             let bufs = ExpertBufs { gate: &mut st.gate[..m * inter], up: &mut st.up[..m * inter], y: &mut st.ys[..m * h] };
-            expert_ffn(cfg, k, Some(pool), w, layout, *r, &st.xs[..m * h], m, bufs);
+            expert_ffn(cfg, k, Exec::Pool(pool), w, layout, *r, &st.xs[..m * h], m, bufs);
             for i in 0..m {
                 let s = st.xs_slot[i];
                 st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);
@@ -152,28 +157,34 @@ struct ExpertBufs<'a> {
     y: &'a mut [f32],
 }
 
+/// How an expert's products run: rows split across the pool, or all on the calling thread
+/// with its own room for split inputs ([`Kernels::rows_alone`]).
+enum Exec<'a> {
+    Pool(&'a Pool),
+    Alone(&'a mut [f32]),
+}
+
 /// One routed expert over its `m` gathered inputs `x`: y = down(act(gate·x, up·x)), SwiGLU or
-/// gpt-oss's clamped form with its biases. The products' rows are split across `pool`, or
-/// computed on the calling thread without one; each row's value is the same either way
-/// ([`Kernels::matmul`] does not depend on the thread count).
+/// gpt-oss's clamped form with its biases. Each row's value is the same however the products
+/// run ([`Kernels::matmul`] does not depend on the thread count).
 #[allow(clippy::too_many_arguments)]
-fn expert_ffn(cfg: &ModelConfig, k: &Kernels, pool: Option<&Pool>, w: &MoeWeights, layout: &RecordLayout, r: Record,
+fn expert_ffn(cfg: &ModelConfig, k: &Kernels, mut exec: Exec, w: &MoeWeights, layout: &RecordLayout, r: Record,
               x: &[f32], m: usize, b: ExpertBufs) {
     let [gate, up, down] = record_matrices(layout, r.bytes);
-    match pool {
-        Some(pool) => k.matmul_group(pool, x, m, &mut [(gate, &mut *b.gate), (up, &mut *b.up)]),
-        None => {
-            k.rows(gate, 0, gate.rows, x, m, b.gate, gate.rows);
-            k.rows(up, 0, up.rows, x, m, b.up, up.rows);
+    match &mut exec {
+        Exec::Pool(pool) => k.matmul_group(pool, x, m, &mut [(gate, &mut *b.gate), (up, &mut *b.up)]),
+        Exec::Alone(split) => {
+            k.rows_alone(gate, x, m, b.gate, split);
+            k.rows_alone(up, x, m, b.up, split);
         }
     }
     match (&w.expert_bias, &cfg.gpt_oss) {
         (Some(bias), Some(g)) => super::gpt_oss::expert_activation(g, bias, r.expert, b.gate, b.up),
         _ => kernels::swiglu(b.gate, b.up),
     }
-    match pool {
-        Some(pool) => k.matmul(pool, down, b.gate, m, b.y),
-        None => k.rows(down, 0, down.rows, b.gate, m, b.y, down.rows),
+    match exec {
+        Exec::Pool(pool) => k.matmul(pool, down, b.gate, m, b.y),
+        Exec::Alone(split) => k.rows_alone(down, b.gate, m, b.y, split),
     }
     if let Some(bias) = &w.expert_bias {
         for row in b.y.chunks_exact_mut(down.rows) {
@@ -182,48 +193,67 @@ fn expert_ffn(cfg: &ModelConfig, k: &Kernels, pool: Option<&Pool>, w: &MoeWeight
     }
 }
 
-/// What [`experts_in_parallel`] reads and writes: the step's input (hidden), the experts its
-/// token chose (top-k), every slot's output (top-k × hidden), the participants' scratch.
+/// How many of the chunk's tokens chose expert `e` (a token's top-k ids are distinct).
+fn tokens_of(ids: &[u32], e: u32) -> usize {
+    ids.iter().filter(|&&id| id == e).count()
+}
+
+/// What [`experts_in_parallel`] reads and writes: the chunk's inputs (n × hidden), the experts
+/// each token chose (n × top-k), every (token, slot) output (n × top-k × hidden), the
+/// participants' scratch.
 struct ParallelBufs<'a> {
     x: &'a [f32],
     ids: &'a [u32],
+    top_k: usize,
     out: &'a mut [f32],
     scratch: &'a mut [f32],
 }
 
-/// A decode step's batch of records with whole experts split across the pool: each
-/// participant takes the next expert not yet taken and computes it alone, so the pool hands
-/// off once for the batch instead of twice per expert, and a participant the system delays
-/// leaves its share to the others instead of holding a product's barrier (2-3 % more decode
-/// tok/s in RAM on the Qwen3-30B-A3B shape, docs/BENCHMARKS.md). Every expert's output is its
-/// [`expert_ffn`] on one thread: the same bits as its rows split across threads.
+/// A batch of records with whole experts split across the pool: each participant takes the
+/// next expert not yet taken, gathers its tokens' inputs, computes it alone with the same
+/// kernels and writes its outputs to their (token, slot) rows. The pool hands off once per
+/// batch instead of twice per expert, and a participant the system delays leaves its share
+/// to the others instead of holding a product's barrier (decode +2-3 % in RAM, prefill +10 %,
+/// on the Qwen3-30B-A3B shape: docs/BENCHMARKS.md). Every expert's output is its
+/// [`expert_ffn`] on one thread: the same bits as its rows split across threads. Experts
+/// more than `whole` tokens chose are left to the caller.
+#[allow(clippy::too_many_arguments)]
 fn experts_in_parallel(cfg: &ModelConfig, k: &Kernels, pool: &Pool, w: &MoeWeights, b: ParallelBufs,
-                       layout: &RecordLayout, batch: &[Record]) {
-    // The state's scratch is sized by the config's expert width, which every record layout
-    // has (the manifest is checked against it).
+                       layout: &RecordLayout, batch: &[Record], whole: usize) {
+    // The state's scratch is sized by the config's widths, which every record layout has
+    // (the manifest is checked against them).
     let (h, inter) = (cfg.hidden, cfg.moe.as_ref().map_or(0, |m| m.expert_intermediate));
-    // Each record's output row: the one slot of the token that chose the expert.
-    let mut rows: [Option<&mut [f32]>; MAX_TOP_K] = [const { None }; MAX_TOP_K];
-    for (slot, row) in b.out.chunks_exact_mut(h).take(b.ids.len().min(MAX_TOP_K)).enumerate() {
-        rows[slot] = Some(row);
-    }
-    let outs: [Mutex<Option<&mut [f32]>>; RECORD_BATCH] = std::array::from_fn(|i| {
-        let slot = batch.get(i).and_then(|r| b.ids.iter().position(|&e| e == r.expert));
-        Mutex::new(slot.and_then(|s| rows.get_mut(s)?.take()))
-    });
-    let mut parts = b.scratch.chunks_exact_mut(2 * inter);
+    let mut parts = b.scratch.chunks_exact_mut(State::participant_floats(h, inter, whole));
     let scratch: [Mutex<Option<&mut [f32]>>; RECORD_BATCH] = std::array::from_fn(|_| Mutex::new(parts.next()));
+    let (x, ids, top_k) = (b.x, b.ids, b.top_k);
+    let out = Mutex::new(b.out);
     let taken = AtomicUsize::new(0);
     pool.run(&|part| {
         let Some(mut scratch) = scratch.get(part).map(lock) else { return };
         let Some(scratch) = scratch.as_deref_mut() else { return };
-        let (gate, up) = scratch.split_at_mut(inter);
+        let (xs, rest) = scratch.split_at_mut(whole * h);
+        let (ys, rest) = rest.split_at_mut(whole * h);
+        let (gate, rest) = rest.split_at_mut(whole * inter);
+        let (up, split) = rest.split_at_mut(whole * inter);
         loop {
             let i = taken.fetch_add(1, Ordering::Relaxed);
             let Some(&r) = batch.get(i) else { return };
-            let mut out = lock(&outs[i]);
-            let Some(y) = out.as_deref_mut() else { continue };
-            expert_ffn(cfg, k, None, w, layout, r, b.x, 1, ExpertBufs { gate: &mut *gate, up: &mut *up, y });
+            let m = tokens_of(ids, r.expert);
+            if m > whole {
+                continue;
+            }
+            // Gather the expert's tokens, compute, and scatter in the same (token, slot) order.
+            let chosen = || ids.iter().enumerate().filter(move |&(_, &id)| id == r.expert).map(|(s, _)| s);
+            for (row, s) in xs.chunks_exact_mut(h).zip(chosen()) {
+                let t = s / top_k;
+                row.copy_from_slice(&x[t * h..(t + 1) * h]);
+            }
+            let bufs = ExpertBufs { gate: &mut gate[..m * inter], up: &mut up[..m * inter], y: &mut ys[..m * h] };
+            expert_ffn(cfg, k, Exec::Alone(&mut *split), w, layout, r, &xs[..m * h], m, bufs);
+            let mut out = lock(&out);
+            for (row, s) in ys.chunks_exact(h).zip(chosen()) {
+                out[s * h..(s + 1) * h].copy_from_slice(row);
+            }
         }
     });
 }

@@ -118,8 +118,9 @@ pub struct State {
     pub(crate) xs_slot: Vec<usize>,
     pub(crate) ys: Vec<f32>,
     pub(crate) expert_out: Vec<f32>,
-    /// A decode step's experts computed whole, one per pool participant: each participant's
-    /// gate and up (2 × expert intermediate), for at most a batch of records' worth of them.
+    /// Experts computed whole, one per pool participant (`moe::experts_in_parallel`): each
+    /// participant's scratch ([`State::participant_floats`]) for experts of up to
+    /// [`State::whole_expert_tokens`] tokens, for at most a batch of records' worth of them.
     pub(crate) expert_par: Vec<f32>,
     /// Router look-ahead: the next MoE layer's logits for a decode step's input, and the
     /// experts guessed (top-k for a decode step; for a prefill chunk, one mark per expert, then
@@ -153,7 +154,8 @@ impl Sizes {
         let half = chunk * cfg.rope.dim / 2;
         // `moe::experts_in_parallel`: only with more than one participant.
         let par = match cfg.moe.as_ref() {
-            Some(m) if threads > 1 => threads.min(crate::cache::RECORD_BATCH) * 2 * m.expert_intermediate,
+            Some(m) if threads > 1 => State::participants(threads)
+                * State::participant_floats(h, m.expert_intermediate, State::whole_expert_tokens(chunk)),
             _ => 0,
         };
         Sizes {
@@ -190,6 +192,29 @@ impl State {
         let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
             + vec_bytes(&self.xs_slot);
         scratch + self.latent.heap_bytes()
+    }
+
+    /// Most of a chunk's tokens an expert computed whole by one pool participant may have
+    /// (`moe::experts_in_parallel`): the participants' scratch holds this many, or the chunk if
+    /// shorter; an expert more tokens chose has its rows split across the pool instead.
+    pub(crate) const WHOLE_EXPERT_TOKENS: usize = 64;
+
+    /// The tokens a whole expert may have with prefill chunks of `chunk` tokens.
+    pub(crate) fn whole_expert_tokens(chunk: usize) -> usize {
+        chunk.clamp(1, Self::WHOLE_EXPERT_TOKENS)
+    }
+
+    /// Participants computing whole experts with `threads` pool threads (a batch of records
+    /// holds at most [`crate::cache::RECORD_BATCH`]).
+    pub(crate) fn participants(threads: usize) -> usize {
+        threads.min(crate::cache::RECORD_BATCH)
+    }
+
+    /// One participant's scratch, in f32s, for experts of up to `m` tokens: their gathered
+    /// inputs and outputs (m × hidden each), gate and up (m × expert width each), and the
+    /// inputs split for the Q4B32 kernels (m × the wider of hidden and the expert width).
+    pub(crate) fn participant_floats(hidden: usize, inter: usize, m: usize) -> usize {
+        m * (2 * hidden + 2 * inter + hidden.max(inter))
     }
 
     /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
