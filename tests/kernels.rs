@@ -212,6 +212,32 @@ fn grouped_products_equal_single_ones() {
     }
 }
 
+/// A product computed alone on the calling thread with the caller's own room for split
+/// inputs (how a pool participant computes a whole expert) equals the pooled product bit for
+/// bit: room enough, too little (the kernels then split on their own), one vector, and every
+/// dtype, with and without the kernels' shared buffer.
+#[test]
+fn a_product_computed_alone_equals_the_pooled_one() {
+    let mut rng = Rng(0x5EED_A10E);
+    let pool = Pool::new(2).unwrap();
+    let (rows, cols) = (70, 2048);
+    let plain = Kernels::select(false);
+    for k in [plain.clone(), plain.with_q4_input_buffer(128 * cols)] {
+        for dtype in DTYPES {
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            for (n, room) in [(1, 0), (5, 5 * cols), (12, 12 * cols), (12, 3 * cols), (40, 40 * cols)] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+                let mut want = vec![0.0; n * rows];
+                k.matmul(&pool, w, &x, n, &mut want);
+                let (mut got, mut split) = (vec![f32::NAN; n * rows], vec![f32::NAN; room]);
+                k.rows_alone(w, &x, n, &mut got, &mut split);
+                assert!(bit_identical(&got, &want), "{} {dtype} n={n} room={room}", k.isa().name());
+            }
+        }
+    }
+}
+
 /// The attention dot product and the bandwidth probe's sum agree with their scalar twins
 /// (same reasoning and bound as the row kernels).
 #[test]
