@@ -593,3 +593,50 @@ fn a_cache_holding_every_record_stops_missing_once_all_are_read() {
         assert_eq!(cache.may_miss(), after, "{label}: after every record was read");
     }
 }
+
+/// A container whose experts stream reads its embeddings a row at a time instead of holding
+/// the table: the plan's trunk counts one row's buffer for it (the logits stay the directory's
+/// bits: `cache_size_io_threads_and_compute_threads_are_bit_identical` runs such containers);
+/// a damaged row is refused at open, and a row damaged after the open fails the token that
+/// reads it with an error naming the tensor, the row and the block.
+#[test]
+fn streamed_containers_read_their_embeddings_a_row_at_a_time() {
+    let o = oracle("mixtral_f32");
+    let dir = temp_dir("embed-rows").join("model.waste");
+    let opts = ConvertOptions { trunk: Encoding::Q4, embeddings: Some(Encoding::Q8), experts: Encoding::Q4, ..ConvertOptions::new(o.dir.join("model"), &dir) };
+    convert(&opts, &mut |_| {}).unwrap();
+    let manifest = waste::format::container::Manifest::open(&dir).unwrap();
+    let name = "model.embed_tokens.weight";
+    let (file, offset, per_row) = manifest.trunk_files.iter().find_map(|f| {
+        let st = waste::format::safetensors::SafeTensors::open(&dir.join(f)).unwrap();
+        st.get(name).map(|t| (dir.join(f), t.offset, t.shape[1] / 32))
+    }).unwrap();
+    let trunk: u64 = manifest.trunk_files.iter().map(|f| {
+        waste::format::safetensors::SafeTensors::open(&dir.join(f)).unwrap().tensors.iter().map(|t| t.len).sum::<u64>()
+    }).sum();
+    // The table's bytes leave the trunk; the buffer of one row's 4 KiB-aligned span comes in.
+    let vocab = (o.logits.len() / o.prompt.len()) as u64;
+    let table = vocab * per_row * 34;
+    let buffer = (per_row * 34).div_ceil(4096) * 4096 + 4096;
+    let plan = waste::plan_memory(&dir, &Options::default()).unwrap();
+    println!("trunk tensors {trunk} B, the table {table} B, the plan's trunk {} B", plan.trunk_bytes);
+    assert_eq!(plan.trunk_bytes + table, trunk + buffer, "the plan's trunk");
+
+    let token = o.prompt[0] as u64;
+    let damage = |row: u64| edit(&file, |b| {
+        let at = (offset + (row * per_row + 1) * 34) as usize;
+        b[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    });
+    let clean = std::fs::read(&file).unwrap();
+    let mut m = open(&dir, Options::default());
+    let reference = prompt_logits(&mut m, &o.prompt, false);
+    damage(token);
+    let e = m.eval(&o.prompt[..1]).err().expect("a damaged row read after the open").to_string();
+    assert!(e.contains(name) && e.contains(&format!("row {token}, block 1")) && e.contains("NaN"), "{e}");
+    let e = Model::open(&dir, &Options::default()).err().expect("a damaged row at open").to_string();
+    assert!(e.contains(name) && e.contains(&format!("row {token}, block 1")), "{e}");
+    std::fs::write(&file, &clean).unwrap();
+    // Buffered reads where O_DIRECT is refused: the same bits.
+    let got = prompt_logits(&mut open(&dir, Options { direct_io: false, ..Options::default() }), &o.prompt, false);
+    assert!(bit_identical(&reference, &got));
+}

@@ -192,23 +192,33 @@ pub fn check_scales(path: &Path, t: &TensorInfo, first_row: u64, data: &[u8]) ->
 pub fn validate(st: &SafeTensors) -> Result<Option<Width>> {
     let width = check_header(&st.path, &st.tensors, &st.metadata)?;
     for t in st.tensors.iter().filter(|t| t.dtype.is_quantized()) {
-        let row_bytes = t.dtype.row_bytes(t.shape[1]).unwrap_or(0);
-        if row_bytes == 0 {
-            continue;
-        }
-        let rows_per_piece = ((4u64 << 20) / row_bytes).max(1);
-        let mut buf = Vec::new();
-        let mut row = 0u64;
-        while row < t.shape[0] {
-            let n = rows_per_piece.min(t.shape[0] - row);
-            buf.resize((n * row_bytes) as usize, 0);
-            crate::sys::read_exact_at(&st.file, &st.path, &mut buf, t.offset + row * row_bytes)
-                .map_err(|e| e.context(format!("tensor `{}`", t.name)))?;
-            check_scales(&st.path, t, row, &buf)?;
-            row += n;
-        }
+        check_tensor_scales(st, t, 4 << 20)?;
     }
     Ok(width)
+}
+
+/// Checks every block scale of the 2-D tensor `t` of `st`, reading it in pieces of whole rows
+/// of at most `piece` bytes (one row when a row is larger).
+pub fn check_tensor_scales(st: &SafeTensors, t: &TensorInfo, piece: u64) -> Result<()> {
+    let row_bytes = match t.shape[..] {
+        [_, cols] if t.dtype.is_quantized() => t.dtype.row_bytes(cols).unwrap_or(0),
+        _ => 0,
+    };
+    if row_bytes == 0 {
+        return Ok(());
+    }
+    let rows_per_piece = (piece / row_bytes).max(1);
+    let mut buf = Vec::new();
+    let mut row = 0u64;
+    while row < t.shape[0] {
+        let n = rows_per_piece.min(t.shape[0] - row);
+        buf.resize((n * row_bytes) as usize, 0);
+        crate::sys::read_exact_at(&st.file, &st.path, &mut buf, t.offset + row * row_bytes)
+            .map_err(|e| e.context(format!("tensor `{}`", t.name)))?;
+        check_scales(&st.path, t, row, &buf)?;
+        row += n;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

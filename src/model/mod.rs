@@ -7,6 +7,7 @@
 //! same way whatever the chunk size or thread count, so chunked prefill and token-at-a-time
 //! decoding give bit-identical logits.
 
+pub(crate) mod disk_rows;
 pub(crate) mod experts;
 pub(crate) mod gdn;
 pub(crate) mod gpt_oss;
@@ -221,6 +222,7 @@ impl Model {
         // to the budget.
         let generation_eos = generation_eos(path, &limits)?;
         let mut loader = weights::Loader::new(&ckpt);
+        loader.embeddings_on_disk = weights::streams_embeddings(manifest).then_some(opts.direct_io);
         let mut weights = weights::load_trunk(&mut loader, &cfg)?;
         let experts = match manifest {
             Some(m) if !m.banks.is_empty() => Experts::Streamed(Box::new(ExpertCache::open(m, &CacheOptions {
@@ -684,7 +686,7 @@ impl Model {
         let mut moe_index = 0;
         let half = cfg.rope.dim / 2;
         for (t, &id) in tokens.iter().enumerate() {
-            w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h]);
+            w.embed.row_f32(id as usize, &mut st.x[t * h..(t + 1) * h])?;
             rope::angles(inv_freq, pos0 + t, &mut st.cos[t * half..(t + 1) * half], &mut st.sin[t * half..(t + 1) * half]);
         }
         // gpt-oss's YaRN multiplies cos and sin by its attention factor (f32, as the reference).

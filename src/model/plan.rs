@@ -7,7 +7,8 @@
 //! - **trunk**: every weight kept resident (embeddings, attention, dense FFNs, routers, shared
 //!   experts, norms, head), matrices at their stored size and 1-D vectors widened to f32, as
 //!   `model::weights` loads them — plus, for a Hugging Face MoE checkpoint, which loads whole,
-//!   every routed expert as a resident record;
+//!   every routed expert as a resident record; a container whose experts stream reads untied
+//!   embeddings a row at a time (`model::disk_rows`), and counts that row's buffer instead;
 //! - **state**: the KV cache for the context; for MLA layers the latent cache and for KDA layers
 //!   the recurrent and convolution state instead (`model::latent::Sizes`);
 //! - **scratch**: activations of a prefill chunk, per-thread score rows, routing buffers, the
@@ -253,6 +254,7 @@ impl Footprint {
     pub(crate) fn of(path: &Path, h: &Headers) -> Result<Footprint> {
         let tokenizer_bytes = crate::tokenizer::plan_bytes_in_dir(path)?;
         let mut ld = Loader::counting(&h.ckpt);
+        ld.embeddings_on_disk = crate::model::weights::streams_embeddings(h.manifest.as_ref()).then_some(true);
         load_trunk(&mut ld, &h.cfg)?;
         let (kind, experts) = match &h.manifest {
             Some(m) => (ModelKind::Container, ExpertShape::of(m)),

@@ -11,6 +11,7 @@ use crate::format::dtype::DType;
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::{scalar, MatRef};
 use crate::sys::AlignedBuf;
+use super::disk_rows::DiskRows;
 use super::moe::MoeWeights;
 
 /// A weight matrix in its stored dtype.
@@ -35,6 +36,28 @@ impl Matrix {
     /// Widens row `r` to f32.
     pub fn row_f32(&self, r: usize, out: &mut [f32]) {
         scalar::row_to_f32(&self.view(), r, out)
+    }
+}
+
+/// The token embeddings: held, or read a row at a time from the trunk file when the experts
+/// stream and the head is not tied to them ([`super::disk_rows`]).
+pub enum Embedding {
+    Resident(Matrix),
+    OnDisk(DiskRows),
+}
+
+impl Embedding {
+    /// Widens the embedding of token `id` to f32 into `out`.
+    pub fn row_f32(&self, id: usize, out: &mut [f32]) -> Result<()> {
+        match self {
+            Embedding::Resident(m) if id < m.rows => {
+                m.row_f32(id, out);
+                Ok(())
+            }
+            Embedding::Resident(m) => Err(Error::new(ErrorKind::Tensor, format!(
+                "token id {id} is past the embedding table's {} rows", m.rows))),
+            Embedding::OnDisk(d) => d.row_f32(id, out),
+        }
     }
 }
 
@@ -93,7 +116,7 @@ pub struct Layer {
 
 /// All resident weights.
 pub struct Weights {
-    pub embed: Matrix,
+    pub embed: Embedding,
     pub layers: Vec<Layer>,
     pub norm: Vec<f32>,
     /// `None` when the head is tied to the embeddings.
@@ -107,9 +130,12 @@ pub struct Weights {
 }
 
 impl Weights {
-    /// The LM head matrix (the embeddings when tied).
+    /// The LM head matrix (the embeddings when tied, which are then always resident).
     pub fn head(&self) -> &Matrix {
-        self.head.as_ref().unwrap_or(&self.embed)
+        match (&self.head, &self.embed) {
+            (Some(m), _) | (None, Embedding::Resident(m)) => m,
+            (None, Embedding::OnDisk(_)) => unreachable!("a tied head keeps the embeddings resident (load_trunk)"),
+        }
     }
 }
 
@@ -127,11 +153,21 @@ pub struct Loader<'a> {
     /// weights are read with their scales and decoded to f32, or kept as F8B32 expert records
     /// (`format::fp8`); without it they are refused.
     pub fp8_block: Option<[usize; 2]>,
+    /// Read the embeddings a row at a time instead of holding them, when the head is not tied
+    /// to them (set where the experts stream: [`streams_embeddings`]); `direct_io` as for the
+    /// experts' reads.
+    pub embeddings_on_disk: Option<bool>,
+}
+
+/// True when a model's embeddings are read a row at a time: its experts stream from a
+/// container's banks (the plan and the open both ask this, so they count the same bytes).
+pub fn streams_embeddings(manifest: Option<&crate::format::container::Manifest>) -> bool {
+    manifest.is_some_and(|m| !m.banks.is_empty())
 }
 
 impl<'a> Loader<'a> {
     pub fn new(ckpt: &'a Checkpoint) -> Loader<'a> {
-        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new(), fp8_block: None }
+        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new(), fp8_block: None, embeddings_on_disk: None }
     }
 
     /// A loader that checks and counts without reading (for the memory plan).
@@ -189,6 +225,28 @@ impl<'a> Loader<'a> {
         self.params += t.elements();
         self.note_dtype(t.dtype);
         Ok(Matrix { dtype: t.dtype, rows, cols, buf })
+    }
+
+    /// The embedding table `[rows, cols]`: resident, or with `embeddings_on_disk` read a row at
+    /// a time, holding only the row buffer (counted). A counting loader checks and counts the
+    /// same without opening anything.
+    fn embedding(&mut self, name: &str, rows: usize, cols: usize, tied: bool) -> Result<Embedding> {
+        let Some(direct_io) = self.embeddings_on_disk.filter(|_| !tied) else {
+            return Ok(Embedding::Resident(self.matrix(name, rows, cols)?));
+        };
+        let (file, t) = self.find(name)?;
+        if t.shape != [rows as u64, cols as u64] || !t.dtype.is_compute() || matches!(t.dtype, DType::F8B32 | DType::F8E4M3) {
+            // Refused (or, for FP8, decoded and held) exactly as a resident table would be.
+            return Ok(Embedding::Resident(self.matrix(name, rows, cols)?));
+        }
+        let disk = if self.counting { None } else { Some(DiskRows::open(file, t, direct_io)?) };
+        self.bytes += DiskRows::buffer_bytes(t);
+        self.params += t.elements();
+        self.note_dtype(t.dtype);
+        Ok(match disk {
+            Some(d) => Embedding::OnDisk(d),
+            None => Embedding::Resident(Matrix { dtype: t.dtype, rows, cols, buf: AlignedBuf::zeroed(0, 64)? }),
+        })
     }
 
     /// An F8_E4M3 weight and its `_scale_inv` (spec §3.9), checked against the config's block
@@ -361,7 +419,9 @@ impl<'a> Loader<'a> {
 pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
     ld.fp8_block = cfg.fp8_block();
     let h = cfg.hidden;
-    let embed = ld.matrix("model.embed_tokens.weight", cfg.vocab, h)?;
+    // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
+    let tied = !ld.has("lm_head.weight");
+    let embed = ld.embedding("model.embed_tokens.weight", cfg.vocab, h, tied)?;
     let mut layers = Vec::with_capacity(cfg.layers);
     for l in 0..cfg.layers {
         let p = format!("model.layers.{l}");
@@ -386,8 +446,7 @@ pub fn load_trunk(ld: &mut Loader, cfg: &ModelConfig) -> Result<Weights> {
         });
     }
     let norm = norm_weight(ld, cfg, "model.norm.weight", h)?;
-    // Spec §0.2 step 4: the file's lm_head wins; otherwise tie, which needs tie_word_embeddings.
-    let head = if ld.has("lm_head.weight") {
+    let head = if !tied {
         Some(ld.matrix("lm_head.weight", cfg.vocab, h)?)
     } else if cfg.tie_embeddings {
         None
