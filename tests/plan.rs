@@ -194,7 +194,7 @@ fn num(doc: &Json, key: &str) -> u64 {
     doc.get(key).and_then(Json::as_u64).unwrap_or_else(|| panic!("`{key}` missing from {}", doc.to_string_pretty()))
 }
 
-const PLAN_KEYS: [&str; 14] = ["trunk_bytes", "state_bytes", "sessions", "prefill_chunk", "session_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
+const PLAN_KEYS: [&str; 15] = ["trunk_bytes", "embeddings_on_disk_bytes", "state_bytes", "sessions", "prefill_chunk", "session_bytes", "scratch_bytes", "tokenizer_bytes", "min_expert_cache_bytes",
     "open_extra_bytes", "floor_bytes", "working_set_bytes", "recommended_bytes", "physical_ram_bytes", "usable_ram_bytes"];
 
 #[test]
@@ -207,6 +207,8 @@ fn cli_plan_json_keys_and_values() {
     // The same numbers as the library, and as `waste info` with the same options.
     let plan = waste::plan_memory(&model, &Options { ctx: 64, threads: 2, prefill_chunk: 4, ..Options::default() }).unwrap();
     assert_eq!(num(&doc, "trunk_bytes"), plan.trunk_bytes);
+    // A dense model holds its embeddings (only a container whose experts stream reads them a row at a time).
+    assert_eq!(num(&doc, "embeddings_on_disk_bytes"), 0);
     assert_eq!(num(&doc, "floor_bytes"), plan.floor_bytes());
     assert_eq!(num(&doc, "prefill_chunk"), 4);
     let (status, out, err) = waste(&["info", m, "--ctx", "64", "--threads", "2", "--chunk", "4", "--json"]);
@@ -227,8 +229,8 @@ fn cli_plan_json_keys_and_values() {
     // With a budget: two more keys, a dense model keeps no expert cache.
     let doc = plan_json(&[m, "--ctx", "64", "--budget", "4M"]);
     let keys: Vec<&str> = doc.as_object().unwrap().iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(keys[..14], PLAN_KEYS);
-    assert_eq!(keys[14..], ["budget_bytes", "expert_cache_bytes"]);
+    assert_eq!(keys[..PLAN_KEYS.len()], PLAN_KEYS);
+    assert_eq!(keys[PLAN_KEYS.len()..], ["budget_bytes", "expert_cache_bytes"]);
     assert_eq!(num(&doc, "prefill_chunk"), 128, "a dense model's chunk left to the engine");
     assert_eq!(num(&doc, "budget_bytes"), 4 << 20);
     assert_eq!(num(&doc, "expert_cache_bytes"), 0);
@@ -388,6 +390,7 @@ fn container_plan_streams_experts_through_the_cache() {
         let row_buffer = ((cfg.hidden * 4) as u64).div_ceil(4096) * 4096 + 4096;
         assert!(!cfg.tie_embeddings, "{name}");
         assert_eq!(c.trunk_bytes, hf.trunk_bytes - moe_layers * moe.experts as u64 * f32_record - table + row_buffer, "{name}");
+        assert_eq!((c.embeddings_on_disk_bytes, hf.embeddings_on_disk_bytes), (table, 0), "{name}");
         // The container's scratch also counts its I/O threads.
         let io = c.io_threads as u64 * waste::kernels::pool::THREAD_BYTES;
         assert_eq!((c.state_bytes, c.scratch_bytes), (hf.state_bytes, hf.scratch_bytes + io), "{name}");

@@ -46,6 +46,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     if a.flag("json") {
         let mut m = vec![
             ("trunk_bytes", plan.trunk_bytes),
+            ("embeddings_on_disk_bytes", plan.embeddings_on_disk_bytes),
             ("state_bytes", plan.state_bytes),
             ("sessions", plan.sessions as u64),
             ("prefill_chunk", plan.prefill_chunk as u64),
@@ -89,6 +90,10 @@ fn print_table(path: &std::path::Path, plan: &MemoryPlan, ram: &RamReading, chos
     let how = if chunk_chosen { " (chosen by the plan)" } else { "" };
     outln!("  context {} tokens, {} threads, prefill chunk {}{how}", plan.ctx, plan.threads, plan.prefill_chunk);
     row("resident trunk", plan.trunk_bytes)?;
+    if plan.embeddings_on_disk_bytes > 0 {
+        let b = plan.embeddings_on_disk_bytes;
+        outln!("  {:<24} {:>12}  {b:>15} bytes, read a row per token, not resident", "  embeddings on disk", human(b));
+    }
     let sessions = match plan.sessions {
         1 => "state + KV cache".to_string(),
         n => format!("state, {n} sessions"),

@@ -68,6 +68,9 @@ pub struct Footprint {
     pub cfg: ModelConfig,
     /// Bytes of resident weights as the engine holds them.
     pub trunk_bytes: u64,
+    /// Bytes of the embedding table read a row per token instead of held (not in
+    /// `trunk_bytes`); 0 when it is resident.
+    pub embeddings_on_disk_bytes: u64,
     /// The tokenizer's allowance (0 when the model has no tokenizer file).
     pub tokenizer_bytes: u64,
     /// Streamed routed experts; `None` when there are none (a dense model, or a Hugging Face
@@ -96,6 +99,9 @@ pub struct MemoryPlan {
     pub int8_activations: bool,
     /// Resident weights as the engine holds them.
     pub trunk_bytes: u64,
+    /// The embedding table read a row per token instead of held (not in `trunk_bytes`; the
+    /// row's buffer is); 0 when it is resident.
+    pub embeddings_on_disk_bytes: u64,
     /// Every session's state: `sessions × session_bytes`.
     pub state_bytes: u64,
     /// Sessions reserved ([`Options::sessions`]).
@@ -263,7 +269,8 @@ impl Footprint {
                 (ModelKind::HfCheckpoint, None)
             }
         };
-        Ok(Footprint { path: path.to_path_buf(), kind, cfg: h.cfg.clone(), trunk_bytes: ld.bytes, tokenizer_bytes, experts,
+        Ok(Footprint { path: path.to_path_buf(), kind, cfg: h.cfg.clone(), trunk_bytes: ld.bytes,
+            embeddings_on_disk_bytes: ld.disk_bytes, tokenizer_bytes, experts,
             index_bytes: h.ckpt.index_bytes() })
     }
 }
@@ -321,6 +328,7 @@ impl MemoryPlan {
             io_threads,
             int8_activations: opts.int8_activations,
             trunk_bytes: m.trunk_bytes,
+            embeddings_on_disk_bytes: m.embeddings_on_disk_bytes,
             state_bytes: session.saturating_mul(sessions as u64),
             sessions,
             session_bytes: session,
@@ -532,7 +540,7 @@ mod tests {
         MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
             io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
             tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
-            expert_cache_fixed_bytes: 0, expert_records: 1000, open_extra_bytes: 0 }
+            expert_cache_fixed_bytes: 0, expert_records: 1000, open_extra_bytes: 0, embeddings_on_disk_bytes: 0 }
     }
 
     #[test]
@@ -637,7 +645,7 @@ mod tests {
             "max_position_embeddings":64}}"#, 2 * hidden).as_bytes()).must();
         let cfg = ModelConfig::from_json(Path::new("config.json"), &json).must();
         Footprint { path: PathBuf::new(), kind: ModelKind::Container, cfg, trunk_bytes: 5, tokenizer_bytes: 3,
-            experts: Some(e), index_bytes: 0 }
+            experts: Some(e), index_bytes: 0, embeddings_on_disk_bytes: 0 }
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub struct Loader<'a> {
     /// to them (set where the experts stream: [`streams_embeddings`]); `direct_io` as for the
     /// experts' reads.
     pub embeddings_on_disk: Option<bool>,
+    /// Bytes of the tensors read a row at a time instead of held (not in `bytes`).
+    pub disk_bytes: u64,
 }
 
 /// True when a model's embeddings are read a row at a time: its experts stream from a
@@ -167,7 +169,7 @@ pub fn streams_embeddings(manifest: Option<&crate::format::container::Manifest>)
 
 impl<'a> Loader<'a> {
     pub fn new(ckpt: &'a Checkpoint) -> Loader<'a> {
-        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new(), fp8_block: None, embeddings_on_disk: None }
+        Loader { ckpt, counting: false, bytes: 0, params: 0, dtypes: Vec::new(), fp8_block: None, embeddings_on_disk: None, disk_bytes: 0 }
     }
 
     /// A loader that checks and counts without reading (for the memory plan).
@@ -241,6 +243,7 @@ impl<'a> Loader<'a> {
         }
         let disk = if self.counting { None } else { Some(DiskRows::open(file, t, direct_io)?) };
         self.bytes += DiskRows::buffer_bytes(t);
+        self.disk_bytes += t.len;
         self.params += t.elements();
         self.note_dtype(t.dtype);
         Ok(match disk {
