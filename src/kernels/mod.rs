@@ -461,8 +461,13 @@ impl Kernels {
     /// the stack) go to the kernels that take Q4B32 inputs split by parity, and the buffer
     /// holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
     fn wants_q4_split(&self, w: &MatRef, n: usize) -> bool {
-        self.q4_inputs.as_ref().is_some_and(|b| b.values >= SPLIT_VECTORS.min(n) * w.cols)
-            && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
+        self.takes_split_q4(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= SPLIT_VECTORS.min(n) * w.cols)
+    }
+
+    /// True when `w` × `n` vectors go to the kernels that take Q4B32 inputs split by parity,
+    /// wherever the split inputs are kept (the kernels' buffer, or a caller's: `rows_alone`).
+    fn takes_split_q4(&self, w: &MatRef, n: usize) -> bool {
+        self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
     }
 
     /// The Q4B32 input buffer, locked, when [`Kernels::wants_q4_split`].
@@ -666,8 +671,7 @@ impl Kernels {
     /// values (shorter, the inputs are split per call on the stack, or per tile: slower).
     /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
-        let alone = self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
-            && split.len() >= n * w.cols;
+        let alone = self.takes_split_q4(&w, n) && split.len() >= n * w.cols;
         if !alone {
             // Other dtypes and instruction sets use no buffer; the int8 path quantizes into
             // its own one and takes turns at it.

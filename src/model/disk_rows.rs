@@ -79,7 +79,7 @@ impl DiskRows {
         }
         let start = self.tensor.offset + r as u64 * self.row_bytes;
         let mut buf = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
-        let row = if self.direct { self.read_direct(start, buf.as_mut_slice())? } else {
+        let row = if self.direct { self.read_direct(r, start, buf.as_mut_slice())? } else {
             let row = &mut buf.as_mut_slice()[..self.row_bytes as usize];
             crate::sys::read_exact_at(&self.file, &self.path, row, start)
                 .map_err(|e| e.context(format!("tensor `{}`, row {r}", self.tensor.name)))?;
@@ -94,7 +94,7 @@ impl DiskRows {
 
     /// One direct read of the aligned span around the row at `start`; returns the row's bytes.
     /// The span may run past the end of the file: a short read is fine once it covers the row.
-    fn read_direct<'b>(&self, start: u64, buf: &'b mut [u8]) -> Result<&'b [u8]> {
+    fn read_direct<'b>(&self, r: usize, start: u64, buf: &'b mut [u8]) -> Result<&'b [u8]> {
         use std::os::unix::fs::FileExt;
         let first = start / ALIGN * ALIGN;
         let need = (start - first + self.row_bytes) as usize;
@@ -102,11 +102,11 @@ impl DiskRows {
         let mut got = 0;
         while got < need {
             let n = self.file.read_at(&mut buf[got..span], first + got as u64).map_err(|e| {
-                Error::io(&self.path, &format!("read {span} bytes at offset {first} (tensor `{}`)", self.tensor.name), e)
+                Error::io(&self.path, &format!("read {span} bytes at offset {first} (tensor `{}`, row {r})", self.tensor.name), e)
             })?;
             if n == 0 {
                 return Err(Error::format(&self.path, format!(
-                    "tensor `{}`: the file ends at byte {} inside the row at byte {start}", self.tensor.name, first + got as u64)));
+                    "tensor `{}`: the file ends at byte {} inside row {r} (at byte {start})", self.tensor.name, first + got as u64)));
             }
             got += n;
         }

@@ -102,23 +102,10 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
             alone = whole;
         }
         for r in batch.iter().filter(|r| tokens_of(ids, r.expert) > alone) {
-            // Gather the tokens routed to this expert.
-            let mut m = 0;
-            for t in 0..n {
-                for slot in 0..top_k {
-                    if st.route_ids[t * top_k + slot] == r.expert {
-                        st.xs[m * h..(m + 1) * h].copy_from_slice(&st.h[t * h..(t + 1) * h]);
-                        st.xs_slot[m] = t * top_k + slot;
-                        m += 1;
-                    }
-                }
-            }
+            let m = gather_inputs(&st.h[..n * h], h, ids, top_k, r.expert, &mut st.xs);
             let bufs = ExpertBufs { gate: &mut st.gate[..m * inter], up: &mut st.up[..m * inter], y: &mut st.ys[..m * h] };
             expert_ffn(cfg, k, Exec::Pool(pool), w, layout, *r, &st.xs[..m * h], m, bufs);
-            for i in 0..m {
-                let s = st.xs_slot[i];
-                st.expert_out[s * h..(s + 1) * h].copy_from_slice(&st.ys[i * h..(i + 1) * h]);
-            }
+            scatter_outputs(&st.ys[..m * h], h, ids, r.expert, &mut st.expert_out);
         }
     })?;
     st.wanted = wanted;
@@ -198,6 +185,31 @@ fn tokens_of(ids: &[u32], e: u32) -> usize {
     ids.iter().filter(|&&id| id == e).count()
 }
 
+/// The (token, slot) positions of `ids` (n × top-k) that chose expert `e`, in order.
+fn slots_of(ids: &[u32], e: u32) -> impl Iterator<Item = usize> + '_ {
+    ids.iter().enumerate().filter(move |&(_, &id)| id == e).map(|(s, _)| s)
+}
+
+/// Copies the inputs (rows of `x`, `h` wide) of the tokens that chose expert `e` into the
+/// leading rows of `xs`, in slot order; returns how many. `xs` holds at least that many rows.
+fn gather_inputs(x: &[f32], h: usize, ids: &[u32], top_k: usize, e: u32, xs: &mut [f32]) -> usize {
+    let mut m = 0;
+    for (row, s) in xs.chunks_exact_mut(h).zip(slots_of(ids, e)) {
+        let t = s / top_k;
+        row.copy_from_slice(&x[t * h..(t + 1) * h]);
+        m += 1;
+    }
+    m
+}
+
+/// Writes expert `e`'s output rows `ys`, gathered by [`gather_inputs`], to their (token, slot)
+/// rows of `out`.
+fn scatter_outputs(ys: &[f32], h: usize, ids: &[u32], e: u32, out: &mut [f32]) {
+    for (row, s) in ys.chunks_exact(h).zip(slots_of(ids, e)) {
+        out[s * h..(s + 1) * h].copy_from_slice(row);
+    }
+}
+
 /// What [`experts_in_parallel`] reads and writes: the chunk's inputs (n × hidden), the experts
 /// each token chose (n × top-k), every (token, slot) output (n × top-k × hidden), the
 /// participants' scratch.
@@ -238,22 +250,13 @@ fn experts_in_parallel(cfg: &ModelConfig, k: &Kernels, pool: &Pool, w: &MoeWeigh
         loop {
             let i = taken.fetch_add(1, Ordering::Relaxed);
             let Some(&r) = batch.get(i) else { return };
-            let m = tokens_of(ids, r.expert);
-            if m > whole {
+            if tokens_of(ids, r.expert) > whole {
                 continue;
             }
-            // Gather the expert's tokens, compute, and scatter in the same (token, slot) order.
-            let chosen = || ids.iter().enumerate().filter(move |&(_, &id)| id == r.expert).map(|(s, _)| s);
-            for (row, s) in xs.chunks_exact_mut(h).zip(chosen()) {
-                let t = s / top_k;
-                row.copy_from_slice(&x[t * h..(t + 1) * h]);
-            }
+            let m = gather_inputs(x, h, ids, top_k, r.expert, xs);
             let bufs = ExpertBufs { gate: &mut gate[..m * inter], up: &mut up[..m * inter], y: &mut ys[..m * h] };
             expert_ffn(cfg, k, Exec::Alone(&mut *split), w, layout, r, &xs[..m * h], m, bufs);
-            let mut out = lock(&out);
-            for (row, s) in ys.chunks_exact(h).zip(chosen()) {
-                out[s * h..(s + 1) * h].copy_from_slice(row);
-            }
+            scatter_outputs(&ys[..m * h], h, ids, r.expert, &mut lock(&out));
         }
     });
 }

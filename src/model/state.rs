@@ -115,7 +115,6 @@ pub struct State {
     pub(crate) route_w: Vec<f32>,
     pub(crate) wanted: Vec<u32>,
     pub(crate) xs: Vec<f32>,
-    pub(crate) xs_slot: Vec<usize>,
     pub(crate) ys: Vec<f32>,
     pub(crate) expert_out: Vec<f32>,
     /// Experts computed whole, one per pool participant (`moe::experts_in_parallel`): each
@@ -142,7 +141,6 @@ const LOGIT_BUFFER_BYTES: usize = 8 << 20;
 struct Sizes {
     f32s: [usize; 21],
     u32s: [usize; 3],
-    usizes: usize,
 }
 
 impl Sizes {
@@ -167,7 +165,6 @@ impl Sizes {
                 State::norm_width(cfg), par],
             // route_ids, wanted, ahead_ids
             u32s: [chunk * top_k, chunk * top_k, experts.max(top_k)],
-            usizes: moe_rows,
         }
     }
 }
@@ -178,7 +175,7 @@ impl State {
     /// [`State::heap_bytes`] measures the same after [`State::new`].
     pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> u64 {
         let s = Sizes::new(cfg, ctx, chunk, threads);
-        let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4 + s.usizes * std::mem::size_of::<usize>();
+        let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4;
         scratch as u64 + LatentState::plan_bytes(cfg, ctx, chunk, threads)
     }
 
@@ -189,8 +186,7 @@ impl State {
             &self.scores, &self.cos, &self.sin, &self.logits, &self.router, &self.route_w, &self.xs, &self.ys,
             &self.expert_out, &self.ahead_logits, &self.norm_tmp, &self.expert_par];
         let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids];
-        let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>()
-            + vec_bytes(&self.xs_slot);
+        let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>();
         scratch + self.latent.heap_bytes()
     }
 
@@ -271,7 +267,6 @@ impl State {
             route_w,
             wanted: Vec::with_capacity(wanted),
             xs,
-            xs_slot: vec![0; s.usizes],
             ys,
             expert_out,
             expert_par,
