@@ -3,7 +3,8 @@
 //! not use only takes the disk from the misses that are certain. So the cache reads ahead
 //! while at least half of the recent look-ahead reads were used, and otherwise holds back,
 //! still reading one look-ahead in [`PROBE_EVERY`] so that it notices when the guesses become
-//! good again.
+//! good again. The cache keeps one guard per look-ahead depth: guesses two layers ahead are
+//! right less often than guesses for the next layer, and are judged on their own record.
 //!
 //! Measured on the Qwen3-30B-A3B shape (docs/BENCHMARKS.md): with the model's own routing 93 %
 //! of look-ahead reads are used and decode is 33 % faster; with routing forced from a trace
@@ -41,6 +42,17 @@ impl AheadGuard {
             self.issued /= 2;
             self.used /= 2;
         }
+    }
+
+    /// Look-ahead reads issued in the current window (for tests).
+    #[cfg(test)]
+    pub(crate) fn issued(&self) -> u32 {
+        self.issued
+    }
+
+    /// A look-ahead read was taken back before it started: it cost nothing.
+    pub(crate) fn note_cancelled(&mut self) {
+        self.issued = self.issued.saturating_sub(1).max(self.used);
     }
 
     /// A record read ahead was used by its layer.

@@ -2,7 +2,7 @@
 //! (decode tok/s ≤ bandwidth ÷ bytes read per token). Reads a file with the same aligned
 //! `O_DIRECT` reads the cache makes, several in flight.
 
-use super::io::{BankFile, IoPool, Request};
+use super::io::{BankFile, IoPool, ReadKind, Request};
 use crate::error::{Error, Result};
 use crate::sys::SlotArena;
 use std::path::Path;
@@ -107,7 +107,7 @@ pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Res
         for _ in 0..group {
             let (f, r) = order(i);
             let buf = bufs.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "read buffer lost"))?;
-            pool.submit(Request { layer: f, expert: r, slot: 0, offset: (r * record) as u64, len: record, buf });
+            pool.submit(Request { kind: ReadKind::Miss, layer: f, expert: r, slot: 0, offset: (r * record) as u64, len: record, buf });
             i += 1;
         }
         let mut first_error = None;
@@ -156,7 +156,7 @@ fn bench_container(path: &Path, threads: usize, limit: u64) -> Result<DiskReport
             }
         }
         wanted.sort_unstable();
-        cache.with_records(layer, &wanted, None, &mut |_, _| {})?;
+        cache.with_records(layer, &wanted, &[], &mut |_, _| {})?;
         group += 1;
     }
     let s = cache.stats();

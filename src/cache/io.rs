@@ -104,6 +104,7 @@ impl BankFile {
 
 /// A read to perform: record `expert` of `layer`'s bank into `buf` (for slot `slot`).
 pub struct Request {
+    pub kind: ReadKind,
     pub layer: usize,
     pub expert: usize,
     pub slot: usize,
@@ -112,8 +113,31 @@ pub struct Request {
     pub buf: Slot,
 }
 
+/// Why a record is read, most urgent first: the readers take the queued read of the most
+/// urgent kind, and within a kind the one of the nearest layer (in a decode step, every read
+/// still queued is for the layer being computed or a later one of the same token, so lower
+/// layers are needed sooner — and a look-ahead left over from the previous token, for a
+/// high layer, waits behind this token's reads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ReadKind {
+    /// The layer being computed waits for it.
+    Miss,
+    /// The router look-ahead's guess for a later layer.
+    Ahead,
+    /// The learned hotlist's warm start: only free slots, only while nothing else waits.
+    Preload,
+}
+
+impl Request {
+    /// The order the readers serve queued reads in (least first; ties oldest first).
+    fn order(&self) -> (ReadKind, usize) {
+        (self.kind, self.layer)
+    }
+}
+
 /// A finished read: the buffer comes back whatever happened.
 pub struct Completion {
+    pub kind: ReadKind,
     pub layer: usize,
     pub expert: usize,
     pub slot: usize,
@@ -167,6 +191,29 @@ impl<T> Queue<T> {
             }
             st = self.ready.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
+    }
+
+    /// The oldest of the items with the least `key`, waiting for one; `None` once every writer
+    /// is gone and nothing is left.
+    fn pop_least<K: Ord>(&self, key: impl Fn(&T) -> K) -> Option<T> {
+        let mut st = self.lock();
+        loop {
+            let least = st.items.iter().enumerate().min_by_key(|&(i, item)| (key(item), i)).map(|(i, _)| i);
+            if let Some(item) = least.and_then(|i| st.items.remove(i)) {
+                return Some(item);
+            }
+            if st.writers == 0 {
+                return None;
+            }
+            st = self.ready.wait(st).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Removes and returns the oldest item that `pred` accepts, if any is still queued.
+    fn take_first(&self, pred: impl Fn(&T) -> bool) -> Option<T> {
+        let mut st = self.lock();
+        let i = st.items.iter().position(pred)?;
+        st.items.remove(i)
     }
 
     /// The oldest item if there is one, without waiting.
@@ -302,6 +349,11 @@ impl IoPool {
         self.requests.push(r);
     }
 
+    /// Takes back a queued read that `pred` accepts and no reader has started, if any.
+    pub fn take_queued(&self, pred: impl Fn(&Request) -> bool) -> Option<Request> {
+        self.requests.take_first(pred)
+    }
+
     /// Waits for the next finished read.
     pub fn wait(&self) -> Result<Completion> {
         self.completions.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "I/O threads stopped"))
@@ -326,7 +378,7 @@ impl IoPool {
 
 fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[Option<BankFile>], clock: &DiskClock) {
     let _closer = Closer(completions);
-    while let Some(Request { layer, expert, slot, offset, len, mut buf }) = requests.pop() {
+    while let Some(Request { kind, layer, expert, slot, offset, len, mut buf }) = requests.pop_least(Request::order) {
         clock.read_started();
         // A panic here (a bug: a request longer than its buffer, say) must not lose the
         // completion, or the caller would wait for it for ever: it becomes this read's error,
@@ -343,7 +395,7 @@ fn io_loop(requests: &Queue<Request>, completions: &Queue<Completion>, banks: &[
                 "the I/O thread reading layer {layer} expert {expert} ({len} bytes at offset {offset}) panicked: {why}")))
         });
         clock.read_ended();
-        completions.push(Completion { layer, expert, slot, buf, result });
+        completions.push(Completion { kind, layer, expert, slot, buf, result });
     }
 }
 
@@ -403,6 +455,24 @@ mod tests {
         assert_eq!((q.pop(), q.heap_bytes()), (None, bytes));
     }
 
+    /// The readers take the most urgent kind first, then the nearest layer, then the oldest;
+    /// a queued item can be taken back, and only one that matches.
+    #[test]
+    fn the_queue_serves_misses_then_near_layers_first_and_gives_back_what_is_asked() {
+        let q = Queue::<(ReadKind, usize, u32)>::new(8, 1);
+        let order = |x: &(ReadKind, usize, u32)| (x.0, x.1);
+        for item in [(ReadKind::Ahead, 5, 0), (ReadKind::Preload, 0, 1), (ReadKind::Ahead, 2, 2), (ReadKind::Miss, 3, 3),
+                     (ReadKind::Ahead, 2, 4), (ReadKind::Miss, 1, 5), (ReadKind::Ahead, 6, 6)] {
+            q.push(item);
+        }
+        assert_eq!(q.take_first(|x| x.0 == ReadKind::Ahead && x.1 == 6), Some((ReadKind::Ahead, 6, 6)));
+        assert_eq!(q.take_first(|x| x.0 == ReadKind::Ahead && x.1 == 6), None);
+        let popped: Vec<u32> = (0..6).map(|_| q.pop_least(order).must().2).collect();
+        assert_eq!(popped, [5, 3, 2, 4, 0, 1]);
+        q.close();
+        assert_eq!(q.pop_least(order), None, "an empty queue without writers ends");
+    }
+
     /// A reader that panics (here: a request longer than its buffer, a bug) hands the caller an
     /// error naming the read, with the buffer back, instead of leaving it waiting for ever; the
     /// other readers, and the panicking one's thread, keep serving.
@@ -416,15 +486,15 @@ mod tests {
         let mut slots = crate::sys::SlotArena::slots(4096, 2).must();
         let (b1, b0) = (slots.pop().must(), slots.pop().must());
         // 8192 bytes into a 4096-byte slot: the slice index panics inside the reader.
-        pool.submit(Request { layer: 0, expert: 3, slot: 0, offset: 0, len: 8192, buf: b0 });
+        pool.submit(Request { kind: ReadKind::Miss, layer: 0, expert: 3, slot: 0, offset: 0, len: 8192, buf: b0 });
         let done = pool.wait().must();
         let err = done.result.expect_err("an oversized read succeeded");
         assert_eq!((done.layer, done.expert, done.slot, done.buf.as_slice().len()), (0, 3, 0, 4096));
         let msg = err.to_string();
         assert!(msg.contains("panicked") && msg.contains("layer 0 expert 3"), "{msg}");
         // The pool still reads.
-        pool.submit(Request { layer: 0, expert: 1, slot: 1, offset: 4096, len: 4096, buf: b1 });
-        pool.submit(Request { layer: 0, expert: 0, slot: 0, offset: 0, len: 4096, buf: done.buf });
+        pool.submit(Request { kind: ReadKind::Miss, layer: 0, expert: 1, slot: 1, offset: 4096, len: 4096, buf: b1 });
+        pool.submit(Request { kind: ReadKind::Miss, layer: 0, expert: 0, slot: 0, offset: 0, len: 4096, buf: done.buf });
         for _ in 0..2 {
             let c = pool.wait().must();
             c.result.must();

@@ -18,7 +18,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
 use crate::sys::{Slot, SlotArena};
 use ahead::AheadGuard;
-use io::{BankFile, Completion, IoPool, Request};
+
+/// Look-ahead depths the cache judges apart (a guess two layers ahead is right less often
+/// than one for the next layer, and is held back on its own record).
+const AHEAD_GUARDS: usize = 2;
+use io::{BankFile, Completion, IoPool, ReadKind, Request};
 use policy::{CacheIndex, Lookup, Policy};
 use std::mem::size_of;
 use std::sync::Arc;
@@ -184,6 +188,9 @@ pub struct CacheStats {
     pub prefetch_hits: u64,
     /// Look-aheads not read because too few recent ones were used (`cache::ahead`).
     pub prefetch_held: u64,
+    /// Look-ahead reads taken back before they started, a nearer guess or the layer's own
+    /// routing having shown them wrong.
+    pub prefetch_cancelled: u64,
     /// Records read into free slots from the learned hotlist ([`usage`]).
     pub preloaded: u64,
     /// Lookups that found their slot's pages taken back by the kernel (purgeable slots) and
@@ -214,6 +221,7 @@ impl CacheStats {
             prefetched: self.prefetched.saturating_sub(earlier.prefetched),
             prefetch_hits: self.prefetch_hits.saturating_sub(earlier.prefetch_hits),
             prefetch_held: self.prefetch_held.saturating_sub(earlier.prefetch_held),
+            prefetch_cancelled: self.prefetch_cancelled.saturating_sub(earlier.prefetch_cancelled),
             preloaded: self.preloaded.saturating_sub(earlier.preloaded),
             purged: self.purged.saturating_sub(earlier.purged),
             ..self.clone()
@@ -244,10 +252,11 @@ pub struct ExpertCache {
     stats: CacheStats,
     /// Reads under way (this layer's and look-ahead ones).
     loading: usize,
-    /// Per slot: its record came from a look-ahead read (for the statistics).
-    prefetched: Vec<bool>,
-    /// Whether reading ahead has been paying off.
-    ahead: AheadGuard,
+    /// Per slot: its record came from a look-ahead read this many layers ahead (1 = the next
+    /// MoE layer), 0 if not: which guard its use counts for, and the statistics.
+    prefetched: Vec<u8>,
+    /// Per look-ahead depth: whether reading that far ahead has been paying off.
+    ahead: [AheadGuard; AHEAD_GUARDS],
     /// Reused per call: this layer's hits and misses as (expert, slot).
     hits: Vec<(u32, usize)>,
     misses: Vec<(u32, usize)>,
@@ -318,8 +327,8 @@ impl ExpertCache {
             verify: opts.verify,
             stats: CacheStats { direct_io: buffered == 0, slots, banks: manifest.banks.len(), buffered_banks: buffered, ..CacheStats::default() },
             loading: 0,
-            prefetched: vec![false; slots],
-            ahead: AheadGuard::default(),
+            prefetched: vec![0; slots],
+            ahead: Default::default(),
             // A layer wants at most every one of its experts at once.
             hits: Vec::with_capacity(moe.experts),
             misses: Vec::with_capacity(moe.experts),
@@ -392,7 +401,7 @@ impl ExpertCache {
             self.index.seed(base + e as usize, share, self.accesses_per_token);
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            io.submit(Request { kind: ReadKind::Preload, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
             self.loading += 1;
             self.stats.preloaded += 1;
         }
@@ -409,13 +418,16 @@ impl ExpertCache {
         &self.stats
     }
 
-    /// Calls `f` with every wanted expert of `layer`, once each, in batches as the records
-    /// become available: the resident ones first, then the others as their reads complete
-    /// (each batch all that have landed when the last one was computed). With `lookahead` (a later layer
-    /// and the experts it will probably choose), those records are queued to be read behind
-    /// this layer's misses, so the disk keeps working while this layer computes; they land in
-    /// the cache whenever their reads complete (the next calls collect them).
-    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: Option<(usize, &[u32])>,
+    /// Calls `f` with every wanted expert of `layer` (`wanted`: sorted, distinct), once each,
+    /// in batches as the records become available: the resident ones first, then the others
+    /// as their reads complete (each batch all that have landed when the last one was
+    /// computed). `lookahead` lists later layers, nearest first, each with the experts it will
+    /// probably choose (sorted): those records are queued to be read behind this layer's
+    /// misses, so the disk keeps working while this layer computes; they land in the cache
+    /// whenever their reads complete (the next calls collect them). Guesses shown wrong before
+    /// a reader started them — by `wanted` for this layer, by the nearest guess for the next
+    /// one — are taken back ([`CacheStats::prefetch_cancelled`]).
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: &[(usize, &[u32])],
                         f: &mut RecordFn) -> Result<()> {
         let layout = self.layouts.get(layer).copied().flatten()
             .ok_or_else(|| Error::new(ErrorKind::Tensor, format!("layer {layer} has no expert bank")))?;
@@ -438,11 +450,15 @@ impl ExpertCache {
         self.stats.misses += misses.len() as u64;
         // A read-ahead record counts once, at its first use.
         for &(_, s) in &hits {
-            if std::mem::take(&mut self.prefetched[s]) {
+            let depth = std::mem::take(&mut self.prefetched[s]) as usize;
+            if let Some(guard) = depth.checked_sub(1).and_then(|d| self.ahead.get_mut(d)) {
                 self.stats.prefetch_hits += 1;
-                self.ahead.note_used();
+                guard.note_used();
             }
         }
+        // This layer's choice is known now: its look-ahead reads that guessed wrong and that
+        // no reader has started are taken back.
+        self.cancel_guesses(layer, wanted);
         let result = self.serve(layer, &layout, &hits, &mut misses, lookahead, f);
         // Every slot this call used is evictable again, except reads still under way.
         self.index.unpin_all();
@@ -481,7 +497,7 @@ impl ExpertCache {
                 continue;
             }
             self.stats.purged += 1;
-            self.prefetched[s] = false;
+            self.prefetched[s] = 0;
             self.index.clear(s);
             hits.remove(i);
             // Misses stay in id order, as the engine asks for them.
@@ -503,7 +519,7 @@ impl ExpertCache {
     }
 
     fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
-             lookahead: Option<(usize, &[u32])>, f: &mut RecordFn) -> Result<()> {
+             lookahead: &[(usize, &[u32])], f: &mut RecordFn) -> Result<()> {
         let base = self.key_base[layer];
         if self.io.is_none() {
             return self.serve_inline(layer, layout, hits, misses, f);
@@ -511,8 +527,12 @@ impl ExpertCache {
         let mut next = 0; // next miss to submit
         // Queue every miss a slot can take before computing anything, then the look-ahead.
         self.submit_misses(layer, layout, base, misses, &mut next)?;
-        if let Some((l, experts)) = lookahead {
-            self.prefetch(l, experts)?;
+        for (depth, &(l, experts)) in lookahead.iter().enumerate().take(AHEAD_GUARDS) {
+            // The nearest guess supersedes the farther one made for its layer a layer earlier.
+            if depth == 0 {
+                self.cancel_guesses(l, experts);
+            }
+            self.prefetch(l, experts, depth)?;
         }
         if !self.hot.is_empty() {
             self.preload_some()?;
@@ -603,7 +623,7 @@ impl ExpertCache {
     /// the expert (still pinned); on failure the slot is forgotten, so nothing is computed from
     /// those bytes (a look-ahead that failed is simply read again, and reported, when wanted).
     fn land(&mut self, c: Completion) -> Result<()> {
-        let Completion { layer, expert, slot, buf, result } = c;
+        let Completion { kind, layer, expert, slot, buf, result } = c;
         self.bufs[slot] = Some(buf);
         self.loading -= 1;
         let layout = self.layouts.get(layer).copied().flatten();
@@ -615,10 +635,11 @@ impl ExpertCache {
         match checked {
             Ok(()) => {
                 self.stats.bytes_read += layout.map_or(0, |l| l.record_bytes) as u64;
+                self.stats.prefetched += u64::from(kind == ReadKind::Ahead);
                 Ok(())
             }
             Err(e) => {
-                self.prefetched[slot] = false;
+                self.prefetched[slot] = 0;
                 self.index.clear(slot);
                 Err(e)
             }
@@ -650,7 +671,7 @@ impl ExpertCache {
                 misses[i].1 = self.index.assign(base + e as usize).ok_or_else(|| slot_lost(layer, e))?.0;
             }
             let s = misses[i].1;
-            self.prefetched[s] = false;
+            self.prefetched[s] = 0;
             self.offered[s] = false; // the read rewrites every page
             let bank = self.banks.get(layer).and_then(Option::as_ref).ok_or_else(|| slot_lost(layer, e))?;
             let buf = self.bufs[s].as_mut().ok_or_else(|| slot_lost(layer, e))?;
@@ -680,16 +701,36 @@ impl ExpertCache {
         Ok(())
     }
 
-    /// Queues reads of `experts` of `layer` that are neither resident nor under way, into
-    /// slots the policy gives up, as long as unpinned slots remain.
-    fn prefetch(&mut self, layer: usize, experts: &[u32]) -> Result<()> {
+    /// Takes back the queued look-ahead reads of `layer` whose expert is not in `keep`
+    /// (sorted) before any reader starts them: their slots are forgotten, their buffers come
+    /// home, and the disk's time goes to reads that will be used.
+    fn cancel_guesses(&mut self, layer: usize, keep: &[u32]) {
+        let Some(io) = &self.io else { return };
+        let wrong = |r: &Request| r.kind == ReadKind::Ahead && r.layer == layer && keep.binary_search(&(r.expert as u32)).is_err();
+        while let Some(r) = io.take_queued(wrong) {
+            let depth = std::mem::take(&mut self.prefetched[r.slot]) as usize;
+            if let Some(guard) = depth.checked_sub(1).and_then(|d| self.ahead.get_mut(d)) {
+                guard.note_cancelled();
+            }
+            self.bufs[r.slot] = Some(r.buf);
+            self.loading -= 1;
+            self.index.clear(r.slot);
+            self.stats.prefetch_cancelled += 1;
+        }
+    }
+
+    /// Queues reads of `experts` of `layer` (guessed `depth` + 1 MoE layers ahead) that are
+    /// neither resident nor under way, into slots the policy gives up, as long as unpinned
+    /// slots remain.
+    fn prefetch(&mut self, layer: usize, experts: &[u32], depth: usize) -> Result<()> {
         let (Some(layout), Some(io)) = (self.layouts.get(layer).copied().flatten(), &self.io) else { return Ok(()) };
-        if !self.ahead.should_read() {
+        let Some(guard) = self.ahead.get_mut(depth) else { return Ok(()) };
+        if !guard.should_read() {
             self.stats.prefetch_held += 1;
             return Ok(());
         }
         let base = self.key_base[layer];
-        let before = self.stats.prefetched;
+        let mut issued = 0;
         for &e in experts {
             if self.index.slot_of(base + e as usize).is_some() {
                 continue;
@@ -697,12 +738,12 @@ impl ExpertCache {
             let Some((s, _)) = self.index.assign(base + e as usize) else { break };
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
-            self.prefetched[s] = true;
+            io.submit(Request { kind: ReadKind::Ahead, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            self.prefetched[s] = depth as u8 + 1;
             self.loading += 1;
-            self.stats.prefetched += 1;
+            issued += 1;
         }
-        self.ahead.note_issued((self.stats.prefetched - before) as u32);
+        self.ahead[depth].note_issued(issued);
         Ok(())
     }
 
@@ -716,8 +757,8 @@ impl ExpertCache {
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             misses[*next].1 = s;
-            io.submit(Request { layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
-            self.prefetched[s] = false;
+            io.submit(Request { kind: ReadKind::Miss, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            self.prefetched[s] = 0;
             self.loading += 1;
             *next += 1;
         }
@@ -750,4 +791,49 @@ fn count_buffered(banks: &[Option<BankFile>]) -> usize {
 
 fn slot_lost(layer: usize, expert: u32) -> Error {
     Error::new(ErrorKind::Io, format!("layer {layer} expert {expert}: no cache slot available"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::Must;
+
+    /// Look-ahead reads still queued when their guess is shown wrong are taken back: their
+    /// slots forgotten and free again, their buffers home, the guard told; a right guess and a
+    /// miss stay queued. (The readers here never start: a pool of no threads.)
+    #[test]
+    fn wrong_guesses_still_queued_are_taken_back() {
+        let dir = std::env::temp_dir().join(format!("waste-cancel-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = crate::format::json::parse(br#"{"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+            "intermediate_size": 64, "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+            "num_key_value_heads": 1, "head_dim": 32, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 64,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 64}"#).must();
+        crate::tools::random::write_container(&dir, &config, crate::format::dtype::DType::Q4B32, 3).must();
+        let manifest = Manifest::open(&dir).must();
+        let opts = CacheOptions { bytes: 1 << 26, io_threads: 1, verify: false, policy: None, direct_io: false, purgeable: false };
+        let mut cache = ExpertCache::open(&manifest, &opts).must();
+        cache.io = Some(IoPool::new(0, Arc::clone(&cache.banks), cache.bufs.len()).must());
+        let base = cache.key_base.clone();
+        let key = |layer: usize, e: usize| base[layer] + e;
+        let free_before = cache.bufs.iter().filter(|b| b.is_some()).count();
+
+        // Guessed two layers ahead for layer 2; then the nearer guess says 3 and 6.
+        cache.prefetch(2, &[1, 3, 5], 1).must();
+        assert_eq!((cache.loading, cache.ahead[1].issued()), (3, 3));
+        let layout = cache.layouts[1].must();
+        let mut misses = [(0u32, usize::MAX)];
+        cache.submit_misses(1, &layout, cache.key_base[1], &mut misses, &mut 0).must();
+        cache.cancel_guesses(2, &[3, 6]);
+        assert_eq!((cache.loading, cache.stats.prefetch_cancelled, cache.ahead[1].issued()), (2, 2, 1));
+        assert!(cache.index.slot_of(key(2, 1)).is_none() && cache.index.slot_of(key(2, 5)).is_none());
+        assert!(cache.index.slot_of(key(2, 3)).is_some(), "a right guess was taken back");
+        assert_eq!(cache.bufs.iter().filter(|b| b.is_some()).count(), free_before - 2, "buffers of taken-back reads are home");
+        // A miss is never taken back, even for a layer that does not want it.
+        cache.cancel_guesses(1, &[]);
+        assert_eq!((cache.loading, cache.stats.prefetch_cancelled), (2, 2));
+        assert!(cache.index.slot_of(key(1, 0)).is_some());
+        drop(cache);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -568,6 +568,9 @@ fn bench(a: &Args) -> Outcome {
                 outln!("ahead    {} records read ahead, {} of them used ({:.0}%){}", c.prefetched, c.prefetch_hits,
                     100.0 * c.prefetch_hits as f64 / c.prefetched as f64,
                     if c.prefetch_held > 0 { format!("; {} look-aheads held back (too few used)", c.prefetch_held) } else { String::new() });
+                if c.prefetch_cancelled > 0 {
+                    outln!("ahead    {} look-ahead reads taken back before they started (the guess was shown wrong in time)", c.prefetch_cancelled);
+                }
             }
             if c.purged > 0 {
                 outln!("purged   {} slots taken back by the kernel under memory pressure, read again", c.purged);

@@ -35,7 +35,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T (binary, as --budget)"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),
     flag("verify", "check the CRC-32 of a container's trunk files at open and of every expert record read"),
-    flag("no-lookahead", "do not read the next MoE layer's likely experts during each decode step (read ahead by default while most of those reads are used)"),
+    flag("no-lookahead", "do not read the next MoE layers' likely experts early (by default each decode step guesses the next two layers' and reads them while most of those reads are used)"),
     flag("lookahead", "read ahead (the default; kept for older command lines)"),
     flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),

@@ -30,9 +30,9 @@ pub use crate::cache::{Record, RecordFn, RECORD_BATCH};
 
 impl Experts {
     /// Calls `f` with the records of `wanted` (ids of `layer`), each once, in batches as they
-    /// become available. `lookahead` names a later layer's likely experts, which a streamed
-    /// source starts reading behind this layer's (resident sources ignore it).
-    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: Option<(usize, &[u32])>,
+    /// become available. `lookahead` names later layers' likely experts, nearest layer first,
+    /// which a streamed source starts reading behind this layer's (resident sources ignore it).
+    pub fn with_records(&mut self, layer: usize, wanted: &[u32], lookahead: &[(usize, &[u32])],
                         f: &mut RecordFn) -> Result<()> {
         match self {
             Experts::None => Err(Error::new(ErrorKind::Tensor, format!("layer {layer} routes to experts, but the model has none"))),

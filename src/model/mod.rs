@@ -720,7 +720,7 @@ impl Model {
             match &layer.ffn {
                 Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
                 Ffn::Moe(moe) => {
-                    let next = if *lookahead { next_router(&w.layers, l) } else { None };
+                    let next = if *lookahead { next_routers(&w.layers, l) } else { [None; moe::AHEAD_DEPTH] };
                     let step = moe::MoeStep { layer: l, moe_index, pos0, routing: &mut *routing };
                     moe::moe_block(cfg, k, pool, st, moe, experts, step, n, next)?;
                     moe_index += 1;
@@ -762,12 +762,17 @@ impl Model {
     }
 }
 
-/// The first MoE layer after `l` and its router (the look-ahead's target).
-fn next_router(layers: &[weights::Layer], l: usize) -> moe::NextRouter<'_> {
-    layers.iter().enumerate().skip(l + 1).find_map(|(i, layer)| match &layer.ffn {
+/// The first MoE layers after `l` and their routers (the look-ahead's targets), nearest first.
+fn next_routers(layers: &[weights::Layer], l: usize) -> moe::NextRouters<'_> {
+    let mut next = [None; moe::AHEAD_DEPTH];
+    let moe_layers = layers.iter().enumerate().skip(l + 1).filter_map(|(i, layer)| match &layer.ffn {
         Ffn::Moe(m) => Some((i, &m.router)),
         Ffn::Dense(_) => None,
-    })
+    });
+    for (slot, found) in next.iter_mut().zip(moe_layers) {
+        *slot = Some(found);
+    }
+    next
 }
 
 /// Hands the chunk's rows of slot `slot` to the hidden-state callback, if there is one.

@@ -41,8 +41,13 @@ pub fn record_matrices<'a>(layout: &RecordLayout, rec: &'a [u8]) -> [MatRef<'a>;
     layout.matrices.map(|m| MatRef { dtype: m.dtype, rows: m.rows, cols: m.cols, data: &rec[m.offset..m.offset + m.bytes] })
 }
 
-/// The next MoE layer's router, for the look-ahead: (layer, router weights).
-pub type NextRouter<'a> = Option<(usize, &'a Matrix)>;
+/// How many MoE layers ahead a decode step guesses: the next one's experts, and the one
+/// after's, so the disk still has work queued when this layer's and the next one's reads
+/// have landed before the next layer has routed (docs/BENCHMARKS.md, "two layers ahead").
+pub const AHEAD_DEPTH: usize = 2;
+
+/// The next MoE layers' routers, nearest first, for the look-ahead: (layer, router weights).
+pub type NextRouters<'a> = [Option<(usize, &'a Matrix)>; AHEAD_DEPTH];
 
 /// Where a MoE layer sits: its layer index, its index among the MoE layers, the chunk's first
 /// position, and what records or replaces its routing.
@@ -54,13 +59,13 @@ pub(crate) struct MoeStep<'a> {
 }
 
 /// The MoE FFN for the chunk's `n` tokens: reads `st.h`, writes `st.out`. With `next` (the
-/// experts stream), the next MoE layer's router is applied to this layer's input — the
-/// residual stream changes little from one layer to the next — and the experts it picks start
-/// reading while this layer computes (see [`guess_next_experts`]). A guess only moves bytes
-/// earlier: the next layer still routes on its own input.
+/// experts stream), the next MoE layers' routers are applied to this layer's input — the
+/// residual stream changes little from one layer to the next — and the experts they pick
+/// start reading while this layer computes (see [`guess_next_experts`]). A guess only moves
+/// bytes earlier: each layer still routes on its own input.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, w: &MoeWeights,
-                 experts: &mut Experts, step: MoeStep, n: usize, next: NextRouter) -> Result<()> {
+                 experts: &mut Experts, step: MoeStep, n: usize, next: NextRouters) -> Result<()> {
     let Some(moe) = cfg.moe.as_ref() else { return Ok(()) };
     let (h, top_k, ne, layer) = (cfg.hidden, moe.top_k, moe.experts, step.layer);
     k.matmul(pool, w.router.view(), &st.h, n, &mut st.router);
@@ -78,15 +83,24 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
     st.wanted.sort_unstable();
     st.wanted.dedup();
     let wanted = std::mem::take(&mut st.wanted);
-    let guessed = match next {
-        // Once a cache holding every expert has read them all, no guess can move a read
-        // earlier (in decode, one router product per layer saved: 128 × 2048 weights on
-        // Qwen3-30B-A3B, 272 KiB in Q8B32).
-        Some((_, router)) if experts.may_miss() => guess_next_experts(k, pool, st, router, n, (h, ne, top_k), wanted.len(), experts.cache_slots()),
-        _ => 0,
+    // Once a cache holding every expert has read them all, no guess can move a read earlier
+    // (in decode, one router product per layer saved: 128 × 2048 weights on Qwen3-30B-A3B,
+    // 272 KiB in Q8B32).
+    let guessed = if next[0].is_some() && experts.may_miss() {
+        guess_next_experts(k, pool, st, &next, n, (h, ne, top_k), wanted.len(), experts.cache_slots())
+    } else {
+        [0; AHEAD_DEPTH]
     };
     let inter = moe.expert_intermediate;
-    let ahead = next.filter(|_| guessed > 0).map(|(l, _)| (l, &st.ahead_ids[..guessed]));
+    let mut ahead: [(usize, &[u32]); AHEAD_DEPTH] = [(0, &[]); AHEAD_DEPTH];
+    let mut depth = 0;
+    for (d, (router, &count)) in next.iter().zip(&guessed).enumerate() {
+        if let Some((l, _)) = router.filter(|_| count > 0) {
+            ahead[depth] = (l, &st.ahead_ids[d * ne.max(top_k)..][..count]);
+            depth += 1;
+        }
+    }
+    let ahead = &ahead[..depth];
     // Whole experts per participant when the state has the participants' scratch, for the
     // experts of at most `whole` of the chunk's tokens (the int8 path quantizes its inputs in
     // one shared buffer: it keeps the row split).
@@ -267,23 +281,32 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The look-ahead's guess of the next MoE layer's experts, from its `router` applied to this
-/// layer's input; returns how many ids lead `st.ahead_ids` (0: no guess). A decode step
-/// guesses the router's top-k. A prefill chunk guesses the union of its tokens' top-k, so the
+/// The look-ahead's guess of the next MoE layers' experts, from their routers applied to this
+/// layer's input; returns, per depth, how many ids lead that depth's part of `st.ahead_ids`
+/// (0: no guess). A decode step guesses each router's top-k, [`AHEAD_DEPTH`] layers ahead.
+/// A prefill chunk guesses only the next layer, the union of its tokens' top-k, so the
 /// next layer's records stream in behind this layer's while it computes instead of after it —
 /// but only when the cache has slots for both layers' experts at once (this layer's `wanted`
 /// and the guess): in a smaller one the guesses would take slots this layer's misses are
 /// waiting for and be evicted again before their layer comes.
 #[allow(clippy::too_many_arguments)]
-fn guess_next_experts(k: &Kernels, pool: &Pool, st: &mut State, router: &Matrix, n: usize,
-                      (h, ne, top_k): (usize, usize, usize), wanted: usize, slots: usize) -> usize {
+fn guess_next_experts(k: &Kernels, pool: &Pool, st: &mut State, next: &NextRouters, n: usize,
+                      (h, ne, top_k): (usize, usize, usize), wanted: usize, slots: usize) -> [usize; AHEAD_DEPTH] {
+    let mut guessed = [0; AHEAD_DEPTH];
     if n == 1 {
-        k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
-        top_k_ids(&st.ahead_logits, &mut st.ahead_ids[..top_k]);
-        return top_k;
+        for (d, router) in next.iter().enumerate() {
+            let Some((_, router)) = router else { break };
+            k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
+            let ids = &mut st.ahead_ids[d * ne.max(top_k)..][..top_k];
+            top_k_ids(&st.ahead_logits, ids);
+            ids.sort_unstable();
+            guessed[d] = top_k;
+        }
+        return guessed;
     }
+    let Some((_, router)) = next[0] else { return guessed };
     if slots < wanted + ne.min(n * top_k) {
-        return 0;
+        return guessed;
     }
     // This layer's router logits have been routed: their buffer takes the next layer's.
     k.matmul(pool, router.view(), &st.h[..n * h], n, &mut st.router[..n * ne]);
@@ -304,7 +327,8 @@ fn guess_next_experts(k: &Kernels, pool: &Pool, st: &mut State, router: &Matrix,
             count += 1;
         }
     }
-    count
+    guessed[0] = count;
+    guessed
 }
 
 /// Qwen2-MoE: out += σ(h·w_sg) · SwiGLU_shared(h) (spec §2.2).
