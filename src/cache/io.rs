@@ -129,6 +129,12 @@ pub enum ReadKind {
 }
 
 impl Request {
+    /// A read of record `expert` of `layer`'s bank (`record_bytes` each, back to back) into
+    /// `buf`, for slot `slot`.
+    pub fn record(kind: ReadKind, layer: usize, expert: usize, slot: usize, record_bytes: usize, buf: Slot) -> Request {
+        Request { kind, layer, expert, slot, offset: (expert * record_bytes) as u64, len: record_bytes, buf }
+    }
+
     /// The order the readers serve queued reads in (least first; ties oldest first).
     fn order(&self) -> (ReadKind, usize) {
         (self.kind, self.layer)

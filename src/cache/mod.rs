@@ -18,14 +18,15 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::container::{Manifest, RecordLayout};
 use crate::sys::{Slot, SlotArena};
 use ahead::AheadGuard;
-
-/// Look-ahead depths the cache judges apart (a guess two layers ahead is right less often
-/// than one for the next layer, and is held back on its own record).
-const AHEAD_GUARDS: usize = 2;
 use io::{BankFile, Completion, IoPool, ReadKind, Request};
 use policy::{CacheIndex, Lookup, Policy};
 use std::mem::size_of;
 use std::sync::Arc;
+
+/// Look-ahead depths the cache judges apart (a guess two layers ahead is right less often
+/// than one for the next layer, and is held back on its own record); deeper guesses are not
+/// read.
+const AHEAD_GUARDS: usize = 2;
 use std::time::Duration;
 
 /// One expert's record, resident while the callback that receives it runs.
@@ -401,7 +402,7 @@ impl ExpertCache {
             self.index.seed(base + e as usize, share, self.accesses_per_token);
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { kind: ReadKind::Preload, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            io.submit(Request::record(ReadKind::Preload, layer, e as usize, s, layout.record_bytes, buf));
             self.loading += 1;
             self.stats.preloaded += 1;
         }
@@ -738,7 +739,7 @@ impl ExpertCache {
             let Some((s, _)) = self.index.assign(base + e as usize) else { break };
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
-            io.submit(Request { kind: ReadKind::Ahead, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            io.submit(Request::record(ReadKind::Ahead, layer, e as usize, s, layout.record_bytes, buf));
             self.prefetched[s] = depth as u8 + 1;
             self.loading += 1;
             issued += 1;
@@ -757,7 +758,7 @@ impl ExpertCache {
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             misses[*next].1 = s;
-            io.submit(Request { kind: ReadKind::Miss, layer, expert: e as usize, slot: s, offset: (e as usize * layout.record_bytes) as u64, len: layout.record_bytes, buf });
+            io.submit(Request::record(ReadKind::Miss, layer, e as usize, s, layout.record_bytes, buf));
             self.prefetched[s] = 0;
             self.loading += 1;
             *next += 1;
