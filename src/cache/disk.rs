@@ -107,7 +107,7 @@ pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Res
         for _ in 0..group {
             let (f, r) = order(i);
             let buf = bufs.pop().ok_or_else(|| Error::new(crate::ErrorKind::Io, "read buffer lost"))?;
-            pool.submit(Request { kind: ReadKind::Miss, layer: f, expert: r, slot: 0, offset: (r * record) as u64, len: record, buf });
+            pool.submit(Request::record(ReadKind::Miss, f, r, 0, record, buf));
             i += 1;
         }
         let mut first_error = None;

@@ -23,10 +23,13 @@ use policy::{CacheIndex, Lookup, Policy};
 use std::mem::size_of;
 use std::sync::Arc;
 
-/// Look-ahead depths the cache judges apart (a guess two layers ahead is right less often
-/// than one for the next layer, and is held back on its own record); deeper guesses are not
-/// read.
-const AHEAD_GUARDS: usize = 2;
+/// How many MoE layers ahead the look-ahead guesses in a decode step: the next one's experts,
+/// and the one after's, so the disk still has work queued when this layer's and the next
+/// one's reads have landed before the next layer has routed (docs/BENCHMARKS.md, "guessing
+/// two layers ahead"). The cache judges each depth apart (a guess two layers ahead is right
+/// less often than one for the next layer, and is held back on its own record); deeper
+/// guesses are not read.
+pub(crate) const AHEAD_DEPTH: usize = 2;
 use std::time::Duration;
 
 /// One expert's record, resident while the callback that receives it runs.
@@ -257,7 +260,7 @@ pub struct ExpertCache {
     /// MoE layer), 0 if not: which guard its use counts for, and the statistics.
     prefetched: Vec<u8>,
     /// Per look-ahead depth: whether reading that far ahead has been paying off.
-    ahead: [AheadGuard; AHEAD_GUARDS],
+    ahead: [AheadGuard; AHEAD_DEPTH],
     /// Reused per call: this layer's hits and misses as (expert, slot).
     hits: Vec<(u32, usize)>,
     misses: Vec<(u32, usize)>,
@@ -528,7 +531,7 @@ impl ExpertCache {
         let mut next = 0; // next miss to submit
         // Queue every miss a slot can take before computing anything, then the look-ahead.
         self.submit_misses(layer, layout, base, misses, &mut next)?;
-        for (depth, &(l, experts)) in lookahead.iter().enumerate().take(AHEAD_GUARDS) {
+        for (depth, &(l, experts)) in lookahead.iter().enumerate().take(AHEAD_DEPTH) {
             // The nearest guess supersedes the farther one made for its layer a layer earlier.
             if depth == 0 {
                 self.cancel_guesses(l, experts);

@@ -41,13 +41,16 @@ pub fn record_matrices<'a>(layout: &RecordLayout, rec: &'a [u8]) -> [MatRef<'a>;
     layout.matrices.map(|m| MatRef { dtype: m.dtype, rows: m.rows, cols: m.cols, data: &rec[m.offset..m.offset + m.bytes] })
 }
 
-/// How many MoE layers ahead a decode step guesses: the next one's experts, and the one
-/// after's, so the disk still has work queued when this layer's and the next one's reads
-/// have landed before the next layer has routed (docs/BENCHMARKS.md, "two layers ahead").
-pub const AHEAD_DEPTH: usize = 2;
+pub(crate) use crate::cache::AHEAD_DEPTH;
+
+/// Where depth `d`'s guess starts in `State::ahead_ids` (each depth has room for a prefill
+/// chunk's union of guesses, `experts` ids, or a decode step's `top_k`).
+pub(crate) const fn ahead_ids_start(d: usize, experts: usize, top_k: usize) -> usize {
+    d * if experts > top_k { experts } else { top_k }
+}
 
 /// The next MoE layers' routers, nearest first, for the look-ahead: (layer, router weights).
-pub type NextRouters<'a> = [Option<(usize, &'a Matrix)>; AHEAD_DEPTH];
+pub(crate) type NextRouters<'a> = [Option<(usize, &'a Matrix)>; AHEAD_DEPTH];
 
 /// Where a MoE layer sits: its layer index, its index among the MoE layers, the chunk's first
 /// position, and what records or replaces its routing.
@@ -92,13 +95,13 @@ pub(crate) fn moe_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut St
         [0; AHEAD_DEPTH]
     };
     let inter = moe.expert_intermediate;
+    // The guesses are a prefix of the depths: a depth is guessed only after the nearer one.
     let mut ahead: [(usize, &[u32]); AHEAD_DEPTH] = [(0, &[]); AHEAD_DEPTH];
     let mut depth = 0;
-    for (d, (router, &count)) in next.iter().zip(&guessed).enumerate() {
-        if let Some((l, _)) = router.filter(|_| count > 0) {
-            ahead[depth] = (l, &st.ahead_ids[d * ne.max(top_k)..][..count]);
-            depth += 1;
-        }
+    for (router, &count) in next.iter().zip(&guessed) {
+        let Some((l, _)) = router.filter(|_| count > 0) else { break };
+        ahead[depth] = (l, &st.ahead_ids[ahead_ids_start(depth, ne, top_k)..][..count]);
+        depth += 1;
     }
     let ahead = &ahead[..depth];
     // Whole experts per participant when the state has the participants' scratch, for the
@@ -297,7 +300,7 @@ fn guess_next_experts(k: &Kernels, pool: &Pool, st: &mut State, next: &NextRoute
         for (d, router) in next.iter().enumerate() {
             let Some((_, router)) = router else { break };
             k.matmul(pool, router.view(), &st.h[..h], 1, &mut st.ahead_logits);
-            let ids = &mut st.ahead_ids[d * ne.max(top_k)..][..top_k];
+            let ids = &mut st.ahead_ids[ahead_ids_start(d, ne, top_k)..][..top_k];
             top_k_ids(&st.ahead_logits, ids);
             ids.sort_unstable();
             guessed[d] = top_k;

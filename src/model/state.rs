@@ -164,7 +164,7 @@ impl Sizes {
                 chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
                 State::norm_width(cfg), par],
             // route_ids, wanted, ahead_ids
-            u32s: [chunk * top_k, chunk * top_k, super::moe::AHEAD_DEPTH * experts.max(top_k)],
+            u32s: [chunk * top_k, chunk * top_k, super::moe::ahead_ids_start(super::moe::AHEAD_DEPTH, experts, top_k)],
         }
     }
 }
