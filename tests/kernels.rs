@@ -386,6 +386,19 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     }
     let (status, _, err) = common::waste(&["bench", "matmul", "--cols", "100"]);
     assert_eq!(status, 2, "cols 100 is not a multiple of 32: {err}");
+
+    // Expert-shaped products: as many whole matrices of `rows` rows as `bytes` holds (at
+    // least one per thread), every byte of them counted.
+    let experts = MatmulBench { experts: true, dtypes: vec![DType::Q4B32], ..opts };
+    let r = bench::matmul(&experts).unwrap();
+    let matrix = 67 * DType::Q4B32.row_bytes(256).unwrap() as usize;
+    assert_eq!(r.dtypes[0].bytes, (1 << 20) / matrix * matrix);
+    assert!(r.dtypes[0].rates.iter().all(|x| x.gb_per_s.is_finite() && x.gb_per_s > 0.0), "{:?}", r.dtypes[0]);
+    let tiny = MatmulBench { bytes: 4096, ..experts.clone() };
+    assert_eq!(bench::matmul(&tiny).unwrap().dtypes[0].bytes, 2 * matrix, "one matrix per thread at least");
+    assert!(bench::matmul(&MatmulBench { rows: None, ..experts }).is_err(), "expert-shaped products need rows");
+    let (status, _, err) = common::waste(&["bench", "matmul", "--experts", "--cols", "64"]);
+    assert_eq!(status, 2, "--experts without --rows: {err}");
 }
 
 /// `Options::force_scalar` reaches the model: it computes with the scalar reference and says

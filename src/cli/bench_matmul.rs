@@ -11,7 +11,7 @@ use waste::kernels::{CpuList, Isa};
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--int8-act] [--experts] [--json]",
     about: "Time the matrix x vector kernels without a model: for every dtype (F32, BF16, F16, Q8B32, Q4B32) at \
 1 and N threads, GB/s of weight bytes streamed as a fraction of the read bandwidth (a SIMD sum over a buffer \
 far larger than the last-level cache), and GMAC/s (1e9 multiply-adds per second) as a fraction of the \
@@ -29,6 +29,7 @@ to fit).",
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
         val("dtype", "LIST", "comma-separated dtypes to measure (default: the five above; F8B32 and MXFP4 on request)"),
         flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
+        flag("experts", "expert-shaped products: --bytes of matrices of --rows rows, each thread multiplying whole ones in turn, as an MoE step"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &[],
@@ -62,6 +63,10 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
             "option `--isa`: `{name}` is not one of scalar, avx2, avx512, neon")))?);
     }
     o.int8_activations = a.flag("int8-act");
+    o.experts = a.flag("experts");
+    if o.experts && o.rows.is_none() {
+        return Err(Failure::Usage("option `--experts` needs `--rows` (the rows of one matrix)".into()));
+    }
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
             .split(',')

@@ -47,6 +47,12 @@ pub struct MatmulBench {
     /// Vectors per product: 1 is decode; more is a prefill chunk, where each weight read serves
     /// every vector and the kernels are compute-bound.
     pub tokens: usize,
+    /// Expert-shaped products: the matrix is cut into matrices of `rows` rows (required), and
+    /// each participant multiplies whole ones of them, one after another, on its own — as an
+    /// MoE step computes its experts — instead of every participant taking a share of rows of
+    /// one matrix. What this shows beside the one-matrix figure is the cost of a product's
+    /// start (its first rows, which no earlier tile prefetched) paid hundreds of times a token.
+    pub experts: bool,
 }
 
 impl Default for MatmulBench {
@@ -63,6 +69,7 @@ impl Default for MatmulBench {
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
             tokens: 1,
+            experts: false,
         }
     }
 }
@@ -144,6 +151,9 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     }
     if opts.threads == 0 || opts.passes == 0 || opts.bytes < 4096 || opts.tokens == 0 {
         return Err(Error::arg("bench matmul: threads, passes, tokens and bytes must be positive"));
+    }
+    if opts.experts && opts.rows.is_none() {
+        return Err(Error::arg("bench matmul: expert-shaped products need the rows of one matrix"));
     }
     let mut kernels = match opts.isa {
         None => Kernels::select(false),
@@ -248,6 +258,9 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -
     let cols = opts.cols;
     let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| Error::arg(format!(
         "bench matmul: {dtype} cannot hold rows of {cols} columns")))? as usize;
+    if opts.experts {
+        return stream_experts(k, pools, opts, dtype, row_bytes);
+    }
     let rows = opts.rows.unwrap_or(opts.bytes / row_bytes).max(1);
     let bytes = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
     let mut buf = AlignedBuf::zeroed(bytes, 64)?;
@@ -261,6 +274,41 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -
         let secs = median_secs(opts.passes, || k.matmul(p, w, &x, n, &mut y));
         std::hint::black_box(&y);
         rates.push(rate(p.threads(), bytes, rows * cols * n, secs));
+    }
+    Ok(DtypeRates { dtype, rows, cols, bytes, rates })
+}
+
+/// Expert-shaped products ([`MatmulBench::experts`]): `opts.bytes` of matrices of `opts.rows`
+/// rows each (at least one per participant), every participant multiplying its whole share of
+/// them one after another through [`Kernels::rows_alone`], as an MoE step's experts are.
+fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize) -> Result<DtypeRates> {
+    let (cols, n) = (opts.cols, opts.tokens);
+    let rows = opts.rows.unwrap_or(1).max(1);
+    let matrix = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
+    let count = (opts.bytes / matrix).max(opts.threads);
+    let bytes = count.checked_mul(matrix).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
+    let mut buf = AlignedBuf::zeroed(bytes, 64)?;
+    fill(buf.as_mut_slice(), dtype, row_bytes);
+    let data = buf.as_slice();
+    let x: Vec<f32> = (0..cols * n).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
+    // Per participant: its outputs and its room for split inputs, as the model's state holds.
+    let scratch: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> = (0..opts.threads)
+        .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; cols * n])))
+        .collect();
+    let mut rates = Vec::new();
+    for p in pools {
+        let secs = median_secs(opts.passes, || {
+            p.run(&|part| {
+                let Ok(mut mine) = scratch[part].lock() else { return };
+                let (y, split) = &mut *mine;
+                for m in pool::chunk(count, p.threads(), part) {
+                    let w = MatRef { dtype, rows, cols, data: &data[m * matrix..(m + 1) * matrix] };
+                    k.rows_alone(w, &x, n, y, split);
+                }
+                std::hint::black_box(&y);
+            });
+        });
+        rates.push(rate(p.threads(), bytes, count * rows * cols * n, secs));
     }
     Ok(DtypeRates { dtype, rows, cols, bytes, rates })
 }
