@@ -49,6 +49,24 @@ pub(crate) fn prefetch_l2(p: *const u8) {
     _mm_prefetch::<_MM_HINT_T1>(p as *const i8);
 }
 
+/// Prefetches the `bytes` from `p` on, one address per 64 bytes. A tile calls it once per
+/// block step with the share of the tile after next that the step covers (its rows' bytes are
+/// contiguous: `R × block bytes` per step), so every line of those rows is asked for whatever
+/// the rows' alignment — Q4B32 and Q8B32 rows are a multiple of 64 bytes only when their
+/// columns are a multiple of 1024 — and without a test per row and block. A test on a block's
+/// offset within its row asked for every line of aligned rows but skipped up to half the lines
+/// of the others (Qwen3-30B-A3B's expert down projection, 768 columns: Q4B32 on one thread of
+/// Zen 4, 8.8 → 12–13 GB/s; BENCHMARKS).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn prefetch_span(p: *const u8, bytes: usize) {
+    let mut at = 0;
+    while at < bytes {
+        prefetch_l2(p.wrapping_add(at));
+        at += 64;
+    }
+}
+
 /// Dense decode tiles (one vector): `$load(ptr)` widens 8 stored weights to f32; one fused
 /// multiply-add per 8 columns in column order, the last partial 8 zero-padded on both sides.
 macro_rules! dense_tile {
@@ -139,14 +157,11 @@ macro_rules! block_tile {
             for b in 0..blocks {
                 // SAFETY: the vector has `cols` = 32 × blocks values.
                 let xs = unsafe { $xload(xp.add(b * 32)) };
+                // This step's share of the rows two tiles ahead: the quantized tiles spend
+                // longer per byte than a line takes to arrive (Q4B32 from DRAM, two threads:
+                // 7.4-9.1 GB/s one tile ahead, 9.1-11.0 two tiles ahead, 7.9-9.8 four).
+                prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
                 for (i, a) in acc.iter_mut().enumerate() {
-                    // About one prefetch per 64 bytes of row, on the first block starting in
-                    // each 64-byte span, two tiles ahead: the quantized tiles spend longer per
-                    // byte than a line takes to arrive (Q4B32 from DRAM, two threads: 7.4-9.1
-                    // GB/s one tile ahead, 9.1-11.0 two tiles ahead, 7.9-9.8 four).
-                    if (b * $bytes) % 64 < $bytes {
-                        prefetch_l2(wp.wrapping_add((r + i + 2 * R) * rb + b * $bytes));
-                    }
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for k in 0..4 {

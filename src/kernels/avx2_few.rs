@@ -11,7 +11,7 @@
 //! so the bits do not depend on which of the three ran. Quantized inputs must already be in
 //! the decode order (Q4B32: split by parity, see `avx2::rows_q4b32`).
 
-use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, load_f32, prefetch_l2};
+use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, load_f32, prefetch_l2, prefetch_span};
 use super::MatRef;
 use std::arch::x86_64::*;
 
@@ -80,10 +80,8 @@ macro_rules! block_few {
             let (wp, xp) = (w.data.as_ptr(), x.as_ptr());
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..rb / $bytes {
+                prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
                 for (i, row) in acc.iter_mut().enumerate() {
-                    if (b * $bytes) % 64 < $bytes {
-                        prefetch_l2(wp.wrapping_add((r + i + 2 * R) * rb + b * $bytes));
-                    }
                     // SAFETY: block b of row r + i lies inside the matrix, and each vector
                     // holds cols = 32 × blocks values (the driver's contract).
                     let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };

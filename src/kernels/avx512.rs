@@ -8,7 +8,7 @@
 //! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
-use super::avx2::prefetch_l2;
+use super::avx2::{prefetch_l2, prefetch_span};
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -150,13 +150,10 @@ macro_rules! block_tile {
                     // SAFETY: vector t0 + t has `cols` = 32 × blocks values.
                     *v = unsafe { $xload(xp.add((t0 + t) * cols + b * 32)) };
                 }
+                // This step's share of the rows of the tile after next (two tiles ahead
+                // rather than one: Q8B32 decode +10 % on Zen 4, BENCHMARKS).
+                prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
                 for i in 0..R {
-                    // About one prefetch per 64 bytes of row: on the first block starting in
-                    // each 64-byte span, for the rows of the tile after next (two tiles ahead
-                    // rather than one: Q8B32 decode +10 % on Zen 4, BENCHMARKS).
-                    if (b * $bytes) % 64 < $bytes {
-                        prefetch_l2(wp.wrapping_add((r + i + 2 * R) * rb + b * $bytes));
-                    }
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let (wa, wb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
                     for t in 0..T {

@@ -21,7 +21,7 @@
 //! vector of the tile; the activations' block (permuted for Q4B32 and its offset correction)
 //! is prepared once per block and vector and serves every row.
 
-use super::avx2::{hsum8, prefetch_l2};
+use super::avx2::{hsum8, prefetch_span};
 use super::int8::Acts;
 use super::scalar::F16_TO_F32;
 use super::MatRef;
@@ -77,11 +77,9 @@ macro_rules! int8_tile {
                     // SAFETY: vector t0 + t has `per` blocks (the driver's contract).
                     *v = unsafe { ($xprep(x.q.as_ptr().add(at * 32)), _mm256_set1_ps(*x.d.as_ptr().add(at))) };
                 }
+                // This step's share of the next tile's rows.
+                prefetch_span(wp.wrapping_add((r + R) * rb + b * R * $bytes), R * $bytes);
                 for (i, acc_i) in acc.iter_mut().enumerate() {
-                    // About one prefetch per 64 bytes of the next tile's rows.
-                    if (b * $bytes) % 64 < $bytes {
-                        prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
-                    }
                     // SAFETY: block b of row r + i lies inside the matrix (the driver's contract).
                     let blk = unsafe { wp.add((r + i) * rb + b * $bytes) };
                     let (wv, dw) = unsafe { ($decode(blk), scale(blk)) };
@@ -311,11 +309,9 @@ macro_rules! vnni_tile {
                     // SAFETY: vector t0 + t has `per` blocks, b (and b + 1 when both) among them.
                     *v = unsafe { x_pair(x.q.as_ptr().add(at * 32), x.d.as_ptr().add(at), both, order, $offset) };
                 }
+                // This step's share (two blocks per row) of the next tile's rows.
+                prefetch_span(wp.wrapping_add((r + R) * rb + b * R * $bytes), 2 * R * $bytes);
                 for (i, acc_i) in acc.iter_mut().enumerate() {
-                    // About one prefetch per 64 bytes of the next tile's rows.
-                    if (b * $bytes) % 64 < 2 * $bytes {
-                        prefetch_l2(wp.wrapping_add((r + i + R) * rb + b * $bytes));
-                    }
                     // SAFETY: blocks b (and b + 1) of row r + i lie inside the matrix.
                     let (wv, ws) = unsafe {
                         let blk = wp.add((r + i) * rb + b * $bytes);
