@@ -50,13 +50,13 @@ pub(crate) fn prefetch_l2(p: *const u8) {
 }
 
 /// Prefetches the `bytes` from `p` on, one address per 64 bytes. A tile calls it once per
-/// block step with the share of the tile after next that the step covers (its rows' bytes are
+/// block step with the step's share of the tile it prefetches for (that tile's rows are
 /// contiguous: `R × block bytes` per step), so every line of those rows is asked for whatever
 /// the rows' alignment — Q4B32 and Q8B32 rows are a multiple of 64 bytes only when their
 /// columns are a multiple of 1024 — and without a test per row and block. A test on a block's
 /// offset within its row asked for every line of aligned rows but skipped up to half the lines
 /// of the others (Qwen3-30B-A3B's expert down projection, 768 columns: Q4B32 on one thread of
-/// Zen 4, 8.8 → 12–13 GB/s; BENCHMARKS).
+/// Zen 4, 7.6–8.2 → 10.6–11.6 GB/s; SmolLM2-135M decode 1.52×; BENCHMARKS, 2026-12-04).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) fn prefetch_span(p: *const u8, bytes: usize) {

@@ -50,8 +50,9 @@ pub struct MatmulBench {
     /// Expert-shaped products: the matrix is cut into matrices of `rows` rows (required), and
     /// each participant multiplies whole ones of them, one after another, on its own — as an
     /// MoE step computes its experts — instead of every participant taking a share of rows of
-    /// one matrix. What this shows beside the one-matrix figure is the cost of a product's
-    /// start (its first rows, which no earlier tile prefetched) paid hundreds of times a token.
+    /// one matrix. Beside the one-matrix figure this shows what small products cost that one
+    /// large one hides: hundreds of starts a token, and rows as narrow as an expert's (the
+    /// unaligned 768-column down projection is how the tiles' prefetch gap was found).
     pub experts: bool,
 }
 
