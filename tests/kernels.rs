@@ -399,6 +399,7 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     assert!(bench::matmul(&MatmulBench { rows: None, ..experts }).is_err(), "expert-shaped products need rows");
     let (status, _, err) = common::waste(&["bench", "matmul", "--experts", "--cols", "64"]);
     assert_eq!(status, 2, "--experts without --rows: {err}");
+    assert!(err.contains("--rows"), "the error names the missing option: {err}");
 }
 
 /// `Options::force_scalar` reaches the model: it computes with the scalar reference and says

@@ -64,9 +64,6 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     }
     o.int8_activations = a.flag("int8-act");
     o.experts = a.flag("experts");
-    if o.experts && o.rows.is_none() {
-        return Err(Failure::Usage("option `--experts` needs `--rows` (the rows of one matrix)".into()));
-    }
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
             .split(',')

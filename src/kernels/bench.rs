@@ -154,7 +154,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
         return Err(Error::arg("bench matmul: threads, passes, tokens and bytes must be positive"));
     }
     if opts.experts && opts.rows.is_none() {
-        return Err(Error::arg("bench matmul: expert-shaped products need the rows of one matrix"));
+        return Err(Error::arg("bench matmul: expert-shaped products (--experts) need --rows, the rows of one matrix"));
     }
     let mut kernels = match opts.isa {
         None => Kernels::select(false),
@@ -264,11 +264,10 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -
     }
     let rows = opts.rows.unwrap_or(opts.bytes / row_bytes).max(1);
     let bytes = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
-    let mut buf = AlignedBuf::zeroed(bytes, 64)?;
-    fill(buf.as_mut_slice(), dtype, row_bytes);
+    let buf = matrix_bytes(bytes, dtype, row_bytes)?;
     let w = MatRef { dtype, rows, cols, data: buf.as_slice() };
     let n = opts.tokens;
-    let x: Vec<f32> = (0..cols * n).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
+    let x = inputs(cols * n);
     let mut y = vec![0.0f32; rows * n];
     let mut rates = Vec::new();
     for p in pools {
@@ -288,10 +287,9 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
     let matrix = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
     let count = (opts.bytes / matrix).max(opts.threads);
     let bytes = count.checked_mul(matrix).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
-    let mut buf = AlignedBuf::zeroed(bytes, 64)?;
-    fill(buf.as_mut_slice(), dtype, row_bytes);
+    let buf = matrix_bytes(bytes, dtype, row_bytes)?;
     let data = buf.as_slice();
-    let x: Vec<f32> = (0..cols * n).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect();
+    let x = inputs(cols * n);
     // Per participant: its outputs and its room for split inputs, as the model's state holds.
     let scratch: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> = (0..opts.threads)
         .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; cols * n])))
@@ -312,6 +310,18 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
         rates.push(rate(p.threads(), bytes, count * rows * cols * n, secs));
     }
     Ok(DtypeRates { dtype, rows, cols, bytes, rates })
+}
+
+/// `bytes` of rows of `dtype` (see [`fill`]), every page mapped.
+fn matrix_bytes(bytes: usize, dtype: DType, row_bytes: usize) -> Result<AlignedBuf> {
+    let mut buf = AlignedBuf::zeroed(bytes, 64)?;
+    fill(buf.as_mut_slice(), dtype, row_bytes);
+    Ok(buf)
+}
+
+/// `len` input values in −1..1, the same for every product measured.
+fn inputs(len: usize) -> Vec<f32> {
+    (0..len).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect()
 }
 
 /// Fills `buf` with rows of pseudo-random values of `dtype`: 64 distinct rows generated, then
