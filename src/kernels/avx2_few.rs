@@ -113,10 +113,10 @@ block_few!(few_mxfp4, 17, decode_mx);
 
 // The row drivers: pairs of rows, four vectors at a time (2 × 4 accumulators, four weight
 // vectors and a load in flight fit the 16 registers). Only their several-vector branch runs.
-row_driver!("avx2,fma,f16c", rows_f32, few_f32, 4);
-row_driver!("avx2,fma,f16c", rows_bf16, few_bf16, 4);
-row_driver!("avx2,fma,f16c", rows_f16, few_f16, 4);
-row_driver!("avx2,fma,f16c", rows_q8b32, few_q8b32, 4);
-row_driver!("avx2,fma,f16c", rows_q4b32, few_q4b32, 4);
-row_driver!("avx2,fma,f16c", rows_f8b32, few_f8b32, 4);
-row_driver!("avx2,fma,f16c", rows_mxfp4, few_mxfp4, 4);
+row_driver!("avx2,fma,f16c", rows_f32, few_f32, 4, 2);
+row_driver!("avx2,fma,f16c", rows_bf16, few_bf16, 4, 2);
+row_driver!("avx2,fma,f16c", rows_f16, few_f16, 4, 2);
+row_driver!("avx2,fma,f16c", rows_q8b32, few_q8b32, 4, 2);
+row_driver!("avx2,fma,f16c", rows_q4b32, few_q4b32, 4, 2);
+row_driver!("avx2,fma,f16c", rows_f8b32, few_f8b32, 4, 2);
+row_driver!("avx2,fma,f16c", rows_mxfp4, few_mxfp4, 4, 2);

@@ -242,12 +242,12 @@ block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
 
 mod decode {
     use super::*;
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8);
-    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8, 4);
 }
 
 /// Largest input (vectors × columns × 4 bytes) for which several vectors still go to the

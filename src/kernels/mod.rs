@@ -32,13 +32,17 @@ pub(crate) mod scalar;
 ///
 /// The driver walks rows `$decode_rows` (8 or 4) at a time, then 4, then 1, when there is one
 /// vector (decode: independent accumulator chains keep the FMA units busy while the rows
-/// stream in, and a block's inputs, loaded once, serve every row), and 2 rows × 4 vectors
-/// at a time otherwise (prefill: each decoded weight block serves four vectors from registers,
-/// and the rows stay in L1 for the next four). Each (row, vector) pair has its own accumulator
-/// and the same sequence of operations in every tile shape, so a result never depends on `n`,
-/// on `r0..r1` or on how many threads split the rows.
+/// stream in, and a block's inputs, loaded once, serve every row), and `$few_rows` (4 or 2),
+/// then 2, then 1 rows × 4 vectors at a time otherwise (prefill: each decoded weight block
+/// serves four vectors from registers, and the rows stay in L1 for the next four). Four rows
+/// where the registers hold 16 accumulators (AVX-512's 32): the four vectors' inputs, which
+/// stream from L2 once they outgrow L1, then serve twice the rows per load — `waste bench
+/// matmul --tokens 4/8 --rows 64 --cols 2048 --threads 1`, Zen 4: Q4B32 32–34 → 40–42 GMAC/s,
+/// BF16 36–40 → 49–51 (BENCHMARKS, 2026-12-04). Each (row, vector) pair has its own
+/// accumulator and the same sequence of operations in every tile shape, so a result never
+/// depends on `n`, on `r0..r1` or on how many threads split the rows.
 macro_rules! row_driver {
-    ($feat:literal, $name:ident, $tile:ident, $decode_rows:literal) => {
+    ($feat:literal, $name:ident, $tile:ident, $decode_rows:literal, $few_rows:literal) => {
         /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
         ///
         /// # Safety
@@ -90,6 +94,10 @@ macro_rules! row_driver {
                     r += 1;
                 }
             } else {
+                while $few_rows > 2 && r + $few_rows <= r1 {
+                    unsafe { tokens::<$few_rows>(w, r, x, n, y, ys) };
+                    r += $few_rows;
+                }
                 while r + 2 <= r1 {
                     unsafe { tokens::<2>(w, r, x, n, y, ys) };
                     r += 2;

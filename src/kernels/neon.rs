@@ -199,11 +199,11 @@ unsafe fn decode_q4(p: *const u8) -> (float32x4_t, [float32x4_t; 8]) {
 block_tile!(tile_q8b32, 34, decode_q8);
 block_tile!(tile_q4b32, 18, decode_q4);
 
-row_driver!("neon", rows_f32, tile_f32, 4);
-row_driver!("neon", rows_bf16, tile_bf16, 4);
-row_driver!("neon", rows_f16, tile_f16, 4);
-row_driver!("neon", rows_q8b32, tile_q8b32, 4);
-row_driver!("neon", rows_q4b32, tile_q4b32, 4);
+row_driver!("neon", rows_f32, tile_f32, 4, 2);
+row_driver!("neon", rows_bf16, tile_bf16, 4, 2);
+row_driver!("neon", rows_f16, tile_f16, 4, 2);
+row_driver!("neon", rows_q8b32, tile_q8b32, 4, 2);
+row_driver!("neon", rows_q4b32, tile_q4b32, 4, 2);
 
 /// Attention scores, one [`dot`] per key (the twin is `scalar::scores_unsafe`).
 ///
