@@ -231,6 +231,24 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> [__m256; 4] {
     }
 }
 
+/// Vector `k` of [`decode_q4`] computed from memory on its own (its half widened again, one
+/// magic constant serving as both the integer and the float bias), so that a tile using each
+/// vector as soon as it is made holds one of them and three constants, not four and four: the
+/// few-vector tiles of [`super::avx2_few`], whose 2 × 4 accumulators fill the rest of the 16
+/// registers. The same values as [`decode_q4`], hence the same products.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn decode_q4_part(p: *const u8, k: usize) -> __m256 {
+    // SAFETY: the caller guarantees the 18-byte block at p (k < 4).
+    unsafe {
+        let magic = _mm256_set1_epi32(0x4B00_0008);
+        let half = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2 + 8 * (k / 2)) as *const __m128i));
+        let nibble = if k % 2 == 0 { _mm256_and_si256(half, _mm256_set1_epi32(0x0F)) } else { _mm256_srli_epi32::<4>(half) };
+        let f = _mm256_castsi256_ps(_mm256_xor_si256(nibble, magic));
+        _mm256_mul_ps(_mm256_sub_ps(f, _mm256_castsi256_ps(magic)), _mm256_set1_ps(scale_bits(p)))
+    }
+}
+
 /// F8B32 (`format::fp8`): the f32 scale, then 32 e4m3fn codes. A code's bits shifted into a
 /// binary16 (sign to bit 15, exponent and mantissa to bits 13..7) are the binary16 of the
 /// code's value times 2⁻⁸ — normal and subnormal codes alike, as both formats put the same
@@ -383,7 +401,8 @@ rows_fn!(rows_q4b32_unordered, tile_q4b32, 4, None);
 rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4, None);
 
 /// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). For one vector, or a
-/// few (the tiles of [`super::avx2_few`]), the inputs are put in the order of [`decode_q4`]
+/// few (the tiles of [`super::avx2_few`], up to [`super::avx2_few::FEW_INPUTS_Q4`]; more go
+/// to the GEMM), the inputs are put in the order of [`decode_q4`]
 /// once per call into a 64 KiB stack buffer, not once per block of every tile (the decode
 /// tiles are compute-bound on Q4B32: the permutation was an eighth of their instructions);
 /// the values and their order, hence the bits, are those of [`x_q4`].
@@ -393,7 +412,7 @@ rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4, None);
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let len = n * (w.row_bytes() / 18 * 32);
-    if len > super::Q4_ORDERED_MAX {
+    if len > super::Q4_ORDERED_MAX || (n > 1 && len * 4 > super::avx2_few::FEW_INPUTS_Q4) {
         // SAFETY: forwarded contract.
         return unsafe { rows_q4b32_unordered(w, r0, r1, x, n, y, ys) };
     }

@@ -11,7 +11,7 @@
 //! so the bits do not depend on which of the three ran. Quantized inputs must already be in
 //! the decode order (Q4B32: split by parity, see `avx2::rows_q4b32`).
 
-use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, load_f32, prefetch_l2, prefetch_span};
+use super::avx2::{decode_f8, decode_mx, decode_q4_part, decode_q8, hsum8, load_bf16, load_f16, load_f32, prefetch_l2, prefetch_span};
 use super::MatRef;
 use std::arch::x86_64::*;
 
@@ -20,6 +20,13 @@ use std::arch::x86_64::*;
 /// AVX2-only host was at hand; BENCHMARKS, 2026-12-03): against the GEMM, 2 vectors of 2048
 /// columns ran 1.3–2× its GMAC/s, 8 vectors 1.03–1.19×, 16 slower (0.7–0.93×).
 pub(crate) const FEW_INPUTS: usize = 64 << 10;
+
+/// [`FEW_INPUTS`] for Q4B32, whose blocks cost the most to decode and so gain the most from
+/// the GEMM's decoding each block once for every vector: `waste bench matmul --isa avx2
+/// --experts --tokens N --threads 1` on a Zen 4 host (BENCHMARKS, 2026-12-04), the tiles ran
+/// level with the GEMM at 4 vectors of 2048 columns and 8 of 768 (about 32 KiB of inputs),
+/// 0.7–0.8× its GMAC/s at 8 of 2048 and 16 of 768, and ahead below.
+pub(crate) const FEW_INPUTS_Q4: usize = 32 << 10;
 
 /// Dense tiles: `$load(ptr)` widens 8 stored weights to f32; the last partial 8 columns are
 /// zero-padded on both sides, as the decode tiles do.
@@ -72,7 +79,7 @@ macro_rules! dense_few {
 /// Quantized tiles: `$decode(block_ptr)` gives a block's 32 scaled weights as four 8-lane
 /// vectors, each multiplied by the matching 8 inputs of every vector, in order.
 macro_rules! block_few {
-    ($name:ident, $bytes:expr, $decode:ident) => {
+    ($name:ident, $bytes:expr, $part:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         #[inline]
         unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
@@ -81,15 +88,15 @@ macro_rules! block_few {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..rb / $bytes {
                 prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
-                for (i, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: block b of row r + i lies inside the matrix, and each vector
+                for k in 0..4 {
+                    // SAFETY: block b of rows r..r+R lies inside the matrix, and each vector
                     // holds cols = 32 × blocks values (the driver's contract).
-                    let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
-                    for (t, a) in row.iter_mut().enumerate() {
+                    let q: [__m256; R] = std::array::from_fn(|i| unsafe { $part(wp.add((r + i) * rb + b * $bytes), k) });
+                    for t in 0..T {
                         // SAFETY: as above, block b of vector t0 + t.
-                        let xb = unsafe { xp.add((t0 + t) * cols + b * 32) };
-                        for (k, qk) in q.iter().enumerate() {
-                            *a = _mm256_fmadd_ps(*qk, unsafe { _mm256_loadu_ps(xb.add(8 * k)) }, *a);
+                        let xv = unsafe { _mm256_loadu_ps(xp.add((t0 + t) * cols + b * 32 + 8 * k)) };
+                        for (a, qi) in acc.iter_mut().zip(&q) {
+                            a[t] = _mm256_fmadd_ps(*qi, xv, a[t]);
                         }
                     }
                 }
@@ -106,10 +113,10 @@ macro_rules! block_few {
 dense_few!(few_f32, f32, load_f32);
 dense_few!(few_bf16, u16, load_bf16);
 dense_few!(few_f16, u16, load_f16);
-block_few!(few_q8b32, 34, decode_q8);
-block_few!(few_q4b32, 18, decode_q4);
-block_few!(few_f8b32, 36, decode_f8);
-block_few!(few_mxfp4, 17, decode_mx);
+block_few!(few_q8b32, 34, |p, k| decode_q8(p)[k]);
+block_few!(few_q4b32, 18, decode_q4_part);
+block_few!(few_f8b32, 36, |p, k| decode_f8(p)[k]);
+block_few!(few_mxfp4, 17, |p, k| decode_mx(p)[k]);
 
 // The row drivers: pairs of rows, four vectors at a time (2 × 4 accumulators, four weight
 // vectors and a load in flight fit the 16 registers). Only their several-vector branch runs.
