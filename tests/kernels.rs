@@ -141,8 +141,9 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
           // (AVX2 32, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
           // 2048), with dense column tails; and on both sides of the inputs' size (vectors ×
           // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
-          // 64 KiB, AVX-512 256 KiB): the 2080-column shape's whole product takes the GEMM,
-          // its first 2, 3 and 5 vectors the tiles.
+          // 64 KiB, 32 KiB for Q4B32; AVX-512 256 KiB): the 2080-column shape's whole product
+          // takes the GEMM, its first 2 and 3 vectors the tiles, and 5 the tiles except AVX2's
+          // Q4B32.
           for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66),
                                   (19, 1056, 131)] {
             let cols = if dtype.is_quantized() { cols / 32 * 32 } else { cols + 1 };

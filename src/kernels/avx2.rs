@@ -243,7 +243,7 @@ pub(crate) unsafe fn decode_q4_part(p: *const u8, k: usize) -> __m256 {
     unsafe {
         let magic = _mm256_set1_epi32(0x4B00_0008);
         let half = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2 + 8 * (k / 2)) as *const __m128i));
-        let nibble = if k % 2 == 0 { _mm256_and_si256(half, _mm256_set1_epi32(0x0F)) } else { _mm256_srli_epi32::<4>(half) };
+        let nibble = if k & 1 == 0 { _mm256_and_si256(half, _mm256_set1_epi32(0x0F)) } else { _mm256_srli_epi32::<4>(half) };
         let f = _mm256_castsi256_ps(_mm256_xor_si256(nibble, magic));
         _mm256_mul_ps(_mm256_sub_ps(f, _mm256_castsi256_ps(magic)), _mm256_set1_ps(scale_bits(p)))
     }

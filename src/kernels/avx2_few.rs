@@ -4,8 +4,8 @@
 //! The GEMM of [`super::avx2_gemm`] widens a panel of rows and keeps its accumulators in
 //! memory, a cost that pays for itself over a whole chunk but not over two or four vectors,
 //! where it ran slower than the one-vector decode tiles. These tiles keep 2 rows × up to 4
-//! vectors in registers, widen each block once per tile, and read the inputs from memory for
-//! every row (they stay in L1/L2 while [`FEW_INPUTS`] holds). Each (row, vector) pair receives
+//! vectors in registers, widen each block once per tile, and read the inputs from memory once
+//! per pair of rows (they stay in L1/L2 while [`FEW_INPUTS`] holds). Each (row, vector) pair receives
 //! one fused multiply-add per 8 columns in column order from the decode tiles' weight values
 //! and lane order, then [`hsum8`]: the arithmetic of [`super::avx2`]'s tiles and of the GEMM,
 //! so the bits do not depend on which of the three ran. Quantized inputs must already be in
@@ -25,7 +25,7 @@ pub(crate) const FEW_INPUTS: usize = 64 << 10;
 /// the GEMM's decoding each block once for every vector: `waste bench matmul --isa avx2
 /// --experts --tokens N --threads 1` on a Zen 4 host (BENCHMARKS, 2026-12-04), the tiles ran
 /// level with the GEMM at 4 vectors of 2048 columns and 8 of 768 (about 32 KiB of inputs),
-/// 0.7–0.8× its GMAC/s at 8 of 2048 and 16 of 768, and ahead below.
+/// 0.65–0.85× its GMAC/s at 8 of 2048 and 16 of 768, and ahead below.
 pub(crate) const FEW_INPUTS_Q4: usize = 32 << 10;
 
 /// Dense tiles: `$load(ptr)` widens 8 stored weights to f32; the last partial 8 columns are
@@ -76,8 +76,12 @@ macro_rules! dense_few {
     };
 }
 
-/// Quantized tiles: `$decode(block_ptr)` gives a block's 32 scaled weights as four 8-lane
-/// vectors, each multiplied by the matching 8 inputs of every vector, in order.
+/// Quantized tiles: `$part(block_ptr, k)` gives quarter `k` of a block's 32 scaled weights as
+/// an 8-lane vector. The tile takes a block a quarter at a time: that quarter of every row,
+/// then each vector's matching 8 inputs, loaded once and multiplied into every row. Each
+/// (row, vector) pair still receives the quarters in order; a whole block decoded up front
+/// (four vectors per row) left too few of the 16 registers for the accumulators, and Q4B32's
+/// tile kept one on the stack (BENCHMARKS, 2026-12-04).
 macro_rules! block_few {
     ($name:ident, $bytes:expr, $part:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
@@ -118,8 +122,8 @@ block_few!(few_q4b32, 18, decode_q4_part);
 block_few!(few_f8b32, 36, |p, k| decode_f8(p)[k]);
 block_few!(few_mxfp4, 17, |p, k| decode_mx(p)[k]);
 
-// The row drivers: pairs of rows, four vectors at a time (2 × 4 accumulators, four weight
-// vectors and a load in flight fit the 16 registers). Only their several-vector branch runs.
+// The row drivers: pairs of rows, four vectors at a time (2 × 4 accumulators, a quarter block
+// of each row and an input vector fit the 16 registers). Only their several-vector branch runs.
 row_driver!("avx2,fma,f16c", rows_f32, few_f32, 4, 2);
 row_driver!("avx2,fma,f16c", rows_bf16, few_bf16, 4, 2);
 row_driver!("avx2,fma,f16c", rows_f16, few_f16, 4, 2);
