@@ -4,10 +4,10 @@
 //! The GEMM of [`super::avx2_gemm`] widens a panel of rows and keeps its accumulators in
 //! memory, a cost that pays for itself over a whole chunk but not over two or four vectors,
 //! where it ran slower than the one-vector decode tiles. These tiles keep 2 rows × up to 4
-//! vectors in registers, widen each block once per tile, and read the inputs from memory once
-//! per pair of rows (they stay in L1/L2 while [`FEW_INPUTS`] holds). Each (row, vector) pair receives
-//! one fused multiply-add per 8 columns in column order from the decode tiles' weight values
-//! and lane order, then [`hsum8`]: the arithmetic of [`super::avx2`]'s tiles and of the GEMM,
+//! vectors in registers, decode each block once per tile, and read the inputs from memory
+//! once per pair of rows (they stay in L1/L2 while [`FEW_INPUTS`] holds). Each (row, vector)
+//! pair receives one fused multiply-add per 8 columns in column order from the decode tiles'
+//! weight values and lane order, then [`hsum8`]: the arithmetic of [`super::avx2`]'s tiles and of the GEMM,
 //! so the bits do not depend on which of the three ran. Quantized inputs must already be in
 //! the decode order (Q4B32: split by parity, see `avx2::rows_q4b32`).
 
@@ -81,7 +81,10 @@ macro_rules! dense_few {
 /// then each vector's matching 8 inputs, loaded once and multiplied into every row. Each
 /// (row, vector) pair still receives the quarters in order; a whole block decoded up front
 /// (four vectors per row) left too few of the 16 registers for the accumulators, and Q4B32's
-/// tile kept one on the stack (BENCHMARKS, 2026-12-04).
+/// tile kept one on the stack (BENCHMARKS, 2026-12-04). The other formats pass
+/// `|p, k| decode(p)[k]`: `k` is a constant once the loop over quarters is unrolled, so only
+/// quarter `k`'s operations remain and what the quarters share is computed once (the
+/// disassembly has one scale product per quarter and row, not four).
 macro_rules! block_few {
     ($name:ident, $bytes:expr, $part:expr) => {
         #[target_feature(enable = "avx2,fma,f16c")]
