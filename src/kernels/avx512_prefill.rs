@@ -3,15 +3,18 @@
 //! Decode multiplies each weight by one vector and is bound by memory; a prefill chunk
 //! multiplies it by many and is bound by arithmetic, so here the weights are widened once and
 //! reused. Rows are taken [`ROW_GROUP`] at a time and columns [`K_CHUNK`] at a time: that piece
-//! of the matrix is widened into an f32 panel on the stack (kept in L2) and serves up to
-//! [`TOKEN_GROUP`] vectors, four at a time: while four vectors' inputs stay in L1, a register
-//! tile of 4 rows × 4 vectors walks down the panel's rows, two 16-lane loads for every two
-//! fused multiply-adds. The accumulators live in a stack buffer between column chunks (a store
-//! and a reload change no bits): a tile loads and stores them once per chunk.
+//! of the matrix is widened into an f32 panel on the stack (36 KiB, which stays in a 48 KiB L1
+//! beside four vectors' inputs) and serves up to [`TOKEN_GROUP`] vectors, four at a time: a
+//! register tile of 6 rows × 4 vectors walks down the panel's rows, ten 16-lane loads for every
+//! 24 fused multiply-adds (24 accumulators, 4 inputs and a weight: 29 of the 32 registers). The
+//! accumulators live in a stack buffer between column chunks (a store and a reload change no
+//! bits): a tile loads and stores them once per chunk, and the first chunk starts from zero.
 //!
-//! Why this order (BENCHMARKS, 2026-12-03, "the prefill GEMM reordered"): widening a panel once
-//! for 128 vectors instead of 32, and storing a tile's accumulators once per 2048 columns
-//! instead of 256, raised the GEMM from 50–65 % to 65–75 % of the FMA peak on Zen 4.
+//! Why these sizes: widening a panel once for 128 vectors instead of 32 raised the GEMM from
+//! 50–65 % to 65–75 % of the FMA peak on Zen 4 (BENCHMARKS, 2026-12-03, "the prefill GEMM
+//! reordered"); on the Intel host with two FMA ports (2026-12-04, "the prefill tile on the
+//! Intel AMX host") the 4 × 4 tile over 2048-column panels that do not fit L1 reached 45 % of
+//! the peak, and this tile over 512-column panels 55 %, a 1B prefill 24 % faster.
 //!
 //! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
 //! one FMA per 16 columns in column order, from the same weight values in the same lane order
@@ -19,7 +22,7 @@
 //! exactly, Q4B32 split by parity with its inputs permuted to match — and the same final lane
 //! sum. So a result does not depend on how many vectors a call carries.
 //!
-//! Stack use: about 290 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel,
+//! Stack use: about 190 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel,
 //! and for Q4B32 four vectors' permuted inputs). A thread that runs a model needs a stack of a
 //! few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
 
@@ -30,13 +33,16 @@ use crate::format::dtype::DType;
 use std::arch::x86_64::*;
 
 /// Rows widened into one panel.
-pub const ROW_GROUP: usize = 16;
+pub const ROW_GROUP: usize = 18;
 /// Vectors a panel serves, whose accumulators are kept between column chunks.
 pub const TOKEN_GROUP: usize = 128;
 /// Columns per panel (a multiple of 32, so quantized blocks never straddle two panels).
-pub const K_CHUNK: usize = 2048;
+pub const K_CHUNK: usize = 512;
 
 const STEPS: usize = K_CHUNK / 16;
+/// The register tile: rows × vectors, one 16-lane accumulator each.
+const TILE_ROWS: usize = 6;
+const TILE_TOKENS: usize = 4;
 
 /// How the inputs of one column chunk are read: straight from `x` (row stride `cols`), or from a
 /// buffer of parity-permuted inputs (Q4B32; stride [`K_CHUNK`]).
@@ -107,16 +113,13 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
     let cols = w.cols;
     let mut acc = Accumulators([[_mm512_setzero_ps(); TOKEN_GROUP]; ROW_GROUP]);
     let mut panel = Panel([0.0; ROW_GROUP * K_CHUNK]);
-    let mut xbuf = Panel([0.0; 4 * K_CHUNK]);
+    let mut xbuf = Panel([0.0; TILE_TOKENS * K_CHUNK]);
     let mut rg = r0;
     while rg < r1 {
         let rows = ROW_GROUP.min(r1 - rg);
         let mut tg = 0;
         while tg < n {
             let toks = TOKEN_GROUP.min(n - tg);
-            for row in acc.0.iter_mut().take(rows) {
-                row[..toks].fill(_mm512_setzero_ps());
-            }
             let mut c0 = 0;
             while c0 < cols {
                 let kc = K_CHUNK.min(cols - c0);
@@ -126,7 +129,7 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
                 let mask = if kc.is_multiple_of(16) { 0xffff } else { tail_mask(kc % 16) };
                 let mut tq = 0;
                 while tq < toks {
-                    let tn = 4.min(toks - tq);
+                    let tn = TILE_TOKENS.min(toks - tq);
                     // SAFETY: vectors tg+tq..tg+tq+tn and columns c0..c0+kc lie inside x (the
                     // caller's contract).
                     let inputs = unsafe {
@@ -139,11 +142,11 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
                     };
                     let mut rq = 0;
                     while rq < rows {
-                        let rn = 4.min(rows - rq);
+                        let rn = TILE_ROWS.min(rows - rq);
                         let p = Inputs { ptr: wpanel.ptr.wrapping_add(rq * wpanel.stride), stride: wpanel.stride };
                         // SAFETY: the panel holds rows rq..rq+rn and the inputs vectors
                         // 0..tn, each `steps` 16-lane steps long (the last masked).
-                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0, rq, tq) };
+                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0, rq, tq, c0 == 0) };
                         rq += rn;
                     }
                     tq += tn;
@@ -242,9 +245,9 @@ unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, pa
 /// `x` holds `toks` vectors of at least `kc` readable values at stride `cols`; kc is a multiple
 /// of 32 and at most [`K_CHUNK`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf: &mut [f32; 4 * K_CHUNK]) -> Inputs {
+unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf: &mut [f32; TILE_TOKENS * K_CHUNK]) -> Inputs {
     let out = buf.as_mut_ptr();
-    for t in 0..toks.min(4) {
+    for t in 0..toks.min(TILE_TOKENS) {
         // SAFETY: vector t's kc values lie inside x (the caller's contract) and its row of buf.
         unsafe { split_blocks(x.add(t * cols), out.add(t * K_CHUNK), kc / 32) };
     }
@@ -258,33 +261,38 @@ unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                   acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize) {
+                   acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize, first: bool) {
     macro_rules! arms {
         ($(($r:literal, $t:literal)),*) => {
             match (rn, tn) {
                 // SAFETY: forwarded contract.
-                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, tq) },)*
+                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, tq, first) },)*
                 _ => {}
             }
         };
     }
-    arms!((4, 4), (4, 3), (4, 2), (4, 1), (3, 4), (3, 3), (3, 2), (3, 1),
-          (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
+    arms!((6, 4), (6, 3), (6, 2), (6, 1), (5, 4), (5, 3), (5, 2), (5, 1), (4, 4), (4, 3), (4, 2), (4, 1), (3, 4), (3, 3), (3, 2), (3, 1), (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
 }
 
 /// R rows of the panel × T input vectors over `steps` 16-lane steps (the last one masked by
-/// `mask`), accumulating into `acc[rq + i][tq + t]`.
+/// `mask`), accumulating into `acc[rq + i][tq + t]`, or, for the `first` column chunk, starting
+/// from zero and overwriting them (the same bits as adding to zeroed accumulators, without
+/// clearing and reloading them).
 ///
 /// # Safety
 /// The panel holds R rows and the inputs T vectors of `steps` × 16 readable values (the last
 /// step's lanes outside `mask` are not read).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                                               acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize) {
+                                               acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize,
+                                               first: bool) {
     let mut a = [[_mm512_setzero_ps(); T]; R];
-    for (i, row) in a.iter_mut().enumerate() {
-        row.copy_from_slice(&acc[rq + i][tq..tq + T]);
+    if !first {
+        for (i, row) in a.iter_mut().enumerate() {
+            row.copy_from_slice(&acc[rq + i][tq..tq + T]);
+        }
     }
     let full = if mask == 0xffff { steps } else { steps - 1 };
     // SAFETY (all loads): step s < steps of row i < R / vector t < T is readable (the caller's
