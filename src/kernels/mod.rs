@@ -284,9 +284,23 @@ struct SplitInputs {
 }
 
 impl SplitInputs {
+    /// Room for `values` inputs from a 64-byte boundary ([`SPLIT_ALIGN_ROOM`] more).
     fn new(values: usize) -> SplitInputs {
-        SplitInputs { values, buf: std::sync::Mutex::new(vec![0.0; values]) }
+        SplitInputs { values, buf: std::sync::Mutex::new(vec![0.0; values + SPLIT_ALIGN_ROOM]) }
     }
+}
+
+/// Values of room a buffer of split Q4B32 inputs has beyond what it holds, so that they can
+/// start on a 64-byte boundary wherever the allocator put it: a 16-lane load of inputs that
+/// straddles two cache lines costs two, and the GEMM loads four vectors' inputs for every 24
+/// fused multiply-adds (10 % of its speed, BENCHMARKS 2026-12-04).
+pub(crate) const SPLIT_ALIGN_ROOM: usize = 16;
+
+/// The part of `buf` from its first 64-byte boundary when `values` fit after it, else all.
+#[cfg(target_arch = "x86_64")]
+fn aligned_for(buf: &mut [f32], values: usize) -> &mut [f32] {
+    let skip = buf.as_ptr().align_offset(64);
+    if skip <= buf.len() && buf.len() - skip >= values { &mut buf[skip..] } else { buf }
 }
 
 impl Clone for SplitInputs {
@@ -492,10 +506,12 @@ impl Kernels {
     }
 
     /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, by parity
-    /// into `buf` and returns the job that multiplies a Q4B32 matrix with them.
+    /// into `buf` (from its first 64-byte boundary, when it has the room) and returns the job
+    /// that multiplies a Q4B32 matrix with them.
     fn split_q4_inputs<'a>(&self, buf: &'a mut [f32], x: &'a [f32], n: usize, cols: usize) -> Job<'a> {
         #[cfg(target_arch = "x86_64")]
         {
+            let buf = aligned_for(buf, n * cols);
             // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
             // n × cols values (`wants_q4_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
