@@ -12,7 +12,7 @@
 use super::latent::{LatentState, Sizes as LatentSizes};
 use crate::error::Result;
 use crate::format::config::{ModelConfig, QkNorm};
-use crate::sys::{vec_bytes, AlignedBuf};
+use crate::sys::{vec_bytes, AlignedBuf, Floats};
 
 /// What one conversation holds across tokens: everything a forward pass reads back from earlier
 /// positions. Only the layers with ordinary attention keep keys and values; MLA layers keep a
@@ -82,52 +82,52 @@ pub struct State {
     /// Tokens a forward pass processes at once (prefill chunk).
     pub(crate) chunk: usize,
     /// Residual stream, chunk × hidden.
-    pub(crate) x: Vec<f32>,
+    pub(crate) x: Floats,
     /// Normed input of a sublayer, chunk × hidden.
-    pub(crate) h: Vec<f32>,
+    pub(crate) h: Floats,
     /// chunk × q_dim.
-    pub(crate) q: Vec<f32>,
+    pub(crate) q: Floats,
     /// chunk × kv_dim.
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
+    pub(crate) k: Floats,
+    pub(crate) v: Floats,
     /// Attention output before o_proj, chunk × q_dim.
-    pub(crate) att: Vec<f32>,
+    pub(crate) att: Floats,
     /// Sublayer output, chunk × hidden.
-    pub(crate) out: Vec<f32>,
+    pub(crate) out: Floats,
     /// FFN gate and up, chunk × ffn width.
-    pub(crate) gate: Vec<f32>,
-    pub(crate) up: Vec<f32>,
+    pub(crate) gate: Floats,
+    pub(crate) up: Floats,
     /// Attention scores, one row of `ctx` per pool participant.
-    pub(crate) scores: Vec<f32>,
+    pub(crate) scores: Floats,
     /// RoPE tables for the chunk's positions, chunk × rope_dim/2 each.
-    pub(crate) cos: Vec<f32>,
-    pub(crate) sin: Vec<f32>,
+    pub(crate) cos: Floats,
+    pub(crate) sin: Floats,
     /// Logits: `logit_rows` rows of vocab; row 0 holds the last position's after a pass.
-    pub(crate) logits: Vec<f32>,
+    pub(crate) logits: Floats,
     /// Rows of `logits` (the prefill chunk, capped so the buffer stays near 8 MiB).
     pub(crate) logit_rows: usize,
     /// MoE: router logits (chunk × experts), then each token's chosen experts and weights
     /// (chunk × top_k), the distinct experts of the chunk, the rows gathered for one expert
     /// and the (token, slot) they came from, that expert's output, and every (token, slot)
     /// output (chunk × top_k × hidden).
-    pub(crate) router: Vec<f32>,
+    pub(crate) router: Floats,
     pub(crate) route_ids: Vec<u32>,
-    pub(crate) route_w: Vec<f32>,
+    pub(crate) route_w: Floats,
     pub(crate) wanted: Vec<u32>,
-    pub(crate) xs: Vec<f32>,
-    pub(crate) ys: Vec<f32>,
-    pub(crate) expert_out: Vec<f32>,
+    pub(crate) xs: Floats,
+    pub(crate) ys: Floats,
+    pub(crate) expert_out: Floats,
     /// Experts computed whole, one per pool participant (`moe::experts_in_parallel`): each
     /// participant's scratch ([`State::participant_floats`]) for experts of up to
     /// [`State::whole_expert_tokens`] tokens, for at most a batch of records' worth of them.
-    pub(crate) expert_par: Vec<f32>,
+    pub(crate) expert_par: Floats,
     /// Router look-ahead: the next MoE layer's logits for a decode step's input, and the
     /// experts guessed (top-k for a decode step; for a prefill chunk, one mark per expert, then
     /// the marked ids).
-    pub(crate) ahead_logits: Vec<f32>,
+    pub(crate) ahead_logits: Floats,
     pub(crate) ahead_ids: Vec<u32>,
     /// One q/k norm group, for normalising in place (head_dim, or q/k width for a whole norm).
-    pub(crate) norm_tmp: Vec<f32>,
+    pub(crate) norm_tmp: Floats,
     /// DeepSeek / Kimi: the scratch of the MLA and KDA layers.
     pub(crate) latent: LatentState,
 }
@@ -175,8 +175,8 @@ impl State {
     /// [`State::heap_bytes`] measures the same after [`State::new`].
     pub fn plan_bytes(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> u64 {
         let s = Sizes::new(cfg, ctx, chunk, threads);
-        let scratch = s.f32s.iter().sum::<usize>() * 4 + s.u32s.iter().sum::<usize>() * 4;
-        scratch as u64 + LatentState::plan_bytes(cfg, ctx, chunk, threads)
+        let scratch = s.f32s.iter().map(|&n| Floats::plan_bytes(n)).sum::<u64>() + s.u32s.iter().sum::<usize>() as u64 * 4;
+        scratch + LatentState::plan_bytes(cfg, ctx, chunk, threads)
     }
 
     /// Scratch bytes this state holds, from its buffers, every vector counted by its capacity
@@ -186,7 +186,7 @@ impl State {
             &self.scores, &self.cos, &self.sin, &self.logits, &self.router, &self.route_w, &self.xs, &self.ys,
             &self.expert_out, &self.ahead_logits, &self.norm_tmp, &self.expert_par];
         let u32s = [&self.route_ids, &self.wanted, &self.ahead_ids];
-        let scratch = f32s.iter().map(|v| vec_bytes(v)).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>();
+        let scratch = f32s.iter().map(|v| v.heap_bytes()).sum::<u64>() + u32s.iter().map(|v| vec_bytes(v)).sum::<u64>();
         scratch + self.latent.heap_bytes()
     }
 
@@ -255,7 +255,7 @@ impl State {
     pub fn new(cfg: &ModelConfig, ctx: usize, chunk: usize, threads: usize) -> Result<State> {
         let s = Sizes::new(cfg, ctx, chunk, threads);
         let [x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w, xs, ys, expert_out,
-            ahead_logits, norm_tmp, expert_par] = s.f32s.map(|n| vec![0.0f32; n]);
+            ahead_logits, norm_tmp, expert_par] = s.f32s.map(Floats::zeroed);
         let [route_ids, wanted, ahead_ids] = s.u32s;
         Ok(State {
             cache: SessionCache::empty(),

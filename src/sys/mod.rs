@@ -133,6 +133,63 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+/// A zeroed f32 buffer whose values start on a 64-byte boundary: a kernel's 16-lane load of
+/// a vector's inputs then never straddles two cache lines (one that does costs two, about a
+/// tenth of the prefill GEMM's speed: BENCHMARKS, 2026-12-04). A `Vec` with
+/// [`Floats::ROOM`] more values, used from its first boundary: no `unsafe`, and it derefs to
+/// exactly `len` values.
+#[derive(Clone, Default)]
+pub struct Floats {
+    buf: Vec<f32>,
+    start: usize,
+    len: usize,
+}
+
+impl Floats {
+    /// Values allocated beyond the length, so that a 64-byte boundary falls among them.
+    pub const ROOM: usize = 16;
+
+    /// `len` zeros from a 64-byte boundary.
+    pub fn zeroed(len: usize) -> Floats {
+        let buf = vec![0.0f32; len + Self::ROOM];
+        // align_offset may give up (usize::MAX): start at 0 then, unaligned but correct.
+        let start = match buf.as_ptr().align_offset(64) {
+            s if s <= Self::ROOM => s,
+            _ => 0,
+        };
+        Floats { buf, start, len }
+    }
+
+    /// Heap bytes held, room included (see [`vec_bytes`]).
+    pub fn heap_bytes(&self) -> u64 {
+        vec_bytes(&self.buf)
+    }
+
+    /// Heap bytes [`Floats::zeroed`]`(len)` will hold, for plans made before allocating.
+    pub fn plan_bytes(len: usize) -> u64 {
+        ((len + Self::ROOM) * std::mem::size_of::<f32>()) as u64
+    }
+}
+
+impl std::ops::Deref for Floats {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Floats {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for Floats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Floats({} values)", self.len)
+    }
+}
+
 /// Heap bytes a vector holds: its capacity (not its length) times the element size. The
 /// memory accounting (docs/MEMORY.md) sums these over every buffer a model keeps.
 pub fn vec_bytes<T>(v: &Vec<T>) -> u64 {
