@@ -319,9 +319,14 @@ fn matrix_bytes(bytes: usize, dtype: DType, row_bytes: usize) -> Result<AlignedB
     Ok(buf)
 }
 
-/// `len` input values in −1..1, the same for every product measured.
-fn inputs(len: usize) -> Vec<f32> {
-    (0..len).map(|c| ((c * 7919 % 2003) as f32 / 1001.0) - 1.0).collect()
+/// `len` input values in −1..1, the same for every product measured, from a 64-byte
+/// boundary as a model's are ([`crate::sys::Floats`]).
+fn inputs(len: usize) -> crate::sys::Floats {
+    let mut x = crate::sys::Floats::zeroed(len);
+    for (c, v) in x.iter_mut().enumerate() {
+        *v = ((c * 7919 % 2003) as f32 / 1001.0) - 1.0;
+    }
+    x
 }
 
 /// Fills `buf` with rows of pseudo-random values of `dtype`: 64 distinct rows generated, then
