@@ -4,11 +4,13 @@
 //! multiplies it by many and is bound by arithmetic, so here the weights are widened once and
 //! reused. Rows are taken [`ROW_GROUP`] at a time and columns [`K_CHUNK`] at a time: that piece
 //! of the matrix is widened into an f32 panel on the stack (36 KiB, which stays in a 48 KiB L1
-//! beside four vectors' inputs) and serves up to [`TOKEN_GROUP`] vectors, four at a time: a
-//! register tile of 6 rows × 4 vectors walks down the panel's rows, ten 16-lane loads for every
-//! 24 fused multiply-adds (24 accumulators, 4 inputs and a weight: 29 of the 32 registers). The
-//! accumulators live in a stack buffer between column chunks (a store and a reload change no
-//! bits): a tile loads and stores them once per chunk, and the first chunk starts from zero.
+//! beside four vectors' inputs) and serves a token group: up to [`TOKEN_GROUP`] vectors, fewer
+//! for wide inputs ([`GROUP_INPUTS`]), the row groups walked inside each token group so that
+//! the group's inputs stay in L2. A register tile of 6 rows × 4 vectors walks down the panel's
+//! rows, ten 16-lane loads for every 24 fused multiply-adds (24 accumulators, 4 inputs and a
+//! weight: 29 of the 32 registers). The accumulators live in a stack buffer between column
+//! chunks (a store and a reload change no bits): a tile loads and stores them once per chunk,
+//! and the first chunk starts from zero.
 //!
 //! Why these sizes: widening a panel once for 128 vectors instead of 32 raised the GEMM from
 //! 50–65 % to 65–75 % of the FMA peak on Zen 4 (BENCHMARKS, 2026-12-03, "the prefill GEMM
@@ -34,12 +36,19 @@ use std::arch::x86_64::*;
 
 /// Rows widened into one panel.
 pub const ROW_GROUP: usize = 18;
-/// Vectors a panel serves, whose accumulators are kept between column chunks.
+/// Most vectors a panel serves, whose accumulators are kept between column chunks.
 pub const TOKEN_GROUP: usize = 128;
 /// Columns per panel (a multiple of 32, so quantized blocks never straddle two panels).
 pub const K_CHUNK: usize = 512;
 
 const STEPS: usize = K_CHUNK / 16;
+/// Bytes of inputs one token group may have: the group's inputs are read again for every row
+/// group, so they should stay in L2 (half of a 2 MiB one). Wider inputs get fewer vectors per
+/// group: the down projection of a 1B model (8,192 columns) 32 instead of 128, whose 4 MiB
+/// came from L3 for every 18 rows — a C replica of the loop ran at 58 % of the FMA peak with
+/// 4 MiB of inputs and 80 % with 1 MiB at the same stride (BENCHMARKS, 2026-12-04). The price
+/// is a panel widened once per group instead of once per 128 vectors.
+const GROUP_INPUTS: usize = 1 << 20;
 /// The register tile: rows × vectors, one 16-lane accumulator each.
 const TILE_ROWS: usize = 6;
 const TILE_TOKENS: usize = 4;
@@ -114,12 +123,13 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
     let mut acc = Accumulators([[_mm512_setzero_ps(); TOKEN_GROUP]; ROW_GROUP]);
     let mut panel = Panel([0.0; ROW_GROUP * K_CHUNK]);
     let mut xbuf = Panel([0.0; TILE_TOKENS * K_CHUNK]);
-    let mut rg = r0;
-    while rg < r1 {
-        let rows = ROW_GROUP.min(r1 - rg);
-        let mut tg = 0;
-        while tg < n {
-            let toks = TOKEN_GROUP.min(n - tg);
+    let group = group_tokens(cols);
+    let mut tg = 0;
+    while tg < n {
+        let toks = group.min(n - tg);
+        let mut rg = r0;
+        while rg < r1 {
+            let rows = ROW_GROUP.min(r1 - rg);
             let mut c0 = 0;
             while c0 < cols {
                 let kc = K_CHUNK.min(cols - c0);
@@ -158,10 +168,16 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
                 // SAFETY: elements (tg + t, rg..rg + rows) are the caller's to write.
                 unsafe { store_sums(&acc, rows, t, y.add((tg + t) * ys + rg)) };
             }
-            tg += toks;
+            rg += rows;
         }
-        rg += rows;
+        tg += toks;
     }
+}
+
+/// Vectors per token group for inputs `cols` wide: as many as fit [`GROUP_INPUTS`] bytes (a
+/// multiple of four, 16 to [`TOKEN_GROUP`]).
+fn group_tokens(cols: usize) -> usize {
+    (GROUP_INPUTS / (cols.max(1) * 4) / 4 * 4).clamp(16, TOKEN_GROUP)
 }
 
 /// Writes rows `0..rows` of vector `t`'s lane sums to `out[0..rows]`: eight rows at a time
