@@ -14,9 +14,10 @@
 //!
 //! Why these sizes: widening a panel once for 128 vectors instead of 32 raised the GEMM from
 //! 50–65 % to 65–75 % of the FMA peak on Zen 4 (BENCHMARKS, 2026-12-03, "the prefill GEMM
-//! reordered"); on the Intel host with two FMA ports (2026-12-04, "the prefill tile on the
-//! Intel AMX host") the 4 × 4 tile over 2048-column panels that do not fit L1 reached 45 % of
-//! the peak, and this tile over 512-column panels 55 %, a 1B prefill 24 % faster.
+//! reordered"); on an Intel host with two FMA ports (BENCHMARKS, "2026-12-04 (late morning):
+//! the prefill GEMM on an Intel host with two FMA ports") the 4 × 4 tile over 2,048-column
+//! panels, which do not fit L1, reached 45 % of the peak and this tile over 512-column panels
+//! about 55 % (before the inputs were aligned), a 1B prefill 24 % faster.
 //!
 //! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
 //! one FMA per 16 columns in column order, from the same weight values in the same lane order
@@ -49,7 +50,8 @@ const STEPS: usize = K_CHUNK / 16;
 /// 4 MiB of inputs and 80 % with 1 MiB at the same stride (BENCHMARKS, 2026-12-04). The price
 /// is a panel widened once per group instead of once per 128 vectors.
 const GROUP_INPUTS: usize = 1 << 20;
-/// The register tile: rows × vectors, one 16-lane accumulator each.
+/// The register tile: rows × vectors, one 16-lane accumulator each ([`tile_any`]'s arms
+/// cover every smaller tile).
 const TILE_ROWS: usize = 6;
 const TILE_TOKENS: usize = 4;
 
@@ -310,7 +312,9 @@ unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mas
             }
         };
     }
-    arms!((6, 4), (6, 3), (6, 2), (6, 1), (5, 4), (5, 3), (5, 2), (5, 1), (4, 4), (4, 3), (4, 2), (4, 1), (3, 4), (3, 3), (3, 2), (3, 1), (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
+    arms!((6, 4), (6, 3), (6, 2), (6, 1), (5, 4), (5, 3), (5, 2), (5, 1),
+          (4, 4), (4, 3), (4, 2), (4, 1), (3, 4), (3, 3), (3, 2), (3, 1),
+          (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
 }
 
 /// R rows of the panel × T input vectors over `steps` 16-lane steps (the last one masked by

@@ -138,7 +138,7 @@ impl std::fmt::Debug for AlignedBuf {
 /// tenth of the prefill GEMM's speed: BENCHMARKS, 2026-12-04). A `Vec` with
 /// [`Floats::ROOM`] more values, used from its first boundary: no `unsafe`, and it derefs to
 /// exactly `len` values.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct Floats {
     buf: Vec<f32>,
     start: usize,
@@ -181,6 +181,15 @@ impl std::ops::Deref for Floats {
 impl std::ops::DerefMut for Floats {
     fn deref_mut(&mut self) -> &mut [f32] {
         &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl Clone for Floats {
+    /// A copy on its own 64-byte boundary (a cloned `Vec` may sit elsewhere mod 64).
+    fn clone(&self) -> Floats {
+        let mut copy = Floats::zeroed(self.len);
+        copy.copy_from_slice(self);
+        copy
     }
 }
 
@@ -683,6 +692,24 @@ mod tests {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::Duration;
+
+    /// Floats start on a 64-byte boundary whatever their length, hold exactly that many zeros,
+    /// and count their room in what they hold, as the plan does.
+    #[test]
+    fn floats_are_aligned_zeroed_and_counted() {
+        for len in [0, 1, 15, 16, 17, 1000, 300_000] {
+            let mut f = Floats::zeroed(len);
+            assert_eq!(f.len(), len);
+            assert!(f.iter().all(|&v| v == 0.0));
+            assert_eq!(f.as_ptr() as usize % 64, 0, "len {len}");
+            f.iter_mut().for_each(|v| *v = 1.5);
+            assert_eq!(f.iter().sum::<f32>(), 1.5 * len as f32);
+            assert_eq!(f.heap_bytes(), Floats::plan_bytes(len));
+            let copy = f.clone();
+            assert_eq!((copy.len(), copy.as_ptr() as usize % 64), (len, 0));
+            assert!(copy.iter().eq(f.iter()));
+        }
+    }
 
     /// A purgeable slot the kernel has not touched keeps its bytes; one whose pages were taken
     /// (here forced with MADV_DONTNEED, which drops them as reclaim of MADV_FREE pages does)
