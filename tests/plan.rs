@@ -121,9 +121,10 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     let kv = waste::Session::plan_bytes(&cfg, 2048);
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers,
     // and on AVX-512 the kernels' buffer for a Q4B32 product's inputs split by parity (up to
-    // 128 vectors of the widest input, here the FFN's).
+    // 128 vectors of the widest input, here the FFN's, and 16 values of room to start them on
+    // a 64-byte boundary).
     let q4 = if waste::kernels::Kernels::select(false).splits_q4_inputs() {
-        (plan.prefill_chunk.min(waste::kernels::SPLIT_VECTORS) * cfg.intermediate * 4) as u64
+        ((plan.prefill_chunk.min(waste::kernels::SPLIT_VECTORS) * cfg.intermediate + 16) * 4) as u64
     } else {
         0
     };
