@@ -138,6 +138,7 @@ pub(crate) mod neon;
 
 use crate::format::dtype::DType;
 pub use crate::sys::CpuList;
+use crate::sys::Floats;
 pub use int8::Int8Isa;
 use int8::{Acts, Int8Path, Int8RowsFn};
 pub use pool::Pool;
@@ -280,23 +281,19 @@ pub const SPLIT_VECTORS: usize = 128;
 struct SplitInputs {
     /// Values the buffer holds (its length, readable without the lock).
     values: usize,
-    buf: std::sync::Mutex<Vec<f32>>,
+    buf: std::sync::Mutex<Floats>,
 }
 
 impl SplitInputs {
-    /// Room for `values` inputs from a 64-byte boundary ([`SPLIT_ALIGN_ROOM`] more).
+    /// Room for `values` inputs, from a 64-byte boundary ([`Floats`]).
     fn new(values: usize) -> SplitInputs {
-        SplitInputs { values, buf: std::sync::Mutex::new(vec![0.0; values + SPLIT_ALIGN_ROOM]) }
+        SplitInputs { values, buf: std::sync::Mutex::new(Floats::zeroed(values)) }
     }
 }
 
-/// Values of room a buffer of split Q4B32 inputs has beyond what it holds, so that they can
-/// start on a 64-byte boundary wherever the allocator put it: a 16-lane load of inputs that
-/// straddles two cache lines costs two, and the GEMM loads four vectors' inputs for every 24
-/// fused multiply-adds (10 % of its speed, BENCHMARKS 2026-12-04).
-pub(crate) const SPLIT_ALIGN_ROOM: usize = 16;
-
-/// The part of `buf` from its first 64-byte boundary when `values` fit after it, else all.
+/// The part of `buf` from its first 64-byte boundary when `values` fit after it, else all: a
+/// caller's room for split inputs ([`Kernels::rows_alone`]) may start anywhere, and a 16-lane
+/// input load that straddles two cache lines costs two (BENCHMARKS, 2026-12-04).
 #[cfg(target_arch = "x86_64")]
 fn aligned_for(buf: &mut [f32], values: usize) -> &mut [f32] {
     let skip = buf.as_ptr().align_offset(64);
@@ -482,7 +479,7 @@ impl Kernels {
     pub fn heap_bytes(&self) -> u64 {
         // A poisoned lock only means a panic elsewhere interrupted a split, which the next one
         // overwrites: the buffer is still held.
-        let q4 = self.q4_inputs.as_ref().map_or(0, |b| crate::sys::vec_bytes(&b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner)));
+        let q4 = self.q4_inputs.as_ref().map_or(0, |b| b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).heap_bytes());
         self.scratch().map_or(0, |s| s.bytes() as u64) + q4
     }
 
@@ -500,7 +497,7 @@ impl Kernels {
     }
 
     /// The Q4B32 input buffer, locked, when [`Kernels::wants_q4_split`].
-    fn q4_split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Vec<f32>>> {
+    fn q4_split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Floats>> {
         let buf = self.q4_inputs.as_ref().filter(|_| self.wants_q4_split(w, n))?;
         Some(buf.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }

@@ -36,9 +36,10 @@ use crate::format::container::{self, Manifest};
 use crate::format::json::{Json, Limits};
 use crate::format::safetensors::Checkpoint;
 use crate::kernels::pool::THREAD_BYTES;
-use crate::kernels::{Kernels, SPLIT_ALIGN_ROOM};
+use crate::kernels::Kernels;
 use crate::model::session::Session;
 use crate::model::state::State;
+use crate::sys::Floats;
 use crate::model::weights::{load_trunk, Loader};
 use crate::sample::SampleBuffers;
 use crate::Options;
@@ -297,7 +298,7 @@ pub fn metadata_bytes(layers: usize) -> u64 {
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
-    let q4 = if Kernels::select(opts.force_scalar).splits_q4_inputs() { (State::q4_split_values(cfg, chunk) + SPLIT_ALIGN_ROOM) as u64 * 4 } else { 0 };
+    let q4 = if Kernels::select(opts.force_scalar).splits_q4_inputs() { Floats::plan_bytes(State::q4_split_values(cfg, chunk)) } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
     rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + q4 + threads + metadata_bytes(cfg.layers)
 }
@@ -658,7 +659,7 @@ mod tests {
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
         // Besides the state: RoPE, the sampler, the kernels' Q4B32 input buffer (AVX-512),
         // one compute worker and 4 I/O threads, metadata.
-        let q4 = if Kernels::select(false).splits_q4_inputs() { 4 * (State::q4_split_values(&cfg, 4) + SPLIT_ALIGN_ROOM) as u64 } else { 0 };
+        let q4 = if Kernels::select(false).splits_q4_inputs() { Floats::plan_bytes(State::q4_split_values(&cfg, 4)) } else { 0 };
         let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + q4 + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.

@@ -211,7 +211,7 @@ impl State {
     /// inputs split for the Q4B32 kernels (m × the wider of hidden and the expert width, and
     /// the room to start them on a 64-byte boundary).
     pub(crate) fn participant_floats(hidden: usize, inter: usize, m: usize) -> usize {
-        m * (2 * hidden + 2 * inter + hidden.max(inter)) + crate::kernels::SPLIT_ALIGN_ROOM
+        m * (2 * hidden + 2 * inter + hidden.max(inter)) + Floats::ROOM
     }
 
     /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
