@@ -7,7 +7,7 @@
 mod common;
 use common::{assert_independent_of_vector_count_and_row_range, bit_identical, kernel_product, random_matrix, Rng};
 use waste::format::dtype::DType;
-use waste::kernels::{Isa, Kernels, MatRef, Pool};
+use waste::kernels::{Isa, Kernels, MatRef, Pool, Prefetch};
 
 const DTYPES: [DType; 5] = [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32];
 
@@ -35,7 +35,19 @@ fn dequantize(dtype: DType, data: &[u8], rows: usize, cols: usize) -> Vec<f64> {
 }
 
 fn simd_isas() -> Vec<Kernels> {
-    let ks: Vec<Kernels> = Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa).collect();
+    let mut ks: Vec<Kernels> = Vec::new();
+    for k in Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa) {
+        // Each prefetch scheme where the instruction set has a choice (AVX-512).
+        for p in Prefetch::ALL {
+            let kp = k.clone().with_prefetch(p);
+            if kp.prefetch() == p {
+                ks.push(kp);
+            }
+        }
+        if !ks.iter().any(|o| o.isa() == k.isa()) {
+            ks.push(k);
+        }
+    }
     if ks.is_empty() {
         common::skip("kernels", "this CPU has no SIMD instruction set the engine uses");
     }
@@ -357,7 +369,40 @@ fn selection_reports_the_instruction_set() {
     if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
         assert_eq!(best, Isa::Avx512);
     }
-    println!("kernels: {}", best.name());
+    // The decode tiles' prefetch scheme is AVX-512's choice by vendor; the others have one.
+    let want = if best == Isa::Avx512 { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
+    assert_eq!(Kernels::select(false).prefetch(), want);
+    println!("kernels: {} (prefetch {})", best.name(), want.name());
+}
+
+/// The decode tiles' prefetch schemes change when weight bytes arrive, never the arithmetic:
+/// both give the same bits, on rows long and short (the own-rows scheme reaches past a row's
+/// end into the next tile's), one vector and a few, with and without the split Q4B32 inputs.
+#[test]
+fn prefetch_schemes_give_the_same_bits() {
+    let Some(k) = Kernels::with_isa(Isa::Avx512) else {
+        common::skip("kernels", "this CPU has no AVX-512 (the one instruction set with a prefetch choice)");
+        return;
+    };
+    let mut rng = Rng(0x5EED_F00D_0F_A11E);
+    let pool = Pool::new(2).expect("a pool of two threads");
+    for dtype in [DType::Q8B32, DType::Q4B32] {
+        for (rows, cols) in [(37, 2048), (19, 8192), (8, 32), (24, 96), (3, 640)] {
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            for n in [1, 2, 4, 7] {
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+                let [a, b] = Prefetch::ALL.map(|p| {
+                    let kp = k.clone().with_prefetch(p).with_q4_input_buffer(n * cols);
+                    let mut y = vec![f32::NAN; n * rows];
+                    kp.matmul(&pool, w, &x, n, &mut y);
+                    (kernel_product(&kp, w, &x, n), y)
+                });
+                assert!(bit_identical(&a.0, &b.0), "{dtype} {rows}x{cols} n={n}: rows differ between prefetch schemes");
+                assert!(bit_identical(&a.1, &b.1), "{dtype} {rows}x{cols} n={n}: matmul differs between prefetch schemes");
+            }
+        }
+    }
 }
 
 /// `bench matmul` measures every dtype at 1 and N threads and the read bandwidth beside them

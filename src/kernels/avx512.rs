@@ -133,9 +133,11 @@ dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
 /// `$xload(ptr)` loads the block's 32 inputs as the matching (A, B) pair. Each (row, vector)
 /// pair then takes two fused multiply-adds per block, A before B: the sequence the prefill
 /// panel of [`super::avx512_prefill`] repeats, so both give the same bits. The inputs are
-/// loaded once per block and vector and serve every row of the tile.
+/// loaded once per block and vector and serve every row of the tile. `$prefetch` asks for the
+/// lines ahead ([`ahead_tile_after_next`] or [`ahead_own_rows`], see [`super::Prefetch`]); it
+/// changes when bytes arrive, never the arithmetic.
 macro_rules! block_tile {
-    ($name:ident, $bytes:expr, $decode:ident, $xload:ident) => {
+    ($name:ident, $bytes:expr, $decode:ident, $xload:ident, $prefetch:ident) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         #[inline]
         unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
@@ -150,9 +152,13 @@ macro_rules! block_tile {
                     // SAFETY: vector t0 + t has `cols` = 32 × blocks values.
                     *v = unsafe { $xload(xp.add((t0 + t) * cols + b * 32)) };
                 }
-                // This step's share of the rows of the tile after next (two tiles ahead
-                // rather than one: Q8B32 decode +10 % on Zen 4, BENCHMARKS).
-                prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
+                // Several vectors' inputs fill L1 themselves, so lines asked for there evict
+                // them: their tiles look ahead the other way (see [`super::Prefetch`]).
+                if T == 1 {
+                    $prefetch::<R>(wp, r, rb, b, $bytes);
+                } else {
+                    ahead_tile_after_next::<R>(wp, r, rb, b, $bytes);
+                }
                 for i in 0..R {
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let (wa, wb) = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
@@ -168,6 +174,40 @@ macro_rules! block_tile {
             }
         }
     };
+}
+
+/// [`super::Prefetch::TileAfterNext`]: block step `b`'s share of the rows of the tile after
+/// next, to L2 (two tiles ahead rather than one: Q8B32 decode +10 % on Zen 4, BENCHMARKS).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn ahead_tile_after_next<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
+    prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * bytes), R * bytes);
+}
+
+/// Block steps between a step and the one [`ahead_own_rows`] asks for: 864 bytes of a Q4B32 row,
+/// 1,632 of a Q8B32 one. On the Intel host of BENCHMARKS (2026-12-04 afternoon), 1 GiB from
+/// DRAM on two threads, Q4B32 reached 70 % of the read bandwidth at 12 steps, 77 % at 24 and
+/// 82 % at 48, then 79 % at 64 and 75 % at 96; Q8B32 91 % at 12 and 95 % from 24 on.
+const OWN_ROWS_STEPS: usize = 48;
+
+/// [`super::Prefetch::OwnRows`]: the line [`OWN_ROWS_STEPS`] block steps ahead in the tile's own
+/// rows, to L1; past a row's end, the same place in the next tile's row (an expert's rows are
+/// short: 64 blocks of Q4B32 for 2,048 columns, whose first 48 would otherwise arrive
+/// unasked). A row advances `bytes` per step, so it is asked for once every `64 / bytes` steps
+/// (Q4B32 every third, Q8B32 every step), each step taking its turn of rows: every line of
+/// every row is asked for, with a third of the requests for Q4B32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn ahead_own_rows<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
+    let every = (64 / bytes).max(1);
+    let at = (b + OWN_ROWS_STEPS) * bytes;
+    let first = if at < rb { r * rb + at } else { (r + R) * rb + at - rb };
+    for j in 0..R.div_ceil(every) {
+        // Past the tile's last row (R not a multiple of `every`) is the next tile's first:
+        // a prefetch does not fault, and that line is wanted soon anyway.
+        let row = every * j + b % every;
+        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(first + row * rb) as *const i8);
+    }
 }
 
 /// The binary16 scale at the start of a block, widened through [`F16_TO_F32`] (one load,
@@ -234,11 +274,13 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> (__m512, __m512) {
     }
 }
 
-block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
-block_tile!(tile_q4b32, 18, decode_q4, x_by_parity);
+block_tile!(tile_q8b32, 34, decode_q8, x_in_order, ahead_tile_after_next);
+block_tile!(tile_q8b32_own_rows, 34, decode_q8, x_in_order, ahead_own_rows);
+block_tile!(tile_q4b32, 18, decode_q4, x_by_parity, ahead_tile_after_next);
 // Q4B32 against inputs already split by parity (see [`rows_q4b32`]): the same values in the
 // same order, so the same bits, without two permutations per block, vector and tile.
-block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
+block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order, ahead_tile_after_next);
+block_tile!(tile_q4b32_ordered_own_rows, 18, decode_q4, x_in_order, ahead_own_rows);
 
 mod decode {
     use super::*;
@@ -246,8 +288,10 @@ mod decode {
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32_own_rows, tile_q8b32_own_rows, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered_own_rows, tile_q4b32_ordered_own_rows, 8, 4);
 }
 
 /// Largest input (vectors × columns × 4 bytes) for which several vectors still go to the
@@ -297,6 +341,7 @@ rows_fn!(rows_f32);
 rows_fn!(rows_bf16);
 rows_fn!(rows_f16);
 rows_fn!(rows_q8b32);
+rows_fn!(rows_q8b32_own_rows);
 rows_fn!(rows_q4b32_any);
 
 /// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). Where the register
@@ -305,10 +350,12 @@ rows_fn!(rows_q4b32_any);
 /// and pair of rows — the permutation was most of the tiles' work beside the widening. The
 /// values and their order, hence the bits, are those of [`x_by_parity`].
 ///
+/// `OWN_ROWS` picks the prefetch scheme ([`super::Prefetch`]).
+///
 /// # Safety
 /// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let cols = w.row_bytes() / 18 * 32;
     let len = n * cols;
     // Inputs that fit the buffer (64 KiB) are also within REGISTER_TILE_INPUTS: the tiles run.
@@ -328,7 +375,26 @@ pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, 
     }
     // SAFETY: the first `len` values were written above; the rest of the contract is the
     // caller's.
-    unsafe { decode::rows_q4b32_ordered(w, r0, r1, std::slice::from_raw_parts(ordered, len), n, y, ys) }
+    unsafe { rows_q4b32_ordered::<OWN_ROWS>(w, r0, r1, std::slice::from_raw_parts(ordered, len), n, y, ys) }
+}
+
+/// The register tiles on Q4B32 inputs split by parity, with the prefetch scheme `OWN_ROWS`
+/// picks.
+///
+/// # Safety
+/// As `RowsFn` (for `x` split by parity), and the CPU must have AVX-512 F/BW/VL with FMA and
+/// F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn rows_q4b32_ordered<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if OWN_ROWS {
+            decode::rows_q4b32_ordered_own_rows(w, r0, r1, x, n, y, ys)
+        } else {
+            decode::rows_q4b32_ordered(w, r0, r1, x, n, y, ys)
+        }
+    }
 }
 
 /// SIMD Q4B32 row-dot kernel for inputs already split by parity per 32-column block
@@ -339,15 +405,17 @@ pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, 
 /// eight tokens (the 64 KiB stack buffer of [`rows_q4b32`]) permuted every block of every
 /// tile: 73 % of the FMA peak at 8 vectors of 2,048 columns, 56 % at 9 (BENCHMARKS).
 ///
+/// `OWN_ROWS` picks the register tiles' prefetch scheme ([`super::Prefetch`]).
+///
 /// # Safety
 /// As `RowsFn` (for `x` split by parity), and the CPU must have AVX-512 F/BW/VL with FMA and
 /// F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32_split<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     // SAFETY: forwarded contract.
     unsafe {
         if !takes_gemm(n, w.cols) {
-            decode::rows_q4b32_ordered(w, r0, r1, x, n, y, ys)
+            rows_q4b32_ordered::<OWN_ROWS>(w, r0, r1, x, n, y, ys)
         } else {
             super::avx512_prefill::rows_q4b32_split(w, r0, r1, x, n, y, ys)
         }

@@ -35,6 +35,8 @@ pub struct MatmulBench {
     pub cpus: Option<CpuList>,
     /// Kernels to use; `None` is the best this CPU has.
     pub isa: Option<Isa>,
+    /// The decode tiles' prefetch scheme; `None` is the one chosen for this CPU.
+    pub prefetch: Option<super::Prefetch>,
     /// Q8B32 and Q4B32 through the opt-in int8-activation path (the quantization of the
     /// input vector is part of each timed product, as in decode).
     pub int8_activations: bool,
@@ -65,6 +67,7 @@ impl Default for MatmulBench {
             threads: crate::sys::available_cpus(),
             cpus: None,
             isa: None,
+            prefetch: None,
             int8_activations: false,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
@@ -108,6 +111,8 @@ pub struct DtypeRates {
 pub struct MatmulReport {
     /// The instruction set the kernels ran on.
     pub isa: Isa,
+    /// The decode tiles' prefetch scheme.
+    pub prefetch: super::Prefetch,
     /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
     pub int8: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
@@ -161,6 +166,9 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
         Some(isa) => Kernels::with_isa(isa).ok_or_else(|| Error::unsupported(format!(
             "bench matmul: this CPU cannot run the {} kernels", isa.name())))?,
     };
+    if let Some(p) = opts.prefetch {
+        kernels = kernels.with_prefetch(p);
+    }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
     kernels = kernels.with_q4_input_buffer(opts.cols * opts.tokens.min(super::SPLIT_VECTORS));
     if opts.int8_activations {
@@ -180,7 +188,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
+    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, dtypes })
 }
 

@@ -232,6 +232,48 @@ impl Isa {
     }
 }
 
+/// Where the quantized decode tiles (one vector, or the few of an expert) ask for the weight
+/// lines ahead of them. Only when bytes arrive changes: both give the same bits
+/// (`tests/kernels.rs`). Which is faster depends on the CPU's own prefetchers, so
+/// [`Kernels::select`] picks by vendor ([`Prefetch::for_this_cpu`]) and `waste bench matmul
+/// --prefetch` measures either (BENCHMARKS, 2026-12-04 afternoon).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Each block step asks for its share of the tile after next, to L2. AMD: Q8B32 decode
+    /// +10 % over one tile ahead on Zen 4, Q4B32 +20 % on Zen 3 (AVX2).
+    TileAfterNext,
+    /// Each block step asks for a line 48 steps ahead in the tile's own rows, to L1. On an
+    /// Intel Xeon (family 6 model 167), 1 GiB from DRAM on two threads: Q4B32 decode 57 → 82 %
+    /// and Q8B32 70 → 95 % of the read bandwidth, where the tile after next did no better than
+    /// no prefetch; from L3 (a matrix that fits it) about 10 % slower than the tile after next.
+    OwnRows,
+}
+
+impl Prefetch {
+    /// Both schemes.
+    pub const ALL: [Prefetch; 2] = [Prefetch::TileAfterNext, Prefetch::OwnRows];
+
+    /// The scheme's name, as `--prefetch` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Prefetch::TileAfterNext => "tile-after-next",
+            Prefetch::OwnRows => "own-rows",
+        }
+    }
+
+    /// Parses a name as printed by [`Prefetch::name`].
+    pub fn from_name(name: &str) -> Option<Prefetch> {
+        Prefetch::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The scheme measured best on this CPU's vendor: [`Prefetch::OwnRows`] on Intel,
+    /// [`Prefetch::TileAfterNext`] elsewhere (AMD, where it was measured, and any CPU not
+    /// measured).
+    pub fn for_this_cpu() -> Prefetch {
+        if crate::sys::cpu_vendor() == *b"GenuineIntel" { Prefetch::OwnRows } else { Prefetch::TileAfterNext }
+    }
+}
+
 /// Floats per stream segment of the SIMD `sum` kernels (the read-bandwidth probe): four
 /// adjacent 16 KiB segments are read in lockstep, the pattern of a 4-row tile over 16 KiB
 /// rows (with 4 KiB segments the hardware prefetcher restarts at every page and the probe
@@ -269,6 +311,8 @@ pub struct Kernels {
     int8: Option<Int8Path>,
     /// Room for a Q4B32 prefill product's inputs split by parity (AVX-512), when given.
     q4_inputs: Option<SplitInputs>,
+    /// The decode tiles' prefetch scheme (AVX-512; the AVX2 and NEON tiles have one).
+    prefetch: Prefetch,
 }
 
 /// Vectors whose Q4B32 inputs [`Kernels`] splits by parity at once (a longer product is run
@@ -389,6 +433,7 @@ impl Kernels {
             softmax: softmax_with_sink_unsafe,
             int8: None,
             q4_inputs: None,
+            prefetch: Prefetch::TileAfterNext,
         }
     }
 
@@ -411,11 +456,12 @@ impl Kernels {
                 softmax: avx2_attention::softmax_with_sink,
                 int8: None,
                 q4_inputs: None,
+                prefetch: Prefetch::TileAfterNext,
             }),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Some(Kernels {
                 isa,
-                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
+                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32::<false>, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx512::dot,
                 sum: avx512::sum,
                 scores: avx2_attention::scores,
@@ -423,7 +469,8 @@ impl Kernels {
                 softmax: avx2_attention::softmax_with_sink,
                 int8: None,
                 q4_inputs: None,
-            }),
+                prefetch: Prefetch::TileAfterNext,
+            }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => Some(Kernels {
                 isa,
@@ -435,6 +482,7 @@ impl Kernels {
                 softmax: softmax_with_sink_unsafe,
                 int8: None,
                 q4_inputs: None,
+                prefetch: Prefetch::TileAfterNext,
             }),
             #[allow(unreachable_patterns)]
             _ => None,
@@ -444,6 +492,27 @@ impl Kernels {
     /// The instruction set in use.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// The decode tiles' prefetch scheme in use (see [`Prefetch`]).
+    pub fn prefetch(&self) -> Prefetch {
+        self.prefetch
+    }
+
+    /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX-512
+    /// Q8B32 and Q4B32 tiles; other instruction sets keep theirs (and report
+    /// [`Prefetch::TileAfterNext`]).
+    pub fn with_prefetch(self, p: Prefetch) -> Kernels {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Avx512 {
+            let mut rows = self.rows;
+            let own = p == Prefetch::OwnRows;
+            rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
+            rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
+            return Kernels { rows, prefetch: p, ..self };
+        }
+        let _ = p;
+        self
     }
 
     /// These kernels with the opt-in int8-activation path on: products with Q8B32 and Q4B32
@@ -512,7 +581,11 @@ impl Kernels {
             // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
             // n × cols values (`wants_q4_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
-            Job::F32(avx512::rows_q4b32_split, &buf[..n * cols])
+            let rows: RowsFn = match self.prefetch {
+                Prefetch::OwnRows => avx512::rows_q4b32_split::<true>,
+                Prefetch::TileAfterNext => avx512::rows_q4b32_split::<false>,
+            };
+            Job::F32(rows, &buf[..n * cols])
         }
         #[cfg(not(target_arch = "x86_64"))]
         {

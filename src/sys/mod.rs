@@ -409,6 +409,23 @@ pub fn available_cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// The CPU's vendor string from `cpuid` leaf 0 (`GenuineIntel`, `AuthenticAMD`, ...); twelve
+/// zero bytes off x86-64.
+pub fn cpu_vendor() -> [u8; 12] {
+    let mut v = [0u8; 12];
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `cpuid` exists on every x86-64 CPU and leaf 0 on every one of them.
+        #[allow(unused_unsafe)]
+        let r = unsafe { std::arch::x86_64::__cpuid(0) };
+        // Leaf 0 spells the vendor in EBX, EDX, ECX order.
+        for (i, reg) in [r.ebx, r.edx, r.ecx].into_iter().enumerate() {
+            v[4 * i..4 * i + 4].copy_from_slice(&reg.to_le_bytes());
+        }
+    }
+    v
+}
+
 /// The numerically last CPU of the machine (configured CPUs − 1, at most [`MAX_CPUS`] − 1):
 /// what `N` means in a cpu list, as in the kernel's. Never below the highest CPU this thread
 /// may run on: musl (the static build) answers `_SC_NPROCESSORS_CONF` with the size of the
@@ -780,3 +797,4 @@ mod tests {
         release_free_memory();
     }
 }
+
