@@ -369,8 +369,8 @@ fn selection_reports_the_instruction_set() {
     if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
         assert_eq!(best, Isa::Avx512);
     }
-    // The decode tiles' prefetch scheme is AVX-512's choice by vendor; the others have one.
-    let want = if best == Isa::Avx512 { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
+    // The x86 decode tiles' prefetch scheme is chosen by vendor; the others have one.
+    let want = if matches!(best, Isa::Avx2 | Isa::Avx512) { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
     assert_eq!(Kernels::select(false).prefetch(), want);
     println!("kernels: {} (prefetch {})", best.name(), want.name());
 }
@@ -380,13 +380,14 @@ fn selection_reports_the_instruction_set() {
 /// end into the next tile's), one vector and a few, with and without the split Q4B32 inputs.
 #[test]
 fn prefetch_schemes_give_the_same_bits() {
-    let Some(k) = Kernels::with_isa(Isa::Avx512) else {
-        common::skip("kernels", "this CPU has no AVX-512 (the one instruction set with a prefetch choice)");
+    let ks: Vec<Kernels> = [Isa::Avx2, Isa::Avx512].into_iter().filter_map(Kernels::with_isa).collect();
+    if ks.is_empty() {
+        common::skip("kernels", "this CPU has neither AVX2 nor AVX-512 (the instruction sets with a prefetch choice)");
         return;
-    };
+    }
     let mut rng = Rng(0x5EED_F00D_0F_A11E);
     let pool = Pool::new(2).expect("a pool of two threads");
-    for dtype in [DType::Q8B32, DType::Q4B32] {
+    for (k, dtype) in ks.iter().flat_map(|k| [(k, DType::Q8B32), (k, DType::Q4B32)]) {
         for (rows, cols) in [(37, 2048), (19, 8192), (8, 32), (24, 96), (3, 640)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
@@ -394,12 +395,14 @@ fn prefetch_schemes_give_the_same_bits() {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                 let [a, b] = Prefetch::ALL.map(|p| {
                     let kp = k.clone().with_prefetch(p).with_q4_input_buffer(n * cols);
+                    assert_eq!(kp.prefetch(), p, "{} takes either scheme", k.isa().name());
                     let mut y = vec![f32::NAN; n * rows];
                     kp.matmul(&pool, w, &x, n, &mut y);
                     (kernel_product(&kp, w, &x, n), y)
                 });
-                assert!(bit_identical(&a.0, &b.0), "{dtype} {rows}x{cols} n={n}: rows differ between prefetch schemes");
-                assert!(bit_identical(&a.1, &b.1), "{dtype} {rows}x{cols} n={n}: matmul differs between prefetch schemes");
+                let isa = k.isa().name();
+                assert!(bit_identical(&a.0, &b.0), "{isa} {dtype} {rows}x{cols} n={n}: rows differ between prefetch schemes");
+                assert!(bit_identical(&a.1, &b.1), "{isa} {dtype} {rows}x{cols} n={n}: matmul differs between prefetch schemes");
             }
         }
     }

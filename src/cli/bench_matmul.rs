@@ -121,7 +121,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
-    let prefetch = if r.isa == Isa::Avx512 { format!(" (prefetch {})", r.prefetch.name()) } else { String::new() };
+    let prefetch = if matches!(r.isa, Isa::Avx2 | Isa::Avx512) { format!(" (prefetch {})", r.prefetch.name()) } else { String::new() };
     outln!("bench matmul: {} kernels{prefetch}{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
     outln!("(each dtype: GB/s of weights and % of the read bandwidth, GMAC/s and % of the multiply-add peak)");
     const CELL: usize = 40;

@@ -67,6 +67,43 @@ pub(crate) fn prefetch_span(p: *const u8, bytes: usize) {
     }
 }
 
+/// [`super::Prefetch::TileAfterNext`]: block step `b`'s share of the rows of the tile after
+/// next, to L2 (two tiles ahead rather than one: Q8B32 decode +10 % on Zen 4 with AVX-512; Q4B32 from
+/// DRAM on Zen 3 with AVX2, two threads: 7.4-9.1 GB/s one tile ahead, 9.1-11.0 two, 7.9-9.8
+/// four).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn ahead_tile_after_next<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
+    prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * bytes), R * bytes);
+}
+
+/// Block steps between a step and the one [`ahead_own_rows`] asks for: 864 bytes of a Q4B32 row,
+/// 1,632 of a Q8B32 one. On the Intel host of BENCHMARKS (2026-12-04 afternoon), 1 GiB from
+/// DRAM on two threads, Q4B32 reached 70 % of the read bandwidth at 12 steps, 77 % at 24 and
+/// 82 % at 48, then 79 % at 64 and 75 % at 96; Q8B32 91 % at 12 and 95 % from 24 on (AVX-512
+/// tiles). The AVX2 tiles there: Q8B32 67-73 → 88-97 % at 48, Q4B32 level (compute-bound).
+const OWN_ROWS_STEPS: usize = 48;
+
+/// [`super::Prefetch::OwnRows`]: the line [`OWN_ROWS_STEPS`] block steps ahead in the tile's own
+/// rows, to L1; past a row's end, the same place in the next tile's row (an expert's rows are
+/// short: 64 blocks of Q4B32 for 2,048 columns, whose first 48 would otherwise arrive
+/// unasked). A row advances `bytes` per step, so it is asked for once every `64 / bytes` steps
+/// (Q4B32 every third, Q8B32 every step), each step taking its turn of rows: every line of
+/// every row is asked for, with a third of the requests for Q4B32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn ahead_own_rows<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
+    let every = (64 / bytes).max(1);
+    let at = (b + OWN_ROWS_STEPS) * bytes;
+    let first = if at < rb { r * rb + at } else { (r + R) * rb + at - rb };
+    for j in 0..R.div_ceil(every) {
+        // Past the tile's last row (R not a multiple of `every`) is the next tile's first:
+        // a prefetch does not fault, and that line is wanted soon anyway.
+        let row = every * j + b % every;
+        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(first + row * rb) as *const i8);
+    }
+}
+
 /// Dense decode tiles (one vector): `$load(ptr)` widens 8 stored weights to f32; one fused
 /// multiply-add per 8 columns in column order, the last partial 8 zero-padded on both sides.
 macro_rules! dense_tile {
@@ -145,7 +182,7 @@ dense_tile!(tile_f16, u16, load_f16);
 /// [`super::avx2_gemm`] repeats (Q4B32 takes a block's columns in the order of [`decode_q4`],
 /// the other dtypes in column order).
 macro_rules! block_tile {
-    ($name:ident, $bytes:expr, $decode:ident, $xload:ident) => {
+    ($name:ident, $bytes:expr, $decode:ident, $xload:ident, $prefetch:ident) => {
         #[target_feature(enable = "avx2,fma,f16c")]
         #[inline]
         unsafe fn $name<const R: usize>(w: &MatRef, r: usize, x: &[f32], out: &mut [f32; R]) {
@@ -157,10 +194,7 @@ macro_rules! block_tile {
             for b in 0..blocks {
                 // SAFETY: the vector has `cols` = 32 × blocks values.
                 let xs = unsafe { $xload(xp.add(b * 32)) };
-                // This step's share of the rows two tiles ahead: the quantized tiles spend
-                // longer per byte than a line takes to arrive (Q4B32 from DRAM, two threads:
-                // 7.4-9.1 GB/s one tile ahead, 9.1-11.0 two tiles ahead, 7.9-9.8 four).
-                prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * $bytes), R * $bytes);
+                $prefetch::<R>(wp, r, rb, b, $bytes);
                 for (i, a) in acc.iter_mut().enumerate() {
                     // SAFETY: block b of row r + i lies inside the matrix (driver contract).
                     let q = unsafe { $decode(wp.add((r + i) * rb + b * $bytes)) };
@@ -341,13 +375,15 @@ pub(crate) unsafe fn x_q4(p: *const f32) -> [__m256; 4] {
     [even(v[0], v[1]), odd(v[0], v[1]), even(v[2], v[3]), odd(v[2], v[3])]
 }
 
-block_tile!(tile_q8b32, 34, decode_q8, x_in_order);
-block_tile!(tile_q4b32, 18, decode_q4, x_q4);
-block_tile!(tile_f8b32, 36, decode_f8, x_in_order);
-block_tile!(tile_mxfp4, 17, decode_mx, x_in_order);
+block_tile!(tile_q8b32, 34, decode_q8, x_in_order, ahead_tile_after_next);
+block_tile!(tile_q8b32_own_rows, 34, decode_q8, x_in_order, ahead_own_rows);
+block_tile!(tile_q4b32, 18, decode_q4, x_q4, ahead_tile_after_next);
+block_tile!(tile_f8b32, 36, decode_f8, x_in_order, ahead_tile_after_next);
+block_tile!(tile_mxfp4, 17, decode_mx, x_in_order, ahead_tile_after_next);
 // Q4B32 against inputs already in the order of [`decode_q4`] (see [`rows_q4b32`]): the same
 // values in the same order, so the same bits, without a permutation per block and tile.
-block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order);
+block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order, ahead_tile_after_next);
+block_tile!(tile_q4b32_ordered_own_rows, 18, decode_q4, x_in_order, ahead_own_rows);
 
 
 /// Generates the public row kernel `$name`: one vector through the decode tiles (`$rows` rows
@@ -394,23 +430,26 @@ rows_fn!(rows_f32, tile_f32, 4, Some(super::avx2_few::rows_f32));
 rows_fn!(rows_bf16, tile_bf16, 4, Some(super::avx2_few::rows_bf16));
 rows_fn!(rows_f16, tile_f16, 4, Some(super::avx2_few::rows_f16));
 rows_fn!(rows_q8b32, tile_q8b32, 4, Some(super::avx2_few::rows_q8b32));
+rows_fn!(rows_q8b32_own_rows, tile_q8b32_own_rows, 4, Some(super::avx2_few::rows_q8b32));
 rows_fn!(rows_f8b32, tile_f8b32, 4, Some(super::avx2_few::rows_f8b32));
 rows_fn!(rows_mxfp4, tile_mxfp4, 4, Some(super::avx2_few::rows_mxfp4));
 // Several Q4B32 vectors reach these only when too long to permute (see rows_q4b32): the GEMM.
 rows_fn!(rows_q4b32_unordered, tile_q4b32, 4, None);
 rows_fn!(rows_q4b32_ordered, tile_q4b32_ordered, 4, None);
+rows_fn!(rows_q4b32_ordered_own_rows, tile_q4b32_ordered_own_rows, 4, None);
 
 /// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). For one vector, or a
 /// few (the tiles of [`super::avx2_few`], up to [`super::avx2_few::FEW_INPUTS_Q4`]; more go
 /// to the GEMM), the inputs are put in the order of [`decode_q4`]
 /// once per call into a 64 KiB stack buffer, not once per block of every tile (the decode
 /// tiles are compute-bound on Q4B32: the permutation was an eighth of their instructions);
-/// the values and their order, hence the bits, are those of [`x_q4`].
+/// the values and their order, hence the bits, are those of [`x_q4`]. `OWN_ROWS` picks the
+/// decode tiles' prefetch scheme ([`super::Prefetch`]).
 ///
 /// # Safety
 /// As `RowsFn`, and the CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let len = n * (w.row_bytes() / 18 * 32);
     if len > super::Q4_ORDERED_MAX || (n > 1 && len * 4 > super::avx2_few::FEW_INPUTS_Q4) {
         // SAFETY: forwarded contract.
@@ -430,7 +469,9 @@ pub unsafe fn rows_q4b32(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, 
     // SAFETY: the first `len` values were written above; the rest of the contract is the
     // caller's.
     unsafe {
-        if n == 1 {
+        if n == 1 && OWN_ROWS {
+            rows_q4b32_ordered_own_rows(w, r0, r1, &*ordered, n, y, ys)
+        } else if n == 1 {
             rows_q4b32_ordered(w, r0, r1, &*ordered, n, y, ys)
         } else {
             super::avx2_few::rows_q4b32(w, r0, r1, &*ordered, n, y, ys)

@@ -8,7 +8,7 @@
 //! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
-use super::avx2::{prefetch_l2, prefetch_span};
+use super::avx2::{ahead_own_rows, ahead_tile_after_next, prefetch_l2};
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -134,8 +134,8 @@ dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
 /// pair then takes two fused multiply-adds per block, A before B: the sequence the prefill
 /// panel of [`super::avx512_prefill`] repeats, so both give the same bits. The inputs are
 /// loaded once per block and vector and serve every row of the tile. `$prefetch` asks for the
-/// lines ahead ([`ahead_tile_after_next`] or [`ahead_own_rows`], see [`super::Prefetch`]); it
-/// changes when bytes arrive, never the arithmetic.
+/// lines ahead of one vector's tiles ([`ahead_tile_after_next`] or [`ahead_own_rows`], see
+/// [`super::Prefetch`]); it changes when bytes arrive, never the arithmetic.
 macro_rules! block_tile {
     ($name:ident, $bytes:expr, $decode:ident, $xload:ident, $prefetch:ident) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -174,40 +174,6 @@ macro_rules! block_tile {
             }
         }
     };
-}
-
-/// [`super::Prefetch::TileAfterNext`]: block step `b`'s share of the rows of the tile after
-/// next, to L2 (two tiles ahead rather than one: Q8B32 decode +10 % on Zen 4, BENCHMARKS).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-#[inline]
-fn ahead_tile_after_next<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
-    prefetch_span(wp.wrapping_add((r + 2 * R) * rb + b * R * bytes), R * bytes);
-}
-
-/// Block steps between a step and the one [`ahead_own_rows`] asks for: 864 bytes of a Q4B32 row,
-/// 1,632 of a Q8B32 one. On the Intel host of BENCHMARKS (2026-12-04 afternoon), 1 GiB from
-/// DRAM on two threads, Q4B32 reached 70 % of the read bandwidth at 12 steps, 77 % at 24 and
-/// 82 % at 48, then 79 % at 64 and 75 % at 96; Q8B32 91 % at 12 and 95 % from 24 on.
-const OWN_ROWS_STEPS: usize = 48;
-
-/// [`super::Prefetch::OwnRows`]: the line [`OWN_ROWS_STEPS`] block steps ahead in the tile's own
-/// rows, to L1; past a row's end, the same place in the next tile's row (an expert's rows are
-/// short: 64 blocks of Q4B32 for 2,048 columns, whose first 48 would otherwise arrive
-/// unasked). A row advances `bytes` per step, so it is asked for once every `64 / bytes` steps
-/// (Q4B32 every third, Q8B32 every step), each step taking its turn of rows: every line of
-/// every row is asked for, with a third of the requests for Q4B32.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-#[inline]
-fn ahead_own_rows<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {
-    let every = (64 / bytes).max(1);
-    let at = (b + OWN_ROWS_STEPS) * bytes;
-    let first = if at < rb { r * rb + at } else { (r + R) * rb + at - rb };
-    for j in 0..R.div_ceil(every) {
-        // Past the tile's last row (R not a multiple of `every`) is the next tile's first:
-        // a prefetch does not fault, and that line is wanted soon anyway.
-        let row = every * j + b % every;
-        _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(first + row * rb) as *const i8);
-    }
 }
 
 /// The binary16 scale at the start of a block, widened through [`F16_TO_F32`] (one load,

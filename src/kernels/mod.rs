@@ -245,7 +245,8 @@ pub enum Prefetch {
     /// Each block step asks for a line 48 steps ahead in the tile's own rows, to L1. On an
     /// Intel Xeon (family 6 model 167), 1 GiB from DRAM on two threads: Q4B32 decode 57 → 82 %
     /// and Q8B32 70 → 95 % of the read bandwidth, where the tile after next did no better than
-    /// no prefetch; from L3 (a matrix that fits it) about 10 % slower than the tile after next.
+    /// no prefetch (its AVX2 tiles: Q8B32 67–73 → 88–97 %, Q4B32 level); from L3 (a matrix
+    /// that fits it) about 10 % slower than the tile after next.
     OwnRows,
 }
 
@@ -311,7 +312,7 @@ pub struct Kernels {
     int8: Option<Int8Path>,
     /// Room for a Q4B32 prefill product's inputs split by parity (AVX-512), when given.
     q4_inputs: Option<SplitInputs>,
-    /// The decode tiles' prefetch scheme (AVX-512; the AVX2 and NEON tiles have one).
+    /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
     prefetch: Prefetch,
 }
 
@@ -448,7 +449,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some(Kernels {
                 isa,
-                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32, avx2::rows_f8b32, avx2::rows_mxfp4],
+                rows: [avx2::rows_f32, avx2::rows_bf16, avx2::rows_f16, avx2::rows_q8b32, avx2::rows_q4b32::<false>, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx2::dot,
                 sum: avx2::sum,
                 scores: avx2_attention::scores,
@@ -457,7 +458,7 @@ impl Kernels {
                 int8: None,
                 q4_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
-            }),
+            }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => Some(Kernels {
                 isa,
@@ -499,20 +500,26 @@ impl Kernels {
         self.prefetch
     }
 
-    /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX-512
-    /// Q8B32 and Q4B32 tiles; other instruction sets keep theirs (and report
+    /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
+    /// AVX-512 Q8B32 and Q4B32 tiles; the scalar and NEON kernels keep theirs (and report
     /// [`Prefetch::TileAfterNext`]).
     pub fn with_prefetch(self, p: Prefetch) -> Kernels {
-        #[cfg(target_arch = "x86_64")]
-        if self.isa == Isa::Avx512 {
-            let mut rows = self.rows;
-            let own = p == Prefetch::OwnRows;
-            rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
-            rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
-            return Kernels { rows, prefetch: p, ..self };
+        let own = p == Prefetch::OwnRows;
+        let mut rows = self.rows;
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
+                rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                rows[3] = if own { avx2::rows_q8b32_own_rows } else { avx2::rows_q8b32 };
+                rows[4] = if own { avx2::rows_q4b32::<true> } else { avx2::rows_q4b32::<false> };
+            }
+            _ => return self,
         }
-        let _ = p;
-        self
+        Kernels { rows, prefetch: p, ..self }
     }
 
     /// These kernels with the opt-in int8-activation path on: products with Q8B32 and Q4B32
