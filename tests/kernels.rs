@@ -297,8 +297,8 @@ fn attention_scores_and_weighted_sums_match_the_scalar_twin() {
                     let mut one = [0f32];
                     k.attn_scores(&q, key, stride, 0.125, &mut one);
                     assert_eq!(one[0].to_bits(), got[i].to_bits(), "{} hd {hd} n {n} key {i}: scored alone differs", k.isa().name());
-                    if k.isa() == Isa::Avx2 {
-                        assert_eq!((k.dot(&q, key) * 0.125).to_bits(), got[i].to_bits(), "avx2 hd {hd} key {i}: not dot's bits");
+                    if matches!(k.isa(), Isa::Avx2 | Isa::Avx512) {
+                        assert_eq!((k.dot(&q, key) * 0.125).to_bits(), got[i].to_bits(), "{} hd {hd} key {i}: not dot's bits", k.isa().name());
                     }
                 }
                 // Softmax-like weights (non-negative, summing to about 1), as attention uses.
@@ -311,6 +311,47 @@ fn attention_scores_and_weighted_sums_match_the_scalar_twin() {
                 for d in 0..hd {
                     let mag: f32 = (0..n).map(|i| (w[i] * values[i * stride + d]).abs()).sum();
                     assert!((got[d] - want[d]).abs() <= tol * mag + 1e-30, "{} mix hd {hd} n {n} column {d}: {} vs {}", k.isa().name(), got[d], want[d]);
+                    // Each column is one chain of fused multiply-adds in key order from zero,
+                    // whatever the lane width: the AVX-512 and AVX2 sums are the same bits.
+                    let chain = (0..n).fold(0f32, |acc, i| w[i].mul_add(values[i * stride + d], acc));
+                    if k.isa() != Isa::Neon {
+                        assert_eq!(got[d].to_bits(), chain.to_bits(), "{} mix hd {hd} n {n} column {d}: not the key-order chain", k.isa().name());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The grouped-query attention kernels (a group of query heads over the same keys and values,
+/// each key loaded once for several heads on AVX-512) give every head the bits of the per-head
+/// kernels: group sizes 1 to 9 (tiles of four and two heads and their leftovers), head sizes on
+/// and off 16 and 64 columns, key counts on and off the tiles' four and eight.
+#[test]
+fn grouped_attention_gives_the_per_head_bits() {
+    let mut rng = Rng(17);
+    for k in simd_isas().into_iter().chain([Kernels::scalar()]) {
+        for heads in 1..=9 {
+            for hd in [20, 64, 80, 128, 144] {
+                let stride = 2 * hd + 3;
+                for n in [1, 3, 4, 8, 9, 23] {
+                    let q: Vec<f32> = (0..heads * hd).map(|_| rng.f32()).collect();
+                    let keys: Vec<f32> = (0..(n - 1) * stride + hd).map(|_| rng.f32()).collect();
+                    let mut grouped = vec![f32::NAN; heads * n];
+                    k.attn_scores_group(&q, hd, &keys, stride, 0.125, &mut grouped);
+                    for h in 0..heads {
+                        let mut one = vec![f32::NAN; n];
+                        k.attn_scores(&q[h * hd..(h + 1) * hd], &keys, stride, 0.125, &mut one);
+                        assert!(bit_identical(&one, &grouped[h * n..(h + 1) * n]), "{} scores: {heads} heads hd {hd} n {n}: head {h} differs", k.isa().name());
+                    }
+                    let w: Vec<f32> = (0..heads * n).map(|_| rng.f32().abs() / n as f32).collect();
+                    let mut grouped = vec![f32::NAN; heads * hd];
+                    k.attn_mix_group(&w, &keys, stride, &mut grouped, hd);
+                    for h in 0..heads {
+                        let mut one = vec![f32::NAN; hd];
+                        k.attn_mix(&w[h * n..(h + 1) * n], &keys, stride, &mut one);
+                        assert!(bit_identical(&one, &grouped[h * hd..(h + 1) * hd]), "{} mix: {heads} heads hd {hd} n {n}: head {h} differs", k.isa().name());
+                    }
                 }
             }
         }

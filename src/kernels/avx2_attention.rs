@@ -1,6 +1,7 @@
 //! AVX2 attention kernels: one query head's scores against a run of cached keys, and the
 //! weighted sum of the cached values. Their scalar twins are `scalar::scores_unsafe` and
-//! `scalar::mix_unsafe` (compared in `tests/kernels.rs`); AVX-512 hosts use these too.
+//! `scalar::mix_unsafe` (compared in `tests/kernels.rs`); AVX-512 hosts use the 16-lane
+//! ones of [`super::avx512_attention`] (and this softmax).
 //!
 //! A score is [`super::avx2::dot`]'s value to the bit — one 8-lane accumulator in column order,
 //! the last partial 8 zero-padded, the lanes summed by `hsum8`'s tree — but eight keys are

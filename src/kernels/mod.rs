@@ -130,6 +130,8 @@ pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_prefill;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_attention;
+#[cfg(target_arch = "x86_64")]
 mod int8_x86;
 #[cfg(target_arch = "x86_64")]
 mod int8_prefill_x86;
@@ -296,6 +298,10 @@ type ScoresFn = unsafe fn(&[f32], &[f32], usize, f32, &mut [f32]);
 type MixFn = unsafe fn(&[f32], &[f32], usize, &mut [f32]);
 /// Softmax with a sink logit (see [`Kernels::softmax_with_sink`]).
 type SoftmaxFn = unsafe fn(&mut [f32], f32);
+/// Scores of a group of query heads against the same keys (see [`Kernels::attn_scores_group`]).
+type ScoresGroupFn = unsafe fn(&[f32], usize, &[f32], usize, f32, &mut [f32]);
+/// Weighted sums of a group of heads over the same values (see [`Kernels::attn_mix_group`]).
+type MixGroupFn = unsafe fn(&[f32], &[f32], usize, &mut [f32], usize);
 
 /// The kernel table, chosen once, and the int8 path's activation buffer when it is on.
 #[derive(Clone)]
@@ -309,6 +315,10 @@ pub struct Kernels {
     scores: ScoresFn,
     mix: MixFn,
     softmax: SoftmaxFn,
+    /// Grouped-query attention kernels that load each key and value once per group of heads,
+    /// where an instruction set has them (AVX-512); else the per-head ones, head by head.
+    scores_group: Option<ScoresGroupFn>,
+    mix_group: Option<MixGroupFn>,
     int8: Option<Int8Path>,
     /// Room for a Q4B32 prefill product's inputs split by parity (AVX-512), when given.
     q4_inputs: Option<SplitInputs>,
@@ -432,6 +442,8 @@ impl Kernels {
             scores: scalar::scores_unsafe,
             mix: scalar::mix_unsafe,
             softmax: softmax_with_sink_unsafe,
+            scores_group: None,
+            mix_group: None,
             int8: None,
             q4_inputs: None,
             prefetch: Prefetch::TileAfterNext,
@@ -455,6 +467,8 @@ impl Kernels {
                 scores: avx2_attention::scores,
                 mix: avx2_attention::mix,
                 softmax: avx2_attention::softmax_with_sink,
+                scores_group: None,
+                mix_group: None,
                 int8: None,
                 q4_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
@@ -465,9 +479,11 @@ impl Kernels {
                 rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32::<false>, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx512::dot,
                 sum: avx512::sum,
-                scores: avx2_attention::scores,
-                mix: avx2_attention::mix,
+                scores: avx512_attention::scores,
+                mix: avx512_attention::mix,
                 softmax: avx2_attention::softmax_with_sink,
+                scores_group: Some(avx512_attention::scores_group),
+                mix_group: Some(avx512_attention::mix_group),
                 int8: None,
                 q4_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
@@ -481,6 +497,8 @@ impl Kernels {
                 scores: neon::scores,
                 mix: scalar::mix_unsafe,
                 softmax: softmax_with_sink_unsafe,
+                scores_group: None,
+                mix_group: None,
                 int8: None,
                 q4_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
@@ -818,6 +836,45 @@ impl Kernels {
         assert!(n == 0 || (values.len() >= out.len() && holds((values.len() - out.len()).saturating_add(stride), &[n, stride])), "attn_mix: values too short");
         // SAFETY: n values of out.len() floats lie in `values` (asserted); the ISA was detected.
         unsafe { (self.mix)(w, values, stride, out) }
+    }
+
+    /// [`Kernels::attn_scores`] for the `q.len() / hd` query heads of a grouped-query attention
+    /// group, which share their keys: `q` holds the heads one after another, `out` a row of
+    /// `out.len() / heads` scores per head. Every score has the bits `attn_scores` gives it;
+    /// AVX-512 loads each key once for several heads. Panics on a shape that does not divide
+    /// or keys too short.
+    pub fn attn_scores_group(&self, q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+        assert!(hd > 0 && !q.is_empty() && q.len().is_multiple_of(hd) && out.len().is_multiple_of(q.len() / hd), "attn_scores_group: shape");
+        let n = out.len() / (q.len() / hd);
+        let Some(f) = self.scores_group else {
+            for (h, qh) in q.chunks_exact(hd).enumerate() {
+                self.attn_scores(qh, keys, stride, scale, &mut out[h * n..(h + 1) * n]);
+            }
+            return;
+        };
+        assert!(n == 0 || (keys.len() >= hd && holds((keys.len() - hd).saturating_add(stride), &[n, stride])), "attn_scores_group: keys too short");
+        // SAFETY: n keys of hd values lie in `keys` (asserted), the shape divides; the ISA was
+        // detected.
+        unsafe { f(q, hd, keys, stride, scale, out) }
+    }
+
+    /// [`Kernels::attn_mix`] for the `out.len() / hd` heads of a group, which share their
+    /// values: `w` holds a row of weights per head, `out` the heads' sums one after another.
+    /// Every sum has the bits `attn_mix` gives it. Panics on a shape that does not divide or
+    /// values too short.
+    pub fn attn_mix_group(&self, w: &[f32], values: &[f32], stride: usize, out: &mut [f32], hd: usize) {
+        assert!(hd > 0 && !out.is_empty() && out.len().is_multiple_of(hd) && w.len().is_multiple_of(out.len() / hd), "attn_mix_group: shape");
+        let n = w.len() / (out.len() / hd);
+        let Some(f) = self.mix_group else {
+            for (h, oh) in out.chunks_exact_mut(hd).enumerate() {
+                self.attn_mix(&w[h * n..(h + 1) * n], values, stride, oh);
+            }
+            return;
+        };
+        assert!(n == 0 || (values.len() >= hd && holds((values.len() - hd).saturating_add(stride), &[n, stride])), "attn_mix_group: values too short");
+        // SAFETY: n values of hd floats lie in `values` (asserted), the shape divides; the ISA
+        // was detected.
+        unsafe { f(w, values, stride, out, hd) }
     }
 
     /// Attention's softmax of the scores `x` in place, with an extra logit `sink` in the

@@ -97,7 +97,8 @@ pub struct State {
     /// FFN gate and up, chunk × ffn width.
     pub(crate) gate: Floats,
     pub(crate) up: Floats,
-    /// Attention scores, one row of `ctx` per pool participant.
+    /// Attention scores, one row per pool participant of `ctx` per head of a key-value group
+    /// (`kernels::attention::score_floats`).
     pub(crate) scores: Floats,
     /// RoPE tables for the chunk's positions, chunk × rope_dim/2 each.
     pub(crate) cos: Floats,
@@ -160,7 +161,7 @@ impl Sizes {
             // x, h, q, k, v, att, out, gate, up, scores, cos, sin, logits, router, route_w,
             // xs, ys, expert_out, ahead_logits, norm_tmp, expert_par
             f32s: [chunk * h, chunk * h, chunk * qd, chunk * kvd, chunk * kvd, chunk * qd, chunk * h,
-                chunk * ffn, chunk * ffn, threads * ctx, half, half, State::logit_rows(cfg, chunk) * cfg.vocab,
+                chunk * ffn, chunk * ffn, threads * crate::kernels::attention::score_floats(cfg.heads / cfg.kv_heads.max(1), ctx), half, half, State::logit_rows(cfg, chunk) * cfg.vocab,
                 chunk * experts, chunk * top_k, moe_rows * h, moe_rows * h, chunk * top_k * h, experts,
                 State::norm_width(cfg), par],
             // route_ids, wanted, ahead_ids
