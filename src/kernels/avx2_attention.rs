@@ -196,3 +196,149 @@ pub unsafe fn softmax_with_sink(x: &mut [f32], sink: f32) {
         *v *= inv;
     }
 }
+
+/// Lanes `0..k` of an 8-lane mask for `vmaskmovps` (k ≤ 8): the masked-off lanes load as zero,
+/// the zero padding [`super::avx2::dot`] gives a last partial 8.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lanes(k: usize) -> __m256i {
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(k as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+}
+
+/// [`scores`] for `q.len() / hd` query heads that share their keys (a grouped-query attention
+/// group; `q` holds the heads one after another, `out` a row of `out.len() / heads` scores per
+/// head): four heads over two keys, or two over four, in 8 accumulators, each key loaded once
+/// for the tile's heads. Every score has [`scores`]'s bits (one 8-lane chain over the
+/// columns, the last partial 8 zero-padded, reduced by `hsum8`'s tree).
+///
+/// # Safety
+/// As [`scores`] for each head; `q.len()` is a multiple of `hd > 0` and `out.len()` of the head
+/// count.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scores_group(q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let heads = q.len() / hd;
+    let n = out.len() / heads;
+    let mut h = 0;
+    while h < heads {
+        let (qh, oh) = (&q[h * hd..], &mut out[h * n..]);
+        // SAFETY (all): the heads h.. exist in q and out (the contract), the keys in `keys`.
+        let (done, took) = match heads - h {
+            1 => (0, 1),
+            2 | 3 => (unsafe { scores_tile::<2, 4>(qh, hd, keys, stride, scale, oh, n) }, 2),
+            _ => (unsafe { scores_tile::<4, 2>(qh, hd, keys, stride, scale, oh, n) }, 4),
+        };
+        // The keys past the tiles' last full step, head by head.
+        for g in (0..took).filter(|_| done < n) {
+            let row = &mut out[(h + g) * n + done..(h + g + 1) * n];
+            unsafe { scores(&q[(h + g) * hd..(h + g + 1) * hd], &keys[done * stride..], stride, scale, row) };
+        }
+        h += took;
+    }
+}
+
+/// Scores of `G` heads (rows of `n` in `out`) against keys `K` at a time, while `K` remain;
+/// returns how many keys it scored. `G × K` = 8 accumulators, entry g·K + j of [`hsum8x8`].
+///
+/// # Safety
+/// As [`scores_group`], for G heads from `q` and `out`.
+// `j` indexes a key and, in every head's row, its accumulator.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scores_tile<const G: usize, const K: usize>(q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32], n: usize) -> usize {
+    let full = hd / 8 * 8;
+    let (all, tail) = (lanes(8), lanes(hd - full));
+    let (qp, kp) = (q.as_ptr(), keys.as_ptr());
+    let mut i = 0;
+    while i + K <= n {
+        let mut acc = [[_mm256_setzero_ps(); K]; G];
+        let mut c = 0;
+        while c <= hd {
+            let m = if c < full { all } else if full < hd { tail } else { break };
+            // SAFETY: the selected columns lie in each head's query and each key (contract).
+            let qs: [__m256; G] = std::array::from_fn(|g| unsafe { _mm256_maskload_ps(qp.add(g * hd + c), m) });
+            for j in 0..K {
+                let kv = unsafe { _mm256_maskload_ps(kp.add((i + j) * stride + c), m) };
+                for g in 0..G {
+                    acc[g][j] = _mm256_fmadd_ps(qs[g], kv, acc[g][j]);
+                }
+            }
+            c += 8;
+        }
+        let flat: [__m256; 8] = std::array::from_fn(|e| acc[e / K][e % K]);
+        let mut sums = [0f32; 8];
+        // SAFETY: 8 floats.
+        unsafe { _mm256_storeu_ps(sums.as_mut_ptr(), _mm256_mul_ps(hsum8x8(&flat), _mm256_set1_ps(scale))) };
+        for (e, s) in sums.into_iter().enumerate() {
+            out[(e / K) * n + i + e % K] = s;
+        }
+        i += K;
+    }
+    i
+}
+
+/// [`mix`] for `out.len() / hd` heads that share their values (`w` holds a row of weights per
+/// head, `out` the heads' sums one after another): up to four heads at a time over 16
+/// columns, each value's columns loaded once for them. Every column of every head has
+/// [`mix`]'s bits (its own chain of fused multiply-adds in key order from zero).
+///
+/// # Safety
+/// As [`mix`] for each head; `out.len()` is a multiple of `hd > 0` and `w.len()` of the head
+/// count.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn mix_group(w: &[f32], values: &[f32], stride: usize, out: &mut [f32], hd: usize) {
+    let heads = out.len() / hd;
+    let n = w.len() / heads;
+    let mut h = 0;
+    while h < heads {
+        let took = (heads - h).min(4);
+        let (wh, oh) = (&w[h * n..(h + took) * n], &mut out[h * hd..(h + took) * hd]);
+        let mut d = 0;
+        while d < hd {
+            // Two vectors of 8 columns, the second (or the only one) masked at the row's end.
+            let cols = (hd - d).min(16);
+            let (first, second) = if cols > 8 { (lanes(8), lanes(cols - 8)) } else { (lanes(cols), lanes(0)) };
+            // SAFETY: the columns the masks select lie in 0..hd, which `out` holds for the
+            // `took` heads and every value holds (the contract).
+            unsafe {
+                match took {
+                    4 => mix_heads::<4>(wh, n, values, stride, d, [first, second], oh, hd),
+                    3 => mix_heads::<3>(wh, n, values, stride, d, [first, second], oh, hd),
+                    2 => mix_heads::<2>(wh, n, values, stride, d, [first, second], oh, hd),
+                    _ => mix_heads::<1>(wh, n, values, stride, d, [first, second], oh, hd),
+                }
+            }
+            d += cols;
+        }
+        h += took;
+    }
+}
+
+/// Columns `d .. d + 16` (as `masks` select them) of `G` heads' weighted sums (weights: rows
+/// of `n` in `w`; sums: rows of `hd` in `out`), 2G accumulators in registers.
+///
+/// # Safety
+/// As [`mix_group`], for the columns selected.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn mix_heads<const G: usize>(w: &[f32], n: usize, values: &[f32], stride: usize, d: usize, masks: [__m256i; 2], out: &mut [f32], hd: usize) {
+    let vp = values.as_ptr();
+    let mut acc = [[_mm256_setzero_ps(); 2]; G];
+    for i in 0..n {
+        // SAFETY: value i holds the selected columns (the contract); the rest are not read.
+        let vs: [__m256; 2] = std::array::from_fn(|k| unsafe { _mm256_maskload_ps(vp.add(i * stride + d + 8 * k), masks[k]) });
+        for (g, row) in acc.iter_mut().enumerate() {
+            let wv = _mm256_set1_ps(w[g * n + i]);
+            for (a, v) in row.iter_mut().zip(vs) {
+                *a = _mm256_fmadd_ps(wv, v, *a);
+            }
+        }
+    }
+    for (g, row) in acc.iter().enumerate() {
+        for (k, a) in row.iter().enumerate() {
+            // SAFETY: as above, for head g's sums.
+            unsafe { _mm256_maskstore_ps(out.as_mut_ptr().add(g * hd + d + 8 * k), masks[k], *a) };
+        }
+    }
+}

@@ -316,7 +316,7 @@ pub struct Kernels {
     mix: MixFn,
     softmax: SoftmaxFn,
     /// Grouped-query attention kernels that load each key and value once per group of heads,
-    /// where an instruction set has them (AVX-512); else the per-head ones, head by head.
+    /// where an instruction set has them (AVX2, AVX-512); else the per-head ones, head by head.
     scores_group: Option<ScoresGroupFn>,
     mix_group: Option<MixGroupFn>,
     int8: Option<Int8Path>,
@@ -467,8 +467,8 @@ impl Kernels {
                 scores: avx2_attention::scores,
                 mix: avx2_attention::mix,
                 softmax: avx2_attention::softmax_with_sink,
-                scores_group: None,
-                mix_group: None,
+                scores_group: Some(avx2_attention::scores_group),
+                mix_group: Some(avx2_attention::mix_group),
                 int8: None,
                 q4_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
@@ -841,7 +841,7 @@ impl Kernels {
     /// [`Kernels::attn_scores`] for the `q.len() / hd` query heads of a grouped-query attention
     /// group, which share their keys: `q` holds the heads one after another, `out` a row of
     /// `out.len() / heads` scores per head. Every score has the bits `attn_scores` gives it;
-    /// AVX-512 loads each key once for several heads. Panics on a shape that does not divide
+    /// AVX2 and AVX-512 load each key once for several heads. Panics on a shape that does not divide
     /// or keys too short.
     pub fn attn_scores_group(&self, q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
         assert!(hd > 0 && !q.is_empty() && q.len().is_multiple_of(hd) && out.len().is_multiple_of(q.len() / hd), "attn_scores_group: shape");
