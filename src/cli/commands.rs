@@ -52,6 +52,7 @@ pub(super) fn dispatch(name: &str, a: &Args) -> Outcome {
         "convert" => super::moe::convert(a),
         "bench cache" => super::moe::bench_cache(a),
         "bench matmul" => super::bench_matmul::run(a),
+        "bench attention" => super::bench_attention::run(a),
         "bench disk" => super::moe::bench_disk(a),
         "bench state" => bench_state(a),
         "version" => {

@@ -6,6 +6,7 @@
 //! status 0, and `run` stops generating (see `out`).
 
 mod args;
+mod bench_attention;
 mod bench_matmul;
 mod chat;
 mod commands;
@@ -204,7 +205,7 @@ Given a container, reads its banks' records in a scattered order, as the engine 
     positionals: &["FILE"],
 };
 
-const COMMANDS: &[&Command] = &[&RUN, &chat::CHAT, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL,
+const COMMANDS: &[&Command] = &[&RUN, &chat::CHAT, &EVAL, &INFO, &BENCH, &BENCH_CACHE, &BENCH_DISK, &BENCH_STATE, &bench_matmul::BENCH_MATMUL, &bench_attention::BENCH_ATTENTION,
     &tokenize::BENCH_TOKENIZE, &plan::PLAN, &CONVERT, &quant::QUANTIZE, &quant::COMPARE, &tokenize::TOKENIZE, &tokenize::DETOKENIZE,
     &template::TEMPLATE, &serve::SERVE, &RANDOM_MODEL, &VERSION];
 

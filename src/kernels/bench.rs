@@ -6,6 +6,9 @@
 //! Decode is one matrix × vector product per weight matrix per token, each weight read once
 //! from DRAM, so the bound on tokens per second is read bandwidth ÷ model bytes; a kernel that
 //! streams at the read bandwidth leaves nothing on the table.
+//!
+//! Beside them, [`attention`]: the attention kernels per head against their grouped-query
+//! versions, which read a group's keys and values once for its heads.
 
 use super::{pool, Isa, Kernels, MatRef, Pool};
 use crate::sys::CpuList;
@@ -380,4 +383,110 @@ fn fill(buf: &mut [u8], dtype: DType, row_bytes: usize) {
     for chunk in buf.chunks_mut(pattern.len()) {
         chunk.copy_from_slice(&pattern[..chunk.len()]);
     }
+}
+
+/// What `bench attention` measures: one query token's attention over `keys` cached positions
+/// for a group of `heads` query heads sharing one of `kv_heads` key-value heads (each call on
+/// the next key-value head's keys, as a token's items follow one another), head by head and
+/// grouped.
+#[derive(Clone, Debug)]
+pub struct AttentionBench {
+    /// Kernels to use; `None` is the best this CPU has.
+    pub isa: Option<Isa>,
+    /// Query heads per key-value head.
+    pub heads: usize,
+    /// Key-value heads (the cache's row is `kv_heads × head_dim` floats).
+    pub kv_heads: usize,
+    /// Floats per head.
+    pub head_dim: usize,
+    /// Cached positions, one measurement each.
+    pub keys: Vec<usize>,
+    /// Timed passes per figure (the median is reported), after one untimed warm-up.
+    pub passes: usize,
+}
+
+impl Default for AttentionBench {
+    /// The Llama-3.2-1B shape: 4 query heads per key-value head, 8 of those, 64 floats a head.
+    fn default() -> AttentionBench {
+        AttentionBench { isa: None, heads: 4, kv_heads: 8, head_dim: 64, keys: vec![512, 2048, 8192], passes: 5 }
+    }
+}
+
+/// One key count's figures: seconds per call of the group's scores and of its weighted sums,
+/// head by head (`Kernels::attn_scores`, `attn_mix`) and grouped (`attn_scores_group`,
+/// `attn_mix_group`).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionRow {
+    /// Cached positions.
+    pub keys: usize,
+    /// Seconds for the group's scores, head by head.
+    pub scores_per_head: f64,
+    /// Seconds for the group's scores, grouped.
+    pub scores_grouped: f64,
+    /// Seconds for the group's weighted sums, head by head.
+    pub mix_per_head: f64,
+    /// Seconds for the group's weighted sums, grouped.
+    pub mix_grouped: f64,
+}
+
+/// Everything `bench attention` prints.
+#[derive(Clone, Debug)]
+pub struct AttentionReport {
+    /// The instruction set the kernels ran on.
+    pub isa: Isa,
+    /// One row per key count, in the order asked.
+    pub rows: Vec<AttentionRow>,
+}
+
+/// Largest key-value cache `bench attention` allocates (keys and values alike): 1 GiB.
+const ATTENTION_CACHE_MAX: usize = 1 << 30;
+
+/// Runs the attention benchmark on the calling thread.
+pub fn attention(opts: &AttentionBench) -> Result<AttentionReport> {
+    let (g, kvh, hd) = (opts.heads, opts.kv_heads, opts.head_dim);
+    if !(1..=64).contains(&g) || !(1..=256).contains(&kvh) || !(1..=1024).contains(&hd) || opts.passes == 0 || opts.keys.is_empty() {
+        return Err(Error::arg("bench attention: heads 1..=64, kv heads 1..=256, head dim 1..=1024, at least one pass and one key count"));
+    }
+    let kernels = match opts.isa {
+        None => Kernels::select(false),
+        Some(isa) => Kernels::with_isa(isa).ok_or_else(|| Error::unsupported(format!(
+            "bench attention: this CPU cannot run the {} kernels", isa.name())))?,
+    };
+    let stride = kvh * hd;
+    let mut rows = Vec::new();
+    for &n in &opts.keys {
+        if n == 0 || n.checked_mul(stride * 4).is_none_or(|b| b > ATTENTION_CACHE_MAX) {
+            return Err(Error::arg(format!("bench attention: {n} keys of {stride} floats: not in 1 .. 1 GiB")));
+        }
+        // Deterministic values in [-0.5, 0.5); the cache serves as keys and values.
+        let cache: Vec<f32> = (0..n * stride).map(|i| (i.wrapping_mul(7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        let q: Vec<f32> = (0..g * hd).map(|i| (i % 13) as f32 / 13.0 - 0.5).collect();
+        let w: Vec<f32> = (0..g * n).map(|i| (i % 17) as f32 / (17 * n) as f32).collect();
+        let (mut sc, mut out) = (vec![0f32; g * n], vec![0f32; g * hd]);
+        // About 2^22 key columns a pass, and at least one call per key-value head.
+        let calls = (4 << 20) / (n * hd).max(1) + kvh;
+        let per_call = |secs: f64| secs / calls as f64;
+        let k = &kernels;
+        let scores_per_head = per_call(median_secs(opts.passes, || for c in 0..calls {
+            let at = (c % kvh) * hd;
+            for (h, row) in sc.chunks_exact_mut(n).enumerate() {
+                k.attn_scores(&q[h * hd..(h + 1) * hd], &cache[at..], stride, 0.125, row);
+            }
+        }));
+        let scores_grouped = per_call(median_secs(opts.passes, || for c in 0..calls {
+            k.attn_scores_group(&q, hd, &cache[(c % kvh) * hd..], stride, 0.125, &mut sc);
+        }));
+        let mix_per_head = per_call(median_secs(opts.passes, || for c in 0..calls {
+            let at = (c % kvh) * hd;
+            for (h, o) in out.chunks_exact_mut(hd).enumerate() {
+                k.attn_mix(&w[h * n..(h + 1) * n], &cache[at..], stride, o);
+            }
+        }));
+        let mix_grouped = per_call(median_secs(opts.passes, || for c in 0..calls {
+            k.attn_mix_group(&w, &cache[(c % kvh) * hd..], stride, &mut out, hd);
+        }));
+        std::hint::black_box((&sc, &out));
+        rows.push(AttentionRow { keys: n, scores_per_head, scores_grouped, mix_per_head, mix_grouped });
+    }
+    Ok(AttentionReport { isa: kernels.isa(), rows })
 }
