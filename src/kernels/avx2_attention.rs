@@ -216,21 +216,33 @@ fn lanes(k: usize) -> __m256i {
 /// count.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores_group(q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    // SAFETY (all three): each call gets heads of q and out and the keys (the contract).
+    scores_by_tiles(q, hd, keys, stride, out,
+        |q, out, n| unsafe { scores_tile::<4, 2>(q, hd, keys, stride, scale, out, n) },
+        |q, out, n| unsafe { scores_tile::<2, 4>(q, hd, keys, stride, scale, out, n) },
+        |q, keys, row| unsafe { scores(q, keys, stride, scale, row) });
+}
+
+/// The grouped score kernels' walk over their heads (`q.len() / hd` of them, `out` a row of
+/// scores per head): four at a time through `quad`, two through `pair`, a last one alone; a
+/// tile scores the keys its steps cover and returns how many, and the keys after those go
+/// head by head through `one` (query, keys from the first left, the row's rest).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scores_by_tiles(q: &[f32], hd: usize, keys: &[f32], stride: usize, out: &mut [f32],
+    quad: impl Fn(&[f32], &mut [f32], usize) -> usize, pair: impl Fn(&[f32], &mut [f32], usize) -> usize,
+    one: impl Fn(&[f32], &[f32], &mut [f32])) {
     let heads = q.len() / hd;
     let n = out.len() / heads;
     let mut h = 0;
     while h < heads {
         let (qh, oh) = (&q[h * hd..], &mut out[h * n..]);
-        // SAFETY (all): the heads h.. exist in q and out (the contract), the keys in `keys`.
         let (done, took) = match heads - h {
             1 => (0, 1),
-            2 | 3 => (unsafe { scores_tile::<2, 4>(qh, hd, keys, stride, scale, oh, n) }, 2),
-            _ => (unsafe { scores_tile::<4, 2>(qh, hd, keys, stride, scale, oh, n) }, 4),
+            2 | 3 => (pair(qh, oh, n), 2),
+            _ => (quad(qh, oh, n), 4),
         };
-        // The keys past the tiles' last full step, head by head.
         for g in (0..took).filter(|_| done < n) {
-            let row = &mut out[(h + g) * n + done..(h + g + 1) * n];
-            unsafe { scores(&q[(h + g) * hd..(h + g + 1) * hd], &keys[done * stride..], stride, scale, row) };
+            one(&q[(h + g) * hd..(h + g + 1) * hd], &keys[done * stride..], &mut out[(h + g) * n + done..(h + g + 1) * n]);
         }
         h += took;
     }

@@ -12,6 +12,7 @@
 //! AVX-512 hosts (BENCHMARKS, 2026-12-04 afternoon).
 
 use super::avx2::hsum8x8;
+use super::avx2_attention::scores_by_tiles;
 use super::avx512::{dot, tail_mask};
 use std::arch::x86_64::*;
 
@@ -129,24 +130,11 @@ unsafe fn mix_columns<const W: usize>(w: &[f32], values: &[f32], stride: usize, 
 /// head count.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn scores_group(q: &[f32], hd: usize, keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
-    let heads = q.len() / hd;
-    let n = out.len() / heads;
-    let mut h = 0;
-    while h < heads {
-        let (qh, oh) = (&q[h * hd..], &mut out[h * n..]);
-        // SAFETY (all): the heads h.. exist in q and out (the contract), the keys in `keys`.
-        let (done, took) = match heads - h {
-            1 => (0, 1),
-            2 | 3 => (unsafe { scores_tile::<2, 8>(qh, hd, keys, stride, scale, oh, n) }, 2),
-            _ => (unsafe { scores_tile::<4, 4>(qh, hd, keys, stride, scale, oh, n) }, 4),
-        };
-        // The keys past the tiles' last full step, head by head.
-        for g in (0..took).filter(|_| done < n) {
-            let row = &mut out[(h + g) * n + done..(h + g + 1) * n];
-            unsafe { scores(&q[(h + g) * hd..(h + g + 1) * hd], &keys[done * stride..], stride, scale, row) };
-        }
-        h += took;
-    }
+    // SAFETY (all three): each call gets heads of q and out and the keys (the contract).
+    scores_by_tiles(q, hd, keys, stride, out,
+        |q, out, n| unsafe { scores_tile::<4, 4>(q, hd, keys, stride, scale, out, n) },
+        |q, out, n| unsafe { scores_tile::<2, 8>(q, hd, keys, stride, scale, out, n) },
+        |q, keys, row| unsafe { scores(q, keys, stride, scale, row) });
 }
 
 /// Scores of `G` heads (rows of `n` in `out`) against keys `K` at a time, while `K` remain;
