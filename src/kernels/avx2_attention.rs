@@ -289,6 +289,20 @@ unsafe fn scores_tile<const G: usize, const K: usize>(q: &[f32], hd: usize, keys
     i
 }
 
+/// The grouped weighted-sum kernels' walk over their heads (`out.len() / hd` of them; `w` a
+/// row of weights per head): up to four at a time, `sums` getting each batch's weight rows,
+/// its sums, the batch size and the keys per row.
+pub(crate) fn mix_by_heads(w: &[f32], out: &mut [f32], hd: usize, mut sums: impl FnMut(&[f32], &mut [f32], usize, usize)) {
+    let heads = out.len() / hd;
+    let n = w.len() / heads;
+    let mut h = 0;
+    while h < heads {
+        let took = (heads - h).min(4);
+        sums(&w[h * n..(h + took) * n], &mut out[h * hd..(h + took) * hd], took, n);
+        h += took;
+    }
+}
+
 /// [`mix`] for `out.len() / hd` heads that share their values (`w` holds a row of weights per
 /// head, `out` the heads' sums one after another): up to four heads at a time over 16
 /// columns, each value's columns loaded once for them. Every column of every head has
@@ -299,12 +313,7 @@ unsafe fn scores_tile<const G: usize, const K: usize>(q: &[f32], hd: usize, keys
 /// count.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn mix_group(w: &[f32], values: &[f32], stride: usize, out: &mut [f32], hd: usize) {
-    let heads = out.len() / hd;
-    let n = w.len() / heads;
-    let mut h = 0;
-    while h < heads {
-        let took = (heads - h).min(4);
-        let (wh, oh) = (&w[h * n..(h + took) * n], &mut out[h * hd..(h + took) * hd]);
+    mix_by_heads(w, out, hd, |wh, oh, took, n| {
         let mut d = 0;
         while d < hd {
             // Two vectors of 8 columns, the second (or the only one) masked at the row's end.
@@ -322,8 +331,7 @@ pub unsafe fn mix_group(w: &[f32], values: &[f32], stride: usize, out: &mut [f32
             }
             d += cols;
         }
-        h += took;
-    }
+    });
 }
 
 /// Columns `d .. d + 16` (as `masks` select them) of `G` heads' weighted sums (weights: rows

@@ -12,7 +12,7 @@
 //! AVX-512 hosts (BENCHMARKS, 2026-12-04 afternoon).
 
 use super::avx2::hsum8x8;
-use super::avx2_attention::scores_by_tiles;
+use super::avx2_attention::{mix_by_heads, scores_by_tiles};
 use super::avx512::{dot, tail_mask};
 use std::arch::x86_64::*;
 
@@ -197,12 +197,7 @@ unsafe fn scores_tile<const G: usize, const K: usize>(q: &[f32], hd: usize, keys
 /// count.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn mix_group(w: &[f32], values: &[f32], stride: usize, out: &mut [f32], hd: usize) {
-    let heads = out.len() / hd;
-    let n = w.len() / heads;
-    let mut h = 0;
-    while h < heads {
-        let took = (heads - h).min(4);
-        let (wh, oh) = (&w[h * n..(h + took) * n], &mut out[h * hd..(h + took) * hd]);
+    mix_by_heads(w, out, hd, |wh, oh, took, n| {
         let mut d = 0;
         // SAFETY (all): the columns each call selects lie in 0..hd, which `out` holds for
         // the `took` heads and every value holds (the contract).
@@ -229,8 +224,7 @@ pub unsafe fn mix_group(w: &[f32], values: &[f32], stride: usize, out: &mut [f32
             }
             d += 16;
         }
-        h += took;
-    }
+    });
 }
 
 /// Columns `d .. d + 16W` of `G` heads' weighted sums (weights: rows of `n` in `w`; sums: rows
