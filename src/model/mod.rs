@@ -696,12 +696,26 @@ impl Model {
             }
         }
         record(&mut trace, 0, start, &st.x[..n * h])?;
+        // The rows whose last-layer output anything reads: every row for per-row logits, a
+        // hidden-state trace or a routing log; the chunk's last row for the logits after it;
+        // none in an earlier chunk. The last layer still writes every row's keys and values,
+        // but its attention output and FFN (a sixteenth of a 16-layer model's multiply-adds,
+        // and that layer's expert reads) are computed for these rows only, as llama.cpp does
+        // for the outputs a batch asks for. Each row's arithmetic does not depend on which
+        // other rows a product carries, so the logits keep their bits.
+        let outputs = match out {
+            LogitsOut::Each(_) => n,
+            LogitsOut::Last if trace.is_some() || routing.log.is_some() => n,
+            LogitsOut::Last => usize::from(last),
+        };
+        let mut rows = n;
         for (l, layer) in w.layers.iter().enumerate() {
             for t in 0..n {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.attn_norm, cfg.rms_eps);
             }
+            let kept = if l + 1 == w.layers.len() { outputs } else { n };
             match (&layer.attn, cfg.mla.as_ref()) {
-                (MixerWeights::Attention(a), _) => attention_block(cfg, k, pool, st, a, l, n),
+                (MixerWeights::Attention(a), _) => attention_block(cfg, k, pool, st, a, l, n, kept),
                 (MixerWeights::Gdn(g), _) => match cfg.gdn.as_ref() {
                     Some(gc) => gdn::gdn_block(cfg, gc, k, pool, st, g, l, n),
                     None => return Err(Error::new(ErrorKind::Config, format!("layer {l} is linear attention without a GDN config"))),
@@ -713,26 +727,39 @@ impl Model {
                 },
                 _ => return Err(Error::new(ErrorKind::Config, format!("layer {l}: MLA/KDA weights without an MLA config"))),
             }
-            add_rows(&mut st.x, &st.out, n * h);
-            for t in 0..n {
+            if kept < n {
+                // The kept rows move to the front: the attention block wrote only theirs to
+                // `out`, the other mixers every row.
+                let from = (n - kept) * h..n * h;
+                if !matches!(layer.attn, MixerWeights::Attention(_)) {
+                    st.out.copy_within(from.clone(), 0);
+                }
+                st.x.copy_within(from, 0);
+                rows = kept;
+            }
+            add_rows(&mut st.x, &st.out, rows * h);
+            if rows == 0 {
+                continue;
+            }
+            for t in 0..rows {
                 kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &layer.ffn_norm, cfg.rms_eps);
             }
             match &layer.ffn {
-                Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, n),
+                Ffn::Dense(mlp) => mlp_block(k, pool, st, mlp, rows),
                 Ffn::Moe(moe) => {
                     let next = if *lookahead { next_routers(&w.layers, l) } else { [None; moe::AHEAD_DEPTH] };
-                    let step = moe::MoeStep { layer: l, moe_index, pos0, routing: &mut *routing };
-                    moe::moe_block(cfg, k, pool, st, moe, experts, step, n, next)?;
+                    let step = moe::MoeStep { layer: l, moe_index, pos0: pos0 + n - rows, routing: &mut *routing };
+                    moe::moe_block(cfg, k, pool, st, moe, experts, step, rows, next)?;
                     moe_index += 1;
                 }
             }
-            add_rows(&mut st.x, &st.out, n * h);
-            record(&mut trace, l + 1, start, &st.x[..n * h])?;
+            add_rows(&mut st.x, &st.out, rows * h);
+            record(&mut trace, l + 1, start, &st.x[..rows * h])?;
         }
-        for t in 0..n {
+        for t in 0..rows {
             kernels::rmsnorm(&mut st.h[t * h..(t + 1) * h], &st.x[t * h..(t + 1) * h], &w.norm, cfg.rms_eps);
         }
-        record(&mut trace, cfg.layers + 1, start, &st.h[..n * h])?;
+        record(&mut trace, cfg.layers + 1, start, &st.h[..rows * h])?;
         st.cache.pos += n;
         let vocab = cfg.vocab;
         match out {
@@ -754,7 +781,7 @@ impl Model {
                 }
             }
             LogitsOut::Last if last => {
-                k.matmul(pool, w.head().view(), &st.h[(n - 1) * h..n * h], 1, &mut st.logits[..vocab]);
+                k.matmul(pool, w.head().view(), &st.h[(rows - 1) * h..rows * h], 1, &mut st.logits[..vocab]);
             }
             LogitsOut::Last => {}
         }
@@ -806,7 +833,12 @@ fn add_bias(lin: &Linear, n: usize, y: &mut [f32]) {
 
 /// The attention sublayer (spec §1.3, §2.4): projections, q/k norm, clipping, RoPE, the KV
 /// cache write, attention, o_proj. Reads `st.h`, writes `st.out`.
-fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, a: &weights::Attention, l: usize, n: usize) {
+///
+/// Keys and values are written for all `n` rows; the output only for the last `kept`, into
+/// rows `0..kept` of `st.out`.
+#[allow(clippy::too_many_arguments)]
+fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, a: &weights::Attention, l: usize, n: usize,
+                   kept: usize) {
     let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
     k.matmul_group(pool, &st.h, n, &mut [(a.q.w.view(), &mut st.q[..]), (a.k.w.view(), &mut st.k[..]), (a.v.w.view(), &mut st.v[..])]);
     add_bias(&a.q, n, &mut st.q);
@@ -854,18 +886,22 @@ fn attention_block(cfg: &ModelConfig, k: &Kernels, pool: &Pool, st: &mut State, 
         window: cfg.sliding_window[l],
         sinks: a.sinks.as_deref(),
     };
+    if kept == 0 {
+        return;
+    }
+    let skip = n - kept;
     let keys = &st.cache.k.as_f32()[base..base + layer_len];
     let values = &st.cache.v.as_f32()[base..base + layer_len];
-    attend(k, pool, shape, &st.q, keys, values, pos0, n, &mut st.scores, st.ctx, &mut st.att);
+    attend(k, pool, shape, &st.q[skip * qd..], keys, values, pos0 + skip, kept, &mut st.scores, st.ctx, &mut st.att);
     if let Some(gate) = &a.gate {
         // Qwen3-Next: output × σ(gate), the gate's rows of q_proj applied to the same input
         // (st.q is spent once attention has read it).
-        k.matmul(pool, gate.view(), &st.h, n, &mut st.q);
-        for (o, g) in st.att[..n * qd].iter_mut().zip(&st.q[..n * qd]) {
+        k.matmul(pool, gate.view(), &st.h[skip * cfg.hidden..], kept, &mut st.q);
+        for (o, g) in st.att[..kept * qd].iter_mut().zip(&st.q[..kept * qd]) {
             *o *= 1.0 / (1.0 + (-g).exp());
         }
     }
-    linear(k, pool, &a.o, &st.att, n, &mut st.out);
+    linear(k, pool, &a.o, &st.att, kept, &mut st.out);
 }
 
 /// RMS-normalises each `width`-long group of `x` in place with weight `w`, through `tmp`
