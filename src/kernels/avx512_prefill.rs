@@ -123,7 +123,7 @@ unsafe fn split_blocks(src: *const f32, dst: *mut f32, blocks: usize) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let cols = w.cols;
-    let mut acc = Accumulators([[_mm512_setzero_ps(); TOKEN_GROUP]; ROW_GROUP]);
+    let mut acc = Accumulators([[[_mm512_setzero_ps(); TILE_TOKENS]; ROW_GROUP]; TOKEN_GROUP / TILE_TOKENS]);
     let mut panel = Panel([0.0; ROW_GROUP * K_CHUNK]);
     let mut xbuf = Panel([0.0; TILE_TOKENS * K_CHUNK]);
     let group = group_tokens(cols);
@@ -159,7 +159,7 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
                         let p = Inputs { ptr: wpanel.ptr.wrapping_add(rq * wpanel.stride), stride: wpanel.stride };
                         // SAFETY: the panel holds rows rq..rq+rn and the inputs vectors
                         // 0..tn, each `steps` 16-lane steps long (the last masked).
-                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0, rq, tq, c0 == 0) };
+                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0[tq / TILE_TOKENS], rq, c0 == 0) };
                         rq += rn;
                     }
                     tq += tn;
@@ -197,20 +197,26 @@ unsafe fn store_sums(acc: &Accumulators, rows: usize, t: usize, out: *mut f32) {
     };
     let mut i = 0;
     while i + 8 <= rows {
-        let eight: [__m256; 8] = std::array::from_fn(|j| halves(acc.0[i + j][t]));
+        let eight: [__m256; 8] = std::array::from_fn(|j| halves(acc.0[t / TILE_TOKENS][i + j][t % TILE_TOKENS]));
         // SAFETY: out holds rows values and i + 8 <= rows.
         unsafe { _mm256_storeu_ps(out.add(i), hsum8x8(&eight)) };
         i += 8;
     }
-    for (j, row) in acc.0.iter().enumerate().take(rows).skip(i) {
+    for (j, row) in acc.0[t / TILE_TOKENS].iter().enumerate().take(rows).skip(i) {
         // SAFETY: j < rows.
-        unsafe { *out.add(j) = hsum(row[t]) };
+        unsafe { *out.add(j) = hsum(row[t % TILE_TOKENS]) };
     }
 }
 
-/// The accumulators of one row group and token group, 64-byte aligned.
+/// The accumulators of one row group and token group, 64-byte aligned, by tile column: the
+/// [`TILE_TOKENS`] vectors' accumulators of a row side by side, the rows of a tile next, so
+/// that a register tile's accumulators are 24 consecutive lines (one per L1 set) and do not
+/// push the panel out of the few sets that rows a whole token group apart would share.
 #[repr(C, align(64))]
-struct Accumulators([[__m512; TOKEN_GROUP]; ROW_GROUP]);
+struct Accumulators([[[__m512; TILE_TOKENS]; ROW_GROUP]; TOKEN_GROUP / TILE_TOKENS]);
+
+/// The accumulators of one tile column: rows × [`TILE_TOKENS`] vectors.
+type TileColumn = [[__m512; TILE_TOKENS]; ROW_GROUP];
 
 /// A 64-byte-aligned f32 buffer on the stack.
 #[repr(C, align(64))]
@@ -296,19 +302,20 @@ unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf
     Inputs { ptr: out, stride: K_CHUNK }
 }
 
-/// Runs the `rn × tn` tile (each 1..=4) for rows `rq..` and vectors `tq..` of the groups.
+/// Runs the `rn × tn` tile (each 1..=4) for rows `rq..` of the group and the vectors of `acc`'s
+/// tile column.
 ///
 /// # Safety
 /// As [`tile`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                   acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize, first: bool) {
+                   acc: &mut TileColumn, rq: usize, first: bool) {
     macro_rules! arms {
         ($(($r:literal, $t:literal)),*) => {
             match (rn, tn) {
                 // SAFETY: forwarded contract.
-                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, tq, first) },)*
+                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, first) },)*
                 _ => {}
             }
         };
@@ -319,7 +326,7 @@ unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mas
 }
 
 /// R rows of the panel × T input vectors over `steps` 16-lane steps (the last one masked by
-/// `mask`), accumulating into `acc[rq + i][tq + t]`, or, for the `first` column chunk, starting
+/// `mask`), accumulating into `acc[rq + i][t]`, or, for the `first` column chunk, starting
 /// from zero and overwriting them (the same bits as adding to zeroed accumulators, without
 /// clearing and reloading them).
 ///
@@ -330,12 +337,11 @@ unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mas
 #[inline]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                                               acc: &mut [[__m512; TOKEN_GROUP]; ROW_GROUP], rq: usize, tq: usize,
-                                               first: bool) {
+                                               acc: &mut TileColumn, rq: usize, first: bool) {
     let mut a = [[_mm512_setzero_ps(); T]; R];
     if !first {
         for (i, row) in a.iter_mut().enumerate() {
-            row.copy_from_slice(&acc[rq + i][tq..tq + T]);
+            row.copy_from_slice(&acc[rq + i][..T]);
         }
     }
     let full = if mask == 0xffff { steps } else { steps - 1 };
@@ -367,8 +373,8 @@ unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usiz
         }
     }
     for (i, row) in a.iter().enumerate() {
-        acc[rq + i][tq..tq + T].copy_from_slice(row);
+        acc[rq + i][..T].copy_from_slice(row);
     }
 }
 
-const _: () = assert!(K_CHUNK.is_multiple_of(32) && STEPS * 16 == K_CHUNK);
+const _: () = assert!(K_CHUNK.is_multiple_of(32) && STEPS * 16 == K_CHUNK && TOKEN_GROUP.is_multiple_of(TILE_TOKENS));
