@@ -699,8 +699,8 @@ impl Model {
         // The rows whose last-layer output anything reads: every row for per-row logits, a
         // hidden-state trace or a routing log; the chunk's last row for the logits after it;
         // none in an earlier chunk. The last layer still writes every row's keys and values,
-        // but its attention output and FFN (a sixteenth of a 16-layer model's multiply-adds,
-        // and that layer's expert reads) are computed for these rows only, as llama.cpp does
+        // but its attention output and FFN (nearly a whole layer's multiply-adds, and that
+        // layer's expert reads) are computed for these rows only, as llama.cpp does
         // for the outputs a batch asks for. Each row's arithmetic does not depend on which
         // other rows a product carries, so the logits keep their bits.
         let outputs = match out {
