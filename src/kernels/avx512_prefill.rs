@@ -10,7 +10,8 @@
 //! rows, ten 16-lane loads for every 24 fused multiply-adds (24 accumulators, 4 inputs and a
 //! weight: 29 of the 32 registers). The accumulators live in a stack buffer between column
 //! chunks (a store and a reload change no bits): a tile loads and stores them once per chunk,
-//! and the first chunk starts from zero.
+//! the first chunk starts from zero, and in the last one the tile sums their lanes and writes
+//! the results itself, from its registers.
 //!
 //! Why these sizes: widening a panel once for 128 vectors instead of 32 raised the GEMM from
 //! 50–65 % to 65–75 % of the FMA peak on Zen 4 (BENCHMARKS, 2026-12-03, "the prefill GEMM
@@ -29,7 +30,7 @@
 //! and for Q4B32 four vectors' permuted inputs). A thread that runs a model needs a stack of a
 //! few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
 
-use super::avx512::{bf16_to_f32, decode_q4, decode_q8, hsum, tail_mask, x_by_parity};
+use super::avx512::{bf16_to_f32, decode_q4, decode_q8, tail_mask, x_by_parity};
 use super::avx2::{hsum8x8, prefetch_l2};
 use super::MatRef;
 use crate::format::dtype::DType;
@@ -159,17 +160,20 @@ unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f3
                         let p = Inputs { ptr: wpanel.ptr.wrapping_add(rq * wpanel.stride), stride: wpanel.stride };
                         // SAFETY: the panel holds rows rq..rq+rn and the inputs vectors
                         // 0..tn, each `steps` 16-lane steps long (the last masked).
-                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0[tq / TILE_TOKENS], rq, c0 == 0) };
+                        // In the last column chunk the tile writes its lane sums to `y`
+                        // itself, from its registers, instead of storing its accumulators for a
+                        // pass over them afterwards.
+                        let sums = if c0 + kc >= cols {
+                            Sums { ptr: y.wrapping_add((tg + tq) * ys + rg + rq), stride: ys }
+                        } else {
+                            Sums { ptr: std::ptr::null_mut(), stride: 0 }
+                        };
+                        unsafe { tile_any(rn, tn, p, inputs, steps, mask, &mut acc.0[tq / TILE_TOKENS], rq, c0 == 0, sums) };
                         rq += rn;
                     }
                     tq += tn;
                 }
                 c0 += kc;
-            }
-            // Vector by vector: the stores run along an output row (see avx2_gemm).
-            for t in 0..toks {
-                // SAFETY: elements (tg + t, rg..rg + rows) are the caller's to write.
-                unsafe { store_sums(&acc, rows, t, y.add((tg + t) * ys + rg)) };
             }
             rg += rows;
         }
@@ -183,32 +187,33 @@ fn group_tokens(cols: usize) -> usize {
     (GROUP_INPUTS / (cols.max(1) * 4) / 4 * 4).clamp(16, TOKEN_GROUP)
 }
 
-/// Writes rows `0..rows` of vector `t`'s lane sums to `out[0..rows]`: eight rows at a time
-/// through [`hsum8x8`], which adds exactly the pairs [`hsum`] adds (so the same bits), in one
-/// shuffle tree and one store instead of eight of each; the last rows one by one.
+/// Where a tile of the last column chunk writes its lane sums: vector `t`'s row `i` at
+/// `ptr + t × stride + i` (null in the other chunks).
+#[derive(Clone, Copy)]
+struct Sums {
+    ptr: *mut f32,
+    stride: usize,
+}
+
+/// Writes each of the tile's `T` vectors' `R` lane sums (`a[i][t]`, R ≤ 8) to `out`: the
+/// halves added, then [`hsum8x8`], which adds exactly the pairs [`super::avx512::hsum`] adds (so the same
+/// bits), in one shuffle tree and one masked store per vector.
 ///
 /// # Safety
-/// `out` is writable for `rows` values; rows ≤ [`ROW_GROUP`], t < [`TOKEN_GROUP`].
+/// `out` is writable for vectors `0..T` × rows `0..R` at its stride.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn store_sums(acc: &Accumulators, rows: usize, t: usize, out: *mut f32) {
+#[inline]
+#[allow(clippy::needless_range_loop)] // `t` picks a column of every row, and the vector's output
+unsafe fn write_sums<const R: usize, const T: usize>(a: &[[__m512; T]; R], out: Sums) {
     let halves = |v: __m512| {
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
         _mm256_add_ps(_mm512_castps512_ps256(v), hi)
     };
-    let mut i = 0;
-    while i + 8 <= rows {
-        let eight: [__m256; 8] = std::array::from_fn(|j| halves(acc.0[t / TILE_TOKENS][i + j][t % TILE_TOKENS]));
-        // SAFETY: out holds rows values and i + 8 <= rows.
-        unsafe { _mm256_storeu_ps(out.add(i), hsum8x8(&eight)) };
-        i += 8;
-    }
-    // An index loop: the iterator adapters' `next` was left a call here (a target-feature
-    // boundary), about 1 % of a Q4B32 prefill.
-    let column = &acc.0[t / TILE_TOKENS];
-    while i < rows {
-        // SAFETY: i < rows.
-        unsafe { *out.add(i) = hsum(column[i][t % TILE_TOKENS]) };
-        i += 1;
+    let rows = (1u8 << R).wrapping_sub(1);
+    for t in 0..T {
+        let eight: [__m256; 8] = std::array::from_fn(|i| if i < R { halves(a[i][t]) } else { _mm256_setzero_ps() });
+        // SAFETY: rows 0..R of vector t are the caller's to write; the mask stores R lanes.
+        unsafe { _mm256_mask_storeu_ps(out.ptr.add(t * out.stride), rows, hsum8x8(&eight)) };
     }
 }
 
@@ -314,12 +319,12 @@ unsafe fn permute_inputs(x: *const f32, cols: usize, toks: usize, kc: usize, buf
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                   acc: &mut TileColumn, rq: usize, first: bool) {
+                   acc: &mut TileColumn, rq: usize, first: bool, sums: Sums) {
     macro_rules! arms {
         ($(($r:literal, $t:literal)),*) => {
             match (rn, tn) {
                 // SAFETY: forwarded contract.
-                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, first) },)*
+                $(($r, $t) => unsafe { tile::<$r, $t>(p, x, steps, mask, acc, rq, first, sums) },)*
                 _ => {}
             }
         };
@@ -334,14 +339,18 @@ unsafe fn tile_any(rn: usize, tn: usize, p: Inputs, x: Inputs, steps: usize, mas
 /// from zero and overwriting them (the same bits as adding to zeroed accumulators, without
 /// clearing and reloading them).
 ///
+/// With `sums` (the last column chunk) the accumulators' lane sums go there instead of back
+/// to `acc`.
+///
 /// # Safety
 /// The panel holds R rows and the inputs T vectors of `steps` × 16 readable values (the last
-/// step's lanes outside `mask` are not read).
+/// step's lanes outside `mask` are not read); a non-null `sums` is writable for vectors
+/// `0..T` × rows `0..R` at its stride.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usize, mask: __mmask16,
-                                               acc: &mut TileColumn, rq: usize, first: bool) {
+                                               acc: &mut TileColumn, rq: usize, first: bool, sums: Sums) {
     let mut a = [[_mm512_setzero_ps(); T]; R];
     if !first {
         for (i, row) in a.iter_mut().enumerate() {
@@ -376,8 +385,13 @@ unsafe fn tile<const R: usize, const T: usize>(p: Inputs, x: Inputs, steps: usiz
             }
         }
     }
-    for (i, row) in a.iter().enumerate() {
-        acc[rq + i][..T].copy_from_slice(row);
+    if sums.ptr.is_null() {
+        for (i, row) in a.iter().enumerate() {
+            acc[rq + i][..T].copy_from_slice(row);
+        }
+    } else {
+        // SAFETY: the caller's contract (`sums` covers this tile's rows and vectors).
+        unsafe { write_sums(&a, sums) };
     }
 }
 
