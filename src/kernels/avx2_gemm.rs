@@ -86,10 +86,13 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
         let mut sg = r0;
         while sg < r1 {
             let sn = SPAN.min(r1 - sg);
-            for i in 0..sn {
+            if cols == 0 {
+                // No chunk to run: every sum is the empty one.
                 for t in 0..tn {
-                    // SAFETY: inside the accumulator buffer; written before any read.
-                    unsafe { (*acc)[i][t] = _mm256_setzero_ps() };
+                    for i in 0..sn {
+                        // SAFETY: element (t0 + t, sg + i) is the caller's to write.
+                        unsafe { *y.add((t0 + t) * ys + sg + i) = 0.0 };
+                    }
                 }
             }
             let mut c0 = 0;
@@ -122,9 +125,16 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
                         while ri < rn {
                             ahead.issue(per_tile);
                             let rr = R.min(rn - ri);
+                            // The first chunk starts from zero; the last one writes the sums.
+                            let chunk = Chunk {
+                                first: c0 == 0,
+                                sums: if c0 + kn >= cols { y.wrapping_add((t0 + ti) * ys + sg + rg + ri) } else { std::ptr::null_mut() },
+                                ys,
+                            };
                             // SAFETY: the panel holds rows ri..ri + rr, the inputs vectors
-                            // ti .. ti + tt, the accumulators span rows rg + ri .. + rr.
-                            unsafe { tile_any(rr, tt, panel, xs, ri, rg + ri, ti, acc) };
+                            // ti .. ti + tt, the accumulators span rows rg + ri .. + rr; the
+                            // sums' elements are the caller's to write.
+                            unsafe { tile_any(rr, tt, panel, xs, ri, rg + ri, ti, acc, chunk) };
                             ri += rr;
                         }
                         ti += tt;
@@ -132,14 +142,6 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
                     rg += rn;
                 }
                 c0 += kn;
-            }
-            // Vector by vector, so the stores run along an output row (row by row they would
-            // stride a whole row apart, a cache line each: 5-8 % of a 2048-column GEMM here).
-            for t in 0..tn {
-                for i in 0..sn {
-                    // SAFETY: element (t0 + t, sg + i) is the caller's to write.
-                    unsafe { *y.add((t0 + t) * ys + sg + i) = hsum8((*acc)[i][t]) };
-                }
             }
             sg += sn;
         }
@@ -300,12 +302,13 @@ unsafe fn load_dense(dtype: DType, row: *const u8, c: usize) -> __m256 {
 /// As [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc) {
+unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc,
+                   chunk: Chunk) {
     macro_rules! arms {
         ($(($r:literal, $t:literal)),*) => {
             match (rr, tt) {
                 // SAFETY: forwarded contract.
-                $(($r, $t) => unsafe { tile::<$r, $t>(panel, xs, ri, ai, ti, acc) },)*
+                $(($r, $t) => unsafe { tile::<$r, $t>(panel, xs, ri, ai, ti, acc, chunk) },)*
                 _ => unreachable!("tile {rr} x {tt}"),
             }
         };
@@ -313,21 +316,37 @@ unsafe fn tile_any(rr: usize, tt: usize, panel: *const Panel, xs: Inputs, ri: us
     arms!((3, 4), (3, 3), (3, 2), (3, 1), (2, 4), (2, 3), (2, 2), (2, 1), (1, 4), (1, 3), (1, 2), (1, 1));
 }
 
+/// Where a tile's chunk sits among the columns: the first starts its accumulators from zero
+/// (the same bits as adding to zeroed ones, without clearing and loading them); the last
+/// (`sums` not null) writes vector `t`'s row `i` sum to `sums + t × ys + i` from its registers
+/// instead of storing the accumulators for a pass over them afterwards.
+#[derive(Clone, Copy)]
+struct Chunk {
+    first: bool,
+    sums: *mut f32,
+    ys: usize,
+}
+
 /// `RR` panel rows from `ri` × `TT` vectors from `ti` over the chunk, accumulating into
-/// `acc[ai + i][ti + t]`.
+/// `acc[ai + i][ti + t]` (or from zero, and into the sums, as `chunk` says).
 ///
 /// # Safety
-/// The panel holds the rows and the packed inputs the vectors for `xs.steps` steps.
+/// The panel holds the rows and the packed inputs the vectors for `xs.steps` steps; a non-null
+/// `chunk.sums` is writable for vectors `0..TT` × rows `0..RR` at its stride.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc,
+                                                 chunk: Chunk) {
     // SAFETY (all accesses): rows ri..ri + RR of the panel, ai..ai + RR of the accumulators, vectors
     // ti..ti + TT, steps within the chunk (the contract).
     unsafe {
         let mut a = [[_mm256_setzero_ps(); TT]; RR];
-        for (i, row) in a.iter_mut().enumerate() {
-            for (t, v) in row.iter_mut().enumerate() {
-                *v = (*acc)[ai + i][ti + t];
+        if !chunk.first {
+            for (i, row) in a.iter_mut().enumerate() {
+                for (t, v) in row.iter_mut().enumerate() {
+                    *v = (*acc)[ai + i][ti + t];
+                }
             }
         }
         let p = (*panel).0.as_ptr().add(ri) as *const f32;
@@ -341,9 +360,18 @@ unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs
                 }
             }
         }
-        for (i, row) in a.iter().enumerate() {
-            for (t, v) in row.iter().enumerate() {
-                (*acc)[ai + i][ti + t] = *v;
+        if chunk.sums.is_null() {
+            for (i, row) in a.iter().enumerate() {
+                for (t, v) in row.iter().enumerate() {
+                    (*acc)[ai + i][ti + t] = *v;
+                }
+            }
+        } else {
+            // Vector by vector, so the stores run along an output row.
+            for t in 0..TT {
+                for (i, row) in a.iter().enumerate() {
+                    *chunk.sums.add(t * chunk.ys + i) = hsum8(row[t]);
+                }
             }
         }
     }
