@@ -88,9 +88,10 @@ const OWN_ROWS_STEPS: usize = 48;
 /// rows, to L1; past a row's end, the same place in the next tile's row (an expert's rows are
 /// short: 64 blocks of Q4B32 for 2,048 columns, whose first 48 would otherwise arrive
 /// unasked; rows shorter than 48 blocks, such as a 768-column down projection's 24, are asked
-/// for a row or two further on than that, which a prefetch allows). A row advances `bytes` per step, so it is asked for once every `64 / bytes` steps
-/// (Q4B32 every third, Q8B32 every step), each step taking its turn of rows: every line of
-/// every row is asked for, with a third of the requests for Q4B32.
+/// for a row or two further on than that, which a prefetch allows). A row advances `bytes`
+/// per step, so it is asked for once every `64 / bytes` steps (Q4B32 every third, Q8B32 every
+/// step), each step taking its turn of rows: every line of every row is asked for, with a
+/// third of the requests for Q4B32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) fn ahead_own_rows<const R: usize>(wp: *const u8, r: usize, rb: usize, b: usize, bytes: usize) {

@@ -69,7 +69,8 @@ struct Inputs {
 /// For each vector group and each span of rows, the columns are taken a chunk at a time: the
 /// chunk's inputs are packed once for the span, then each row group of the span has its
 /// weights decoded into the panel and multiplied by every tile. The accumulators of the whole
-/// span wait in a stack buffer between chunks (which changes no bit).
+/// span wait in a stack buffer between chunks (which changes no bit); the first chunk's tiles
+/// start from zero and the last one's write the sums ([`Chunk`]).
 ///
 /// # Safety
 /// As [`super::RowsFn`]; the CPU has AVX2, FMA and F16C.
@@ -339,7 +340,8 @@ struct Chunk {
 unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs, ri: usize, ai: usize, ti: usize, acc: *mut Acc,
                                                  chunk: Chunk) {
     // SAFETY (all accesses): rows ri..ri + RR of the panel, ai..ai + RR of the accumulators, vectors
-    // ti..ti + TT, steps within the chunk (the contract).
+    // ti..ti + TT, steps within the chunk (the contract). The accumulators are read only after
+    // the first chunk's tile wrote them (every chunk's tiles cover the whole span and group).
     unsafe {
         let mut a = [[_mm256_setzero_ps(); TT]; RR];
         if !chunk.first {
