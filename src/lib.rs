@@ -128,6 +128,12 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
+    /// Multiply Q4B32 weights with prefill chunks on the Intel AMX tiles where the CPU has
+    /// them ([`kernels::Isa::Amx`]; on by default): products exact in f32 as on the FMA
+    /// kernels, their sums added in another order, so a prompt's logits differ from those of
+    /// the same tokens decoded one at a time by f32 rounding. Off, every product takes the
+    /// AVX-512 kernels, whose bits do not depend on the chunk.
+    pub tiles: bool,
     /// Opt-in int8 activations for Q8B32 and Q4B32 weights: each product's inputs are
     /// quantized to blocks of 32 signed bytes with an f32 scale and multiplied as integers
     /// (AVX-512 VNNI or AVX2 where present, the scalar twins otherwise). Faster where the f32
@@ -183,7 +189,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, int8_activations: false, budget: None, cache_bytes: 0,
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, tiles: true, int8_activations: false, budget: None, cache_bytes: 0,
             io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true, usage_file: None }
     }
 }

@@ -81,14 +81,17 @@ fn simd_kernels_match_the_scalar_twin() {
                 let data = random_matrix(dtype, rows, cols, &mut rng);
                 let w = MatRef { dtype, rows, cols, data: &data };
                 let wf = dequantize(dtype, &data, rows, cols);
-                for n in [1, 2, 3, 4, 5, 9] {
+                // 21 and 33 vectors: groups the tiles take (Isa::Amx), one padded to 32, one to 64.
+                for n in [1, 2, 3, 4, 5, 9, 21, 33] {
                     let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                     let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&scalar, w, &x, n));
+                    // The tiles add each input as three bf16 parts: three terms per column.
+                    let parts = if k.isa() == Isa::Amx && dtype == DType::Q4B32 && n >= 20 { 3 } else { 1 };
                     for t in 0..n {
                         for r in 0..rows {
                             let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[t * cols + c] as f64).abs()).sum();
                             // The block widths add one product per block (the scale) to each term's path.
-                            let terms = (cols + cols / 32 + 2) as f64;
+                            let terms = (parts * cols + cols / 32 + 2) as f64;
                             let tol = 2.0 * terms * f32::EPSILON as f64 / 2.0 * mag + 1e-30;
                             let (g, e) = (got[t * rows + r] as f64, want[t * rows + r] as f64);
                             assert!((g - e).abs() <= tol, "{} {dtype} {rows}x{cols} n={n} t={t} r={r}: simd {g} scalar {e} (tol {tol:e})",
@@ -118,20 +121,29 @@ fn quantized_products_match_the_f64_dequantized_product() {
                 (0..16).for_each(|k| data.push(((b * 29 + k * 7) % 256) as u8));
             }
         }
-        let x: Vec<f32> = (0..cols).map(|c| ((c % 13) as f32 - 6.0) * 0.375).collect();
         let wf = dequantize(dtype, &data, rows, cols);
         let w = MatRef { dtype, rows, cols, data: &data };
         let mut all = vec![Kernels::scalar()];
         all.extend(Isa::ALL.into_iter().filter(|&i| i != Isa::Scalar).filter_map(Kernels::with_isa));
         for k in all {
-            let y = kernel_product(&k, w, &x, 1);
-            for r in 0..rows {
-                let want: f64 = (0..cols).map(|c| wf[r * cols + c] * x[c] as f64).sum();
-                let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[c] as f64).abs()).sum();
-                // Every weight and input here is a short binary fraction, so each product is
-                // exact in f32; only the additions round (≤ N·2⁻²⁴ relative to Σ|terms|).
-                let tol = (cols + 4) as f64 * f32::EPSILON as f64 / 2.0 * mag;
-                assert!((y[r] as f64 - want).abs() <= tol, "{} {dtype} row {r}: {} vs f64 {want}", k.isa().name(), y[r]);
+            // One vector, and 40 (a group the AMX tiles take, with inputs split into bf16 parts).
+            for n in [1, 40] {
+                let x: Vec<f32> = (0..n * cols).map(|i| (((i % cols) + i / cols) % 13) as f32 * 0.375 - 2.25 + (i / cols) as f32 / 1024.0).collect();
+                let y = kernel_product(&k, w, &x, n);
+                let parts = if k.isa() == Isa::Amx && dtype == DType::Q4B32 && n >= 20 { 3 } else { 1 };
+                for t in 0..n {
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    for r in 0..rows {
+                        let want: f64 = (0..cols).map(|c| wf[r * cols + c] * xt[c] as f64).sum();
+                        let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * xt[c] as f64).abs()).sum();
+                        // Every weight and input here is a short binary fraction, so each product
+                        // (of a level and an input, or of its bf16 parts) is exact in f32; only
+                        // the additions round (≤ N·2⁻²⁴ relative to Σ|terms|).
+                        let tol = (parts * cols + 4) as f64 * f32::EPSILON as f64 / 2.0 * mag;
+                        let got = y[t * rows + r] as f64;
+                        assert!((got - want).abs() <= tol, "{} {dtype} n={n} vector {t} row {r}: {got} vs f64 {want}", k.isa().name());
+                    }
+                }
             }
         }
     }
@@ -297,7 +309,7 @@ fn attention_scores_and_weighted_sums_match_the_scalar_twin() {
                     let mut one = [0f32];
                     k.attn_scores(&q, key, stride, 0.125, &mut one);
                     assert_eq!(one[0].to_bits(), got[i].to_bits(), "{} hd {hd} n {n} key {i}: scored alone differs", k.isa().name());
-                    if matches!(k.isa(), Isa::Avx2 | Isa::Avx512) {
+                    if matches!(k.isa(), Isa::Avx2 | Isa::Avx512 | Isa::Amx) {
                         assert_eq!((k.dot(&q, key) * 0.125).to_bits(), got[i].to_bits(), "{} hd {hd} key {i}: not dot's bits", k.isa().name());
                     }
                 }
@@ -429,10 +441,11 @@ fn selection_reports_the_instruction_set() {
     assert!(!better, "a better instruction set than {} is supported", best.name());
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vl") {
-        assert_eq!(best, Isa::Avx512);
+        // The tiles where the CPU has them and the OS grants them (Isa::Amx.supported asks).
+        assert_eq!(best, if Isa::Amx.supported() { Isa::Amx } else { Isa::Avx512 });
     }
     // The x86 decode tiles' prefetch scheme is chosen by vendor; the others have one.
-    let want = if matches!(best, Isa::Avx2 | Isa::Avx512) { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
+    let want = if matches!(best, Isa::Avx2 | Isa::Avx512 | Isa::Amx) { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
     assert_eq!(Kernels::select(false).prefetch(), want);
     println!("kernels: {} (prefetch {})", best.name(), want.name());
 }
@@ -442,7 +455,7 @@ fn selection_reports_the_instruction_set() {
 /// end into the next tile's), one vector and a few, with and without the split Q4B32 inputs.
 #[test]
 fn prefetch_schemes_give_the_same_bits() {
-    let ks: Vec<Kernels> = [Isa::Avx2, Isa::Avx512].into_iter().filter_map(Kernels::with_isa).collect();
+    let ks: Vec<Kernels> = [Isa::Avx2, Isa::Avx512, Isa::Amx].into_iter().filter_map(Kernels::with_isa).collect();
     if ks.is_empty() {
         common::skip("kernels", "this CPU has neither AVX2 nor AVX-512 (the instruction sets with a prefetch choice)");
         return;

@@ -145,7 +145,7 @@ fn mxfp4_rows_are_the_bf16_rows_of_the_same_weights() {
     let mut rng = Rng(0xB16B_0017_2026_1202);
     for k in all_kernels() {
         let twin = match k.isa() {
-            Isa::Avx2 | Isa::Avx512 => Kernels::with_isa(Isa::Avx2).unwrap(),
+            Isa::Avx2 | Isa::Avx512 | Isa::Amx => Kernels::with_isa(Isa::Avx2).unwrap(),
             _ => Kernels::scalar(),
         };
         for (rows, cols) in [(3, 64), (37, 160), (5, 1024), (30, 544), (101, 288)] {

@@ -122,9 +122,12 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers,
     // and on AVX-512 the kernels' buffer for a Q4B32 product's inputs split by parity (up to
     // 128 vectors of the widest input, here the FFN's, and 16 values of room to start them on
-    // a 64-byte boundary).
-    let q4 = if waste::kernels::Kernels::select(false).splits_q4_inputs() {
-        ((plan.prefill_chunk.min(waste::kernels::SPLIT_VECTORS) * cfg.intermediate + 16) * 4) as u64
+    // a 64-byte boundary); for the AMX tiles three bf16 parts per input, half as much again.
+    let k = waste::kernels::Kernels::select(false);
+    let q4 = if k.splits_q4_inputs() {
+        let values = plan.prefill_chunk.min(waste::kernels::SPLIT_VECTORS) * cfg.intermediate;
+        let values = if k.isa() == waste::kernels::Isa::Amx { values * 3 / 2 } else { values };
+        ((values + 16) * 4) as u64
     } else {
         0
     };

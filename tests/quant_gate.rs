@@ -27,6 +27,11 @@ const GATE_PROMPT: &[u32] = &[1, 17, 42, 99, 3, 200];
 /// quantized by the tool's own code, decodes the same tokens as the float one with logits
 /// within 1e-3 (the only difference left is the order of the f32 sums).
 fn gate(name: &str, config: &str, width: Width, source: DType, norm: f32) {
+    gate_with(name, config, width, source, norm, GATE_PROMPT);
+}
+
+/// [`gate`] with another prompt.
+fn gate_with(name: &str, config: &str, width: Width, source: DType, norm: f32, prompt: &[u32]) {
     let dir = temp_dir(name);
     let float = dir.join("float");
     exact_checkpoint(&float, config, width.levels() as i32, norm, source, 11);
@@ -40,7 +45,7 @@ fn gate(name: &str, config: &str, width: Width, source: DType, norm: f32) {
     let float_dtypes: Vec<&str> = if source == DType::F32 { vec!["F32"] } else { vec![source.name(), "F32"] };
     assert_eq!(fm.info().dtypes, float_dtypes);
     assert_eq!(qm.info().dtypes, [width.dtype().name(), "F32"]);
-    let r = compare(&mut fm, &mut qm, GATE_PROMPT, 8).unwrap();
+    let r = compare(&mut fm, &mut qm, prompt, 8).unwrap();
     for line in r.lines() {
         println!("{name}: {line}");
     }
@@ -59,6 +64,17 @@ fn gate_q4b32_exact_weights_decode_like_float() {
     // SmolLM2's architecture at development size, tied embeddings (so the quantized embedding
     // matrix is also the LM head), weights stored F32.
     gate("gate-q4", SMOL_TINY, Width::Q4, DType::F32, 1.0 / 16.0);
+}
+
+/// The gate with a 40-token prompt: one prefill chunk whose Q4B32 products go to the AMX tiles
+/// on a CPU that has them (inputs split into three bf16 parts, sums in another order), to the
+/// AVX-512 or AVX2 GEMM elsewhere.
+#[test]
+fn gate_q4b32_holds_for_a_prompt_the_tiles_take() {
+    let prompt: Vec<u32> = (0..40u32).map(|i| (i * 37) % 250 + 1).collect();
+    assert!(prompt.len() >= waste::kernels::TILE_MIN_VECTORS);
+    println!("kernels: {}", waste::kernels::Kernels::select(false).isa().name());
+    gate_with("gate-q4-long", SMOL_TINY, Width::Q4, DType::F32, 1.0 / 16.0, &prompt);
 }
 
 #[test]

@@ -18,7 +18,7 @@ read once for the group's heads), in microseconds per group and GMAC/s. The defa
         val("kv-heads", "N", "key-value heads: the cache row is N x D floats (default 8)"),
         val("head-dim", "D", "floats per head (default 64)"),
         val("keys", "LIST", "comma-separated cached positions, one figure each (default 512,2048,8192)"),
-        val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
+        val("isa", "NAME", "kernels: scalar, avx2, avx512, amx (AVX-512 and AMX tiles), neon (default: the best this CPU has)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
     ], HELP_OPT],
     positionals: &[],
@@ -44,7 +44,7 @@ fn options(a: &Args) -> Result<AttentionBench, Failure> {
     }
     if let Some(name) = a.value("isa") {
         o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
-            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, neon")))?);
+            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, amx, neon")))?);
     }
     Ok(o)
 }

@@ -23,7 +23,7 @@ to fit).",
         val("cols", "C", "columns, a multiple of 32 (default 8192)"),
         val("threads", "N", "the larger thread count (default: one per available CPU, or per listed CPU)"),
         val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, 0-7:2, 0-15:2/4, 4-N, all)"),
-        val("isa", "NAME", "kernels: scalar, avx2, avx512, neon (default: the best this CPU has)"),
+        val("isa", "NAME", "kernels: scalar, avx2, avx512, amx (AVX-512 and AMX tiles), neon (default: the best this CPU has)"),
         val("prefetch", "NAME", "decode tiles' prefetch: tile-after-next, own-rows (default: the one chosen for this CPU)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("tokens", "N", "vectors per product: 1 is decode (default), more a prefill chunk (GMAC/s printed too)"),
@@ -61,7 +61,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     }
     if let Some(name) = a.value("isa") {
         o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
-            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, neon")))?);
+            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, amx, neon")))?);
     }
     if let Some(name) = a.value("prefetch") {
         o.prefetch = Some(Prefetch::from_name(name).ok_or_else(|| Failure::Usage(format!(
@@ -121,7 +121,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
-    let prefetch = if matches!(r.isa, Isa::Avx2 | Isa::Avx512) { format!(" (prefetch {})", r.prefetch.name()) } else { String::new() };
+    let prefetch = if matches!(r.isa, Isa::Avx2 | Isa::Avx512 | Isa::Amx) { format!(" (prefetch {})", r.prefetch.name()) } else { String::new() };
     outln!("bench matmul: {} kernels{prefetch}{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
     outln!("(each dtype: GB/s of weights and % of the read bandwidth, GMAC/s and % of the multiply-add peak)");
     const CELL: usize = 40;

@@ -83,6 +83,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    o.tiles = !a.flag("no-tiles");
     o.int8_activations = a.flag("int8-act");
     o.budget = budget(a)?;
     if let Some(c) = a.size("cache", 1, u64::MAX)? {

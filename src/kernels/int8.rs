@@ -208,9 +208,9 @@ impl Int8Isa {
     pub fn for_isa(isa: super::Isa) -> Int8Isa {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            super::Isa::Avx512 if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi") => Int8Isa::Avx512Vnni,
+            super::Isa::Avx512 | super::Isa::Amx if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vbmi") => Int8Isa::Avx512Vnni,
             #[cfg(target_arch = "x86_64")]
-            super::Isa::Avx512 | super::Isa::Avx2 => Int8Isa::Avx2,
+            super::Isa::Avx512 | super::Isa::Amx | super::Isa::Avx2 => Int8Isa::Avx2,
             _ => Int8Isa::Scalar,
         }
     }

@@ -118,6 +118,8 @@ macro_rules! row_driver {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_few;
@@ -188,13 +190,17 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL (+ FMA, F16C), 16 lanes.
     Avx512,
+    /// AVX-512 with AVX512_BF16 and Intel AMX-BF16 tiles: the AVX-512 kernels, and the Q4B32
+    /// products of prefill groups of at least [`amx::MIN_VECTORS`] vectors on the tiles
+    /// (f32-exact products, another order of additions: see [`amx`]).
+    Amx,
     /// AArch64 Advanced SIMD, 4 lanes.
     Neon,
 }
 
 impl Isa {
     /// Every instruction set, best last.
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::Avx512];
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Neon, Isa::Avx2, Isa::Avx512, Isa::Amx];
 
     /// The instruction set's name, as `info` reports it.
     pub fn name(self) -> &'static str {
@@ -202,6 +208,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
         }
     }
@@ -226,6 +233,8 @@ impl Isa {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => Isa::Avx512.supported() && is_x86_feature_detected!("avx512bf16") && crate::sys::amx_bf16_permitted(),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
             #[allow(unreachable_patterns)]
@@ -330,6 +339,19 @@ pub struct Kernels {
 /// this many vectors at a time): the buffer holds this many × the widest input.
 pub const SPLIT_VECTORS: usize = 128;
 
+/// Fewest vectors of a group of [`SPLIT_VECTORS`] whose Q4B32 products go to the AMX tiles
+/// ([`Isa::Amx`]); a smaller group takes the AVX-512 kernels, whose bits differ from the
+/// tiles' by rounding.
+pub const TILE_MIN_VECTORS: usize = 20;
+
+/// Vectors a Q4B32 input buffer holds for products of up to `chunk` vectors: [`SPLIT_VECTORS`],
+/// or `chunk` if fewer — rounded up to a multiple of 32 when the tiles could take them
+/// ([`TILE_MIN_VECTORS`] or more), which split whole pairs of 16-vector groups.
+pub fn split_vectors(chunk: usize) -> usize {
+    let v = chunk.min(SPLIT_VECTORS);
+    if v >= TILE_MIN_VECTORS { v.next_multiple_of(32).min(SPLIT_VECTORS) } else { v }
+}
+
 /// A buffer for the inputs of a Q4B32 prefill product split by parity once per product
 /// instead of once per block and tile, or per four vectors and panel (`avx512::rows_q4b32_split`).
 #[derive(Debug)]
@@ -432,6 +454,15 @@ impl Kernels {
         Isa::ALL.into_iter().rev().find_map(Kernels::with_isa).unwrap_or_else(Kernels::scalar)
     }
 
+    /// These kernels without the AMX tiles: the AVX-512 ones with the same prefetch scheme
+    /// where they are [`Isa::Amx`], else unchanged (see [`crate::Options::tiles`]).
+    pub fn without_tiles(self) -> Kernels {
+        match self.isa {
+            Isa::Amx => Kernels::with_isa(Isa::Avx512).map_or(self.clone(), |k| k.with_prefetch(self.prefetch)),
+            _ => self,
+        }
+    }
+
     /// The scalar reference kernels.
     pub fn scalar() -> Kernels {
         Kernels {
@@ -474,7 +505,7 @@ impl Kernels {
                 prefetch: Prefetch::TileAfterNext,
             }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(Kernels {
+            Isa::Avx512 | Isa::Amx => Some(Kernels {
                 isa,
                 rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32::<false>, avx2::rows_f8b32, avx2::rows_mxfp4],
                 dot: avx512::dot,
@@ -526,9 +557,14 @@ impl Kernels {
         let mut rows = self.rows;
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
+            Isa::Avx512 | Isa::Amx => {
                 rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
-                rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
+                rows[4] = match (self.isa, own) {
+                    (Isa::Amx, true) => amx::rows_q4b32::<true>,
+                    (Isa::Amx, false) => amx::rows_q4b32::<false>,
+                    (_, true) => avx512::rows_q4b32::<true>,
+                    (_, false) => avx512::rows_q4b32::<false>,
+                };
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
@@ -560,12 +596,37 @@ impl Kernels {
         if !self.splits_q4_inputs() {
             return self;
         }
-        Kernels { q4_inputs: Some(SplitInputs::new(values)), ..self }
+        Kernels { q4_inputs: Some(SplitInputs::new(self.q4_buffer_len(values))), ..self }
     }
 
-    /// True when [`Kernels::with_q4_input_buffer`] holds a buffer on this instruction set (AVX-512).
+    /// True when [`Kernels::with_q4_input_buffer`] holds a buffer on this instruction set
+    /// (AVX-512, and the tiles).
     pub fn splits_q4_inputs(&self) -> bool {
-        self.isa == Isa::Avx512
+        matches!(self.isa, Isa::Avx512 | Isa::Amx)
+    }
+
+    /// f32 values of the Q4B32 input buffer for `values` inputs (a vector count that is a
+    /// multiple of 32 × the widest input): `values` where the inputs are split by parity, half
+    /// as many again on the tiles (three bf16 parts each, [`amx::split_len`]).
+    pub fn q4_buffer_len(&self, values: usize) -> usize {
+        if self.isa == Isa::Amx { values + values.div_ceil(2) } else { values }
+    }
+
+    /// True when a group of `n` vectors goes to the tiles ([`amx`]).
+    fn tiles_take(&self, n: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.isa == Isa::Amx && n >= amx::MIN_VECTORS;
+        #[cfg(not(target_arch = "x86_64"))]
+        return { let _ = n; false };
+    }
+
+    /// f32 values the split Q4B32 inputs of a group of `n` vectors of `cols` take.
+    fn q4_split_len(&self, n: usize, cols: usize) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if self.tiles_take(n) {
+            return amx::split_len(n, cols);
+        }
+        n * cols
     }
 
     /// Heap bytes held: the int8 path's activation buffer when it is on, and the Q4B32 input
@@ -581,7 +642,7 @@ impl Kernels {
     /// the stack) go to the kernels that take Q4B32 inputs split by parity, and the buffer
     /// holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
     fn wants_q4_split(&self, w: &MatRef, n: usize) -> bool {
-        self.takes_split_q4(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= SPLIT_VECTORS.min(n) * w.cols)
+        self.takes_split_q4(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= self.q4_split_len(SPLIT_VECTORS.min(n), w.cols))
     }
 
     /// True when `w` × `n` vectors go to the kernels that take Q4B32 inputs split by parity,
@@ -596,12 +657,21 @@ impl Kernels {
         Some(buf.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, by parity
-    /// into `buf` (from its first 64-byte boundary, when it has the room) and returns the job
-    /// that multiplies a Q4B32 matrix with them.
+    /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, by parity —
+    /// or into bf16 parts, when they go to the tiles — into `buf` (from its first 64-byte
+    /// boundary, when it has the room) and returns the job that multiplies a Q4B32 matrix with
+    /// them.
     fn split_q4_inputs<'a>(&self, buf: &'a mut [f32], x: &'a [f32], n: usize, cols: usize) -> Job<'a> {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.tiles_take(n) {
+                let len = amx::split_len(n, cols);
+                let buf = aligned_for(buf, len);
+                // SAFETY: tiles are taken only with the Amx kernels, made where the CPU has
+                // AVX-512 BF16 and the OS grants the tiles; the caller checked the buffer.
+                unsafe { amx::split_inputs(x, n, cols, buf) };
+                return Job::F32(amx::rows_q4b32_split, &buf[..len]);
+            }
             let buf = aligned_for(buf, n * cols);
             // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
             // n × cols values (`wants_q4_split` checked the buffer, the caller x).
@@ -797,7 +867,7 @@ impl Kernels {
     /// values (shorter, the inputs are split per call on the stack, or per tile: slower).
     /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
-        let alone = self.takes_split_q4(&w, n) && split.len() >= n * w.cols;
+        let alone = self.takes_split_q4(&w, n) && split.len() >= self.q4_split_len(SPLIT_VECTORS.min(n), w.cols);
         if !alone {
             // Other dtypes and instruction sets use no buffer; the int8 path quantizes into
             // its own one and takes turns at it.
@@ -805,9 +875,12 @@ impl Kernels {
         }
         assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "rows_alone: buffers too short");
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows_alone: weight data too short");
-        let job = self.split_q4_inputs(split, x, n, w.cols);
-        // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
-        unsafe { job.run(&w, 0, w.rows, n, y.as_mut_ptr(), w.rows) };
+        let out = y.as_mut_ptr();
+        self.with_split_inputs(split, &w, x, n, |job, t0, tn| {
+            // SAFETY: bounds asserted above (vectors t0..t0+tn of y); `y` is exclusively
+            // borrowed; the ISA was detected.
+            unsafe { job.run(&w, 0, w.rows, tn, out.add(t0 * w.rows), w.rows) }
+        });
     }
 
     /// `Σ a[i]·b[i]` over the common length, in an order fixed by the length and the ISA.

@@ -20,7 +20,7 @@ pub fn fma(isa: Isa, iters: usize) -> u64 {
         Isa::Avx2 if isa.supported() => unsafe { x86::fma_avx2(iters) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        Isa::Avx512 if isa.supported() => unsafe { x86::fma_avx512(iters) },
+        Isa::Avx512 | Isa::Amx if isa.supported() => unsafe { x86::fma_avx512(iters) },
         _ => fma_scalar(iters),
     }
 }

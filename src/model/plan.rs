@@ -298,7 +298,8 @@ pub fn metadata_bytes(layers: usize) -> u64 {
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
-    let q4 = if Kernels::select(opts.force_scalar).splits_q4_inputs() { Floats::plan_bytes(State::q4_split_values(cfg, chunk)) } else { 0 };
+    let kernels = if opts.tiles { Kernels::select(opts.force_scalar) } else { Kernels::select(opts.force_scalar).without_tiles() };
+    let q4 = if kernels.splits_q4_inputs() { Floats::plan_bytes(kernels.q4_buffer_len(State::q4_split_values(cfg, chunk))) } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
     rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + q4 + threads + metadata_bytes(cfg.layers)
 }
@@ -659,7 +660,8 @@ mod tests {
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
         // Besides the state: RoPE, the sampler, the kernels' Q4B32 input buffer (AVX-512),
         // one compute worker and 4 I/O threads, metadata.
-        let q4 = if Kernels::select(false).splits_q4_inputs() { Floats::plan_bytes(State::q4_split_values(&cfg, 4)) } else { 0 };
+        let k = Kernels::select(false);
+        let q4 = if k.splits_q4_inputs() { Floats::plan_bytes(k.q4_buffer_len(State::q4_split_values(&cfg, 4))) } else { 0 };
         let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + q4 + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.

@@ -237,9 +237,10 @@ impl State {
     }
 
     /// Inputs the kernels' Q4B32 buffer holds ([`crate::kernels::Kernels::with_q4_input_buffer`]):
-    /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter, of the widest input.
+    /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter ([`crate::kernels::split_vectors`]),
+    /// of the widest input.
     pub fn q4_split_values(cfg: &ModelConfig, chunk: usize) -> usize {
-        Self::int8_values(cfg, chunk.min(crate::kernels::SPLIT_VECTORS))
+        Self::int8_values(cfg, crate::kernels::split_vectors(chunk))
     }
 
     /// Activations the int8 path quantizes at most at once.

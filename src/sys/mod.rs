@@ -426,6 +426,42 @@ pub fn cpu_vendor() -> [u8; 12] {
     v
 }
 
+/// True when this thread may run Intel AMX tile instructions with BF16 dot products: the CPU
+/// has AMX-TILE and AMX-BF16 (`cpuid` leaf 7, EDX bits 24 and 22), the OS saves the tile state
+/// (XCR0 bits 17 and 18), and Linux grants the process the tile data (`arch_prctl` with
+/// `ARCH_REQ_XCOMP_PERM`, which is process-wide and idempotent; without it the first tile
+/// load raises SIGILL). False off x86-64 Linux.
+pub fn amx_bf16_permitted() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        // SAFETY: `cpuid` exists on every x86-64 CPU; leaf 7 is read only when leaf 0 lists it.
+        #[allow(unused_unsafe)]
+        let (max_leaf, osxsave, leaf7) = unsafe { (__cpuid(0).eax, __cpuid(1).ecx & (1 << 27) != 0, __cpuid_count(7, 0).edx) };
+        let amx = (1 << 22) | (1 << 24);
+        if max_leaf < 7 || leaf7 & amx != amx || !osxsave {
+            return false;
+        }
+        // XCR0 through `xgetbv` (OSXSAVE, checked above, says the instruction is enabled).
+        let (lo, _hi): (u32, u32);
+        // SAFETY: `xgetbv` with ECX = 0 is defined whenever CPUID.1:ECX.OSXSAVE is set; it
+        // reads a register and touches no memory.
+        unsafe { std::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi, options(nomem, nostack, preserves_flags)) };
+        if lo & (3 << 17) != 3 << 17 {
+            return false;
+        }
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: arch_prctl with these arguments only changes the process's permitted
+        // extended state; it takes no pointers.
+        unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        false
+    }
+}
+
 /// The numerically last CPU of the machine (configured CPUs − 1, at most [`MAX_CPUS`] − 1):
 /// what `N` means in a cpu list, as in the kernel's. Never below the highest CPU this thread
 /// may run on: musl (the static build) answers `_SC_NPROCESSORS_CONF` with the size of the

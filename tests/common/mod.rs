@@ -554,16 +554,29 @@ pub fn kernel_product(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x:
 /// vectors of `x` alone, the first 2, 3 and 5 together (prefill chunks), and the rows split
 /// into two calls at rows 1, 2, 3, 5, 6 and 10 (how threads split a product) give the values
 /// of the one call over everything, compared by `same`. `what` names the kernel and matrix.
+///
+/// On the AMX tiles (Q4B32 groups of at least `TILE_MIN_VECTORS` of 128 vectors) a vector's bits
+/// depend on whether its group reaches the threshold: a vector whose group does in the whole
+/// call but not in a smaller one is compared with the AVX-512 kernels' bits instead, and the
+/// first 20 and 33 vectors (groups the tiles take) with the whole call's.
 pub fn assert_independent_of_vector_count_and_row_range(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x: &[f32], n: usize,
     what: &str, same: fn(&[f32], &[f32]) -> bool) {
+    use waste::kernels::{Isa, Kernels, SPLIT_VECTORS, TILE_MIN_VECTORS};
     let (rows, cols) = (w.rows, w.cols);
     let whole = kernel_product(k, w, x, n);
+    let tiles = k.isa() == Isa::Amx && w.dtype == DType::Q4B32;
+    let tiled = |m: usize, t: usize| tiles && SPLIT_VECTORS.min(m - t / SPLIT_VECTORS * SPLIT_VECTORS) >= TILE_MIN_VECTORS;
+    let plain = if tiles { kernel_product(&Kernels::with_isa(Isa::Avx512).expect("AMX implies AVX-512"), w, x, n) } else { whole.clone() };
+    // What vector t of a call of the first m vectors should give.
+    let want = |m: usize, t: usize| if tiled(n, t) == tiled(m, t) { &whole[t * rows..(t + 1) * rows] } else { &plain[t * rows..(t + 1) * rows] };
     for t in 0..n {
         let one = kernel_product(k, w, &x[t * cols..(t + 1) * cols], 1);
-        assert!(same(&one, &whole[t * rows..(t + 1) * rows]), "{what}: vector {t} alone differs");
+        assert!(same(&one, want(1, t)), "{what}: vector {t} alone differs");
     }
-    for m in [2, 3, 5] {
-        assert!(same(&kernel_product(k, w, &x[..m * cols], m), &whole[..m * rows]), "{what}: first {m} vectors differ");
+    for m in [2, 3, 5, 20, 33].into_iter().filter(|&m| m <= n) {
+        let got = kernel_product(k, w, &x[..m * cols], m);
+        let want: Vec<f32> = (0..m).flat_map(|t| want(m, t).iter().copied()).collect();
+        assert!(same(&got, &want), "{what}: first {m} vectors differ");
     }
     for split in [1, 2, 3, 5, 6, 10] {
         let mut y = vec![f32::NAN; n * rows];
