@@ -81,12 +81,13 @@ fn simd_kernels_match_the_scalar_twin() {
                 let data = random_matrix(dtype, rows, cols, &mut rng);
                 let w = MatRef { dtype, rows, cols, data: &data };
                 let wf = dequantize(dtype, &data, rows, cols);
-                // 21 and 33 vectors: groups the tiles take (Isa::Amx), one padded to 32, one to 64.
+                // 21 and 33 vectors: groups the AMX tiles take (Q4B32, Q8B32, and BF16 of whole
+                // 32-column blocks), one padded to 32, one to 64.
                 for n in [1, 2, 3, 4, 5, 9, 21, 33] {
                     let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                     let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&scalar, w, &x, n));
                     // The tiles add each input as three bf16 parts: three terms per column.
-                    let parts = if k.isa() == Isa::Amx && dtype == DType::Q4B32 && n >= 20 { 3 } else { 1 };
+                    let parts = if k.tiles_take(&w, n) { 3 } else { 1 };
                     for t in 0..n {
                         for r in 0..rows {
                             let mag: f64 = (0..cols).map(|c| (wf[r * cols + c] * x[t * cols + c] as f64).abs()).sum();
@@ -130,7 +131,7 @@ fn quantized_products_match_the_f64_dequantized_product() {
             for n in [1, 40] {
                 let x: Vec<f32> = (0..n * cols).map(|i| (((i % cols) + i / cols) % 13) as f32 * 0.375 - 2.25 + (i / cols) as f32 / 1024.0).collect();
                 let y = kernel_product(&k, w, &x, n);
-                let parts = if k.isa() == Isa::Amx && dtype == DType::Q4B32 && n >= 20 { 3 } else { 1 };
+                let parts = if k.tiles_take(&w, n) { 3 } else { 1 };
                 for t in 0..n {
                     let xt = &x[t * cols..(t + 1) * cols];
                     for r in 0..rows {
@@ -161,21 +162,23 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     all.extend(simd_isas().into_iter().filter(Kernels::splits_q4_inputs).map(|k| k.with_q4_input_buffer(128 * 2080)));
     for k in all {
         for dtype in DTYPES {
-          // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
-          // (AVX2 32, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
-          // 2048), with dense column tails; and on both sides of the inputs' size (vectors ×
-          // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
-          // 64 KiB, 32 KiB for Q4B32; AVX-512 256 KiB): the 2080-column shape's whole product
-          // takes the GEMM, its first 2 and 3 vectors the tiles, and 5 the tiles except AVX2's
-          // Q4B32.
-          for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66),
-                                  (19, 1056, 131)] {
-            let cols = if dtype.is_quantized() { cols / 32 * 32 } else { cols + 1 };
-            let data = random_matrix(dtype, rows, cols, &mut rng);
-            let w = MatRef { dtype, rows, cols, data: &data };
-            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-            assert_independent_of_vector_count_and_row_range(&k, w, &x, n, &format!("{} {dtype}", k.isa().name()), bit_identical);
-          }
+            // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
+            // (AVX2 32, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
+            // 2048), with dense column tails; and on both sides of the inputs' size (vectors ×
+            // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
+            // 64 KiB, 32 KiB for Q4B32; AVX-512 256 KiB): the 2080-column shape's whole product
+            // takes the GEMM, its first 2 and 3 vectors the tiles, and 5 the tiles except AVX2's
+            // Q4B32. The last shape has whole 32-column blocks for the dense dtypes too: BF16
+            // groups the AMX tiles take.
+            for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66),
+                                    (19, 1056, 131), (21, 1024, 45)] {
+                let cols = if dtype.is_quantized() || cols == 1024 { cols / 32 * 32 } else { cols + 1 };
+                let data = random_matrix(dtype, rows, cols, &mut rng);
+                let w = MatRef { dtype, rows, cols, data: &data };
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+                let what = format!("{} {dtype} {rows}x{cols} n={n}", k.isa().name());
+                assert_independent_of_vector_count_and_row_range(&k, w, &x, n, &what, bit_identical);
+            }
         }
     }
 }

@@ -1,38 +1,41 @@
-//! Intel AMX tiles for the Q4B32 products of a prefill chunk (Sapphire Rapids and later, where
-//! the OS grants the tile state: [`crate::sys::amx_bf16_permitted`]).
+//! Intel AMX tiles for the Q4B32, Q8B32 and BF16 products of a prefill chunk (Sapphire Rapids
+//! and later, where the OS grants the tile state: [`crate::sys::amx_bf16_permitted`]).
 //!
 //! Why: one `tdpbf16ps` multiplies a 16 × 32 bf16 tile by a 32 × 16 one into 16 × 16 f32 sums,
 //! 8,192 multiply-adds, at about one per 5 ns on a core of the Intel host of BENCHMARKS
 //! (2026-12-04, night) — some 1,500 GMAC/s against the 107–124 of its 512-bit FMA units. The
 //! AVX-512 GEMM ([`super::avx512_prefill`]) stays below 60 % of the FMA peak; the tiles, fed
-//! the way they are here, run the same Q4B32 products 2–2.5× faster.
+//! the way they are here, run the same products 2–3× faster (`waste bench matmul --isa amx`).
 //!
-//! Exactness: the tiles multiply bf16 values and add in f32. A Q4B32 level (−8..7) is exact
-//! in bf16, and every f32 input is split into three bf16 parts, h = bf16(x), m = bf16(x − h),
-//! l = bf16(x − h − m), whose sum is x exactly (8 + 8 + 8 significant bits; inputs below about
-//! 1e-36 lose their last part, which the tiles flush as a denormal). So each product of a level
-//! and a part is exact in f32, and a block's sum Σ level·x is an f32 sum of exact products, as
-//! in the FMA kernels; only the order of the additions differs (the tile adds the block's 32
-//! columns for h, then for m, then for l). The block's sum times its scale is then added to the
-//! (row, vector) accumulator with one FMA, the scalar kernel's order. The results agree with
-//! the scalar twin to f32 rounding (`tests/kernels.rs`), but they are not the bits of the FMA
-//! kernels, which decode uses.
+//! Exactness: the tiles multiply bf16 values and add in f32. A Q4B32 level (−8..7), a Q8B32
+//! level (−128..127) and a BF16 weight are exact in bf16, and every f32 input is split into
+//! three bf16 parts, h = bf16(x), m = bf16(x − h), l = bf16(x − h − m), whose sum is x exactly
+//! (8 + 8 + 8 significant bits; inputs below about 1e-36 lose their last part, which the tiles
+//! flush as a denormal). So each product of a weight and a part is exact in f32, and a block's
+//! sum is an f32 sum of exact products, as in the FMA kernels; only the order of the additions
+//! differs (the tile adds the block's 32 columns for h, then for m, then for l). A quantized
+//! block's sum times its scale is then added to the (row, vector) accumulator with one FMA, the
+//! scalar kernel's order; BF16 has no scale, and its tiles add up a whole column chunk before
+//! the accumulator takes the sum. The results agree with the scalar twins to f32 rounding
+//! (`tests/kernels.rs`), but they are not the bits of the FMA kernels, which decode uses.
 //!
 //! Which vectors come here: [`super::Kernels`] takes a product's vectors [`super::SPLIT_VECTORS`]
-//! at a time, and a group of at least [`MIN_VECTORS`] goes to the tiles, a smaller one to the
-//! AVX-512 kernels. The bits of a (row, vector) pair therefore depend on the size of its group
-//! (whether it reaches [`MIN_VECTORS`]) — never on which rows a call covers, on the thread
-//! count, or on where the tiles' column chunks fall.
+//! at a time, and a group of at least [`MIN_VECTORS`] goes to the tiles ([`takes`]), a smaller
+//! one to the AVX-512 kernels. The bits of a (row, vector) pair therefore depend on the size of
+//! its group (whether it reaches [`MIN_VECTORS`]) — never on which rows a call covers, on the
+//! thread count, or on where the tiles' column chunks fall.
 //!
 //! Layout: the inputs are split once per product ([`split_inputs`]) into tiles of 16 vectors ×
-//! one 32-column block, a tile per part. Rows are taken 32 at a time (two weight tiles) and
-//! columns [`CHUNK_BLOCKS`] blocks at a time: that piece of the matrix is widened into a panel
-//! of bf16 levels in the pair-interleaved order the second operand takes, and each pair of
-//! 16-vector groups walks it: per block, 4 accumulator tiles (2 vector groups × 2 row tiles)
-//! get 12 tile products (3 parts), are stored, scaled by the rows' block scales and added to
-//! the accumulators (16 KiB for 128 vectors, in L1).
+//! one 32-column block, a tile per part (the first operand). Rows are taken 32 at a time (two
+//! weight tiles) and columns [`CHUNK_BLOCKS`] blocks at a time: that piece of the matrix is
+//! widened into a panel of bf16 weights in the pair-interleaved order the second operand takes,
+//! and each pair of 16-vector groups walks it: per block, 4 accumulator tiles (2 vector groups ×
+//! 2 row tiles) get 12 tile products (3 parts); their sums go to the (vector, row)
+//! accumulators, 16 KiB for 128 vectors per 32 rows, which [`ROW_TILE_PAIRS`] row pairs share a
+//! pass over the inputs' column chunk.
 
 use super::MatRef;
+use crate::format::dtype::DType;
 use crate::sys::Floats;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -52,7 +55,7 @@ const PAIRS: usize = 4;
 
 /// Pairs of row tiles (32 rows each) that share one pass over a column chunk of the split
 /// inputs: the inputs of 128 vectors and 32 blocks (768 KiB) come from L2 once for 128 rows
-/// instead of once for 32 (2048 × 8192 on two threads: 189 → ... GMAC/s); their
+/// instead of once for 32 (Q4B32 2048 × 8192 on two threads: 189 → 256 GMAC/s); their
 /// accumulators take 64 KiB of stack.
 const ROW_TILE_PAIRS: usize = 4;
 
@@ -78,6 +81,44 @@ const LEVELS: [u16; 32] = {
     }
     t
 };
+
+/// The weights the tiles take: each holds its values exactly in bf16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Q4B32: levels −8..7 and an f16 scale per block of 32 (18 bytes).
+    Q4,
+    /// Q8B32: levels −128..127 and an f16 scale per block of 32 (34 bytes).
+    Q8,
+    /// BF16, in blocks of 32 columns with no scale (64 bytes); the column count must be a
+    /// multiple of 32.
+    Bf16,
+}
+
+impl Kind {
+    /// The kind of a dtype the tiles take, else `None`.
+    pub fn of(dtype: DType) -> Option<Kind> {
+        match dtype {
+            DType::Q4B32 => Some(Kind::Q4),
+            DType::Q8B32 => Some(Kind::Q8),
+            DType::BF16 => Some(Kind::Bf16),
+            _ => None,
+        }
+    }
+
+    /// Bytes of one 32-column block of a row.
+    fn block_bytes(self) -> usize {
+        match self {
+            Kind::Q4 => 18,
+            Kind::Q8 => 34,
+            Kind::Bf16 => 64,
+        }
+    }
+}
+
+/// True when the tiles take `w` (a [`Kind`], whole 32-column blocks) for a group of `n` vectors.
+pub fn takes(w: &MatRef, n: usize) -> bool {
+    n >= MIN_VECTORS && Kind::of(w.dtype).is_some() && w.cols.is_multiple_of(32) && w.cols > 0
+}
 
 /// f32 values [`split_inputs`] writes for `n` vectors of `cols` columns (a multiple of 32):
 /// `n` rounded up to 32, × `cols / 32` blocks × 3 parts × 32 bf16.
@@ -145,20 +186,20 @@ pub unsafe fn split_inputs(x: &[f32], n: usize, cols: usize, out: &mut [f32]) {
 
 /// Widens rows `r..r + 32` of `w` (rows from `end` on as zeros), blocks `b0..b0 + nb`, into
 /// `panel`: for each block and 16-row tile, row k of the tile holds columns 2k and 2k + 1 of
-/// the 16 weight rows as bf16 levels (the pair-interleaved order of a second operand), and
-/// `scales` the blocks' scales as f32 (`[block][32 rows]`).
+/// the 16 weight rows as bf16 (the pair-interleaved order of a second operand) — the levels of
+/// a quantized block, the values themselves for BF16 — and `scales` the blocks' scales as f32
+/// (`[block][32 rows]`; 1 for BF16).
 ///
 /// # Safety
-/// AVX-512 F/BW and F16C; `r < end <= w.rows`, `b0 + nb <= w.cols / 32`, `w.data` holds the
-/// matrix and its row bytes × 15 fit an i32; `panel` holds `nb × 2` tiles and `scales` `nb × 32`.
+/// AVX-512 F/BW and F16C; `kind` is `w`'s; `r < end <= w.rows`, `b0 + nb <= w.cols / 32`,
+/// `w.data` holds the matrix and its row bytes × 15 fit an i32; `panel` holds `nb × 2` tiles
+/// (64-byte aligned) and `scales` `nb × 32` values.
 #[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn widen_weights(w: &MatRef, r: usize, end: usize, b0: usize, nb: usize, panel: *mut u16, scales: *mut f32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn widen_weights(w: &MatRef, kind: Kind, r: usize, end: usize, b0: usize, nb: usize, panel: *mut u16, scales: *mut f32) {
     let rb = w.row_bytes();
-    // SAFETY: reads 64 bytes of a 64-byte constant.
-    let levels = unsafe { _mm512_loadu_si512(LEVELS.as_ptr().cast()) };
-    let nibbles = _mm512_set1_epi32(0x000F_000F);
-    let bytes = _mm512_set1_epi32(0xFF);
     let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
+    let zero = _mm512_setzero_si512();
     for rt in 0..2 {
         let first = r + 16 * rt;
         let live = end.saturating_sub(first).min(16);
@@ -166,37 +207,69 @@ unsafe fn widen_weights(w: &MatRef, r: usize, end: usize, b0: usize, nb: usize, 
         // The tile's first row, or any row when none is live (every lane is masked off then).
         let base = w.data.as_ptr().wrapping_add(first.min(end - 1) * rb);
         for b in 0..nb {
-            let block = base.wrapping_add((b0 + b) * 18);
-            let zero = _mm512_setzero_si512();
-            // SAFETY (the gathers): live lanes read 4 bytes of their row's block (scale at 0,
-            // payload at 2..18); masked lanes read nothing.
-            let s = unsafe { _mm512_mask_i32gather_epi32::<1>(zero, valid, offsets, block.cast()) };
+            let block = base.wrapping_add((b0 + b) * kind.block_bytes());
+            // Four bytes at `at` in each live row's block (masked lanes read nothing).
+            let gather = |at: usize| {
+                // SAFETY: `at + 4` is within the block for every caller below (scale at 0,
+                // payload from 2 to 18 or 34, BF16 pairs to 64), the block within the row.
+                unsafe { _mm512_mask_i32gather_epi32::<1>(zero, valid, offsets, block.wrapping_add(at).cast()) }
+            };
+            let scale = match kind {
+                Kind::Bf16 => _mm512_set1_ps(1.0),
+                Kind::Q4 | Kind::Q8 => _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather(0))),
+            };
             // SAFETY: scales holds nb × 32 values.
-            unsafe { _mm512_storeu_ps(scales.add(b * 32 + rt * 16), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(s))) };
+            unsafe { _mm512_storeu_ps(scales.add(b * 32 + rt * 16), scale) };
             // SAFETY: tile (b, rt) lies within the panel's nb × 2 tiles.
             let tile = unsafe { panel.add((b * 2 + rt) * TILE) };
-            for q in 0..4 {
-                // SAFETY: live lanes read payload bytes 2 + 4q .. 6 + 4q (at most 18) of their
-                // row's block; masked lanes read nothing.
-                let g = unsafe { _mm512_mask_i32gather_epi32::<1>(zero, valid, offsets, block.wrapping_add(2 + 4 * q).cast()) };
-                for j in 0..4 {
-                    // Byte 4q + j of each row: its low nibble is column 2(4q + j), its high one
-                    // the next column; each lands in one half of the 32-bit lane, as an index.
-                    let byte = _mm512_and_si512(_mm512_srlv_epi32(g, _mm512_set1_epi32(8 * j as i32)), bytes);
-                    let pair = _mm512_and_si512(_mm512_or_si512(byte, _mm512_slli_epi32::<12>(byte)), nibbles);
-                    // SAFETY: row 4q + j of the tile, 64 bytes, 64-byte aligned (the panel is).
-                    unsafe { _mm512_store_si512(tile.add((4 * q + j) * 32).cast(), _mm512_permutexvar_epi16(pair, levels)) };
+            // SAFETY (the stores): row k of the tile, 64 bytes at a 64-byte boundary.
+            let store = |k: usize, pairs: __m512i| unsafe { _mm512_store_si512(tile.add(k * 32).cast(), pairs) };
+            match kind {
+                Kind::Q4 => {
+                    // SAFETY: reads 64 bytes of a 64-byte constant.
+                    let levels = unsafe { _mm512_loadu_si512(LEVELS.as_ptr().cast()) };
+                    for q in 0..4 {
+                        let g = gather(2 + 4 * q);
+                        for j in 0..4 {
+                            // Byte 4q + j of each row: its low nibble is column 2(4q + j), its
+                            // high one the next column; each lands in one half of the lane.
+                            let byte = _mm512_and_si512(_mm512_srlv_epi32(g, _mm512_set1_epi32(8 * j as i32)), _mm512_set1_epi32(0xFF));
+                            let pair = _mm512_and_si512(_mm512_or_si512(byte, _mm512_slli_epi32::<12>(byte)), _mm512_set1_epi32(0x000F_000F));
+                            store(4 * q + j, _mm512_permutexvar_epi16(pair, levels));
+                        }
+                    }
+                }
+                Kind::Q8 => {
+                    // A level's bf16 is its f32's upper half, exact (at most 8 significant bits).
+                    let bf16 = |level: __m512i| _mm512_castps_si512(_mm512_cvtepi32_ps(level));
+                    let upper = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+                    for q in 0..8 {
+                        let g = gather(2 + 4 * q);
+                        let c0 = bf16(_mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(g)));
+                        let c1 = bf16(_mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(g)));
+                        let c2 = bf16(_mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(g)));
+                        let c3 = bf16(_mm512_srai_epi32::<24>(g));
+                        store(2 * q, _mm512_or_si512(_mm512_srli_epi32::<16>(c0), _mm512_and_si512(c1, upper)));
+                        store(2 * q + 1, _mm512_or_si512(_mm512_srli_epi32::<16>(c2), _mm512_and_si512(c3, upper)));
+                    }
+                }
+                Kind::Bf16 => {
+                    // Columns 2k and 2k + 1 are one little-endian 32-bit pair already.
+                    for k in 0..16 {
+                        store(k, gather(4 * k));
+                    }
                 }
             }
         }
     }
 }
 
-/// Multiplies the panel's `nb` blocks with one pair of vector groups: per block, the four
-/// accumulator tiles (group 0/1 × row tile 0/1) are zeroed, get the 12 products of the
-/// groups' three input parts with the two weight tiles, and are stored to `sums`; each
-/// (vector, row) sum times its row's block scale is then added to `acc` (`[group][row tile]
-/// [16 vectors][16 rows]`).
+/// Multiplies the panel's `nb` blocks with one pair of vector groups into the four accumulator
+/// tiles (group 0/1 × row tile 0/1), adding each (vector, row) sum to `acc` (`[group][row tile]
+/// [16 vectors][16 rows]`). Quantized blocks (`scaled`): per block the tiles are zeroed, get
+/// the 12 products of the groups' three input parts with the two weight tiles, are stored to
+/// `sums`, and each sum times its row's block scale is added to `acc` (one FMA, the scalar
+/// kernel's order). BF16: the tiles add up all `nb` blocks and are added to `acc` once.
 ///
 /// # Safety
 /// AVX-512 F, the tile configuration of [`TileConfig::all_16x64`] loaded; `acts` points at the
@@ -204,16 +277,45 @@ unsafe fn widen_weights(w: &MatRef, r: usize, end: usize, b0: usize, nb: usize, 
 /// values further; `panel`, `scales` as [`widen_weights`] wrote them for `nb` blocks; `acc`
 /// and `sums` hold 2 × [`GROUP_SUMS`] values, 64-byte aligned.
 #[target_feature(enable = "avx512f")]
-unsafe fn multiply_pair(panel: *const u16, scales: *const f32, acts: *const u16, other: usize, nb: usize, acc: *mut f32, sums: *mut f32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn multiply_pair(panel: *const u16, scales: *const f32, scaled: bool, acts: *const u16, other: usize, nb: usize, acc: *mut f32, sums: *mut f32) {
+    // SAFETY (the asm blocks): tile instructions on the loaded configuration, their memory
+    // operands within the panel, the split inputs and the sums (the caller's contract); the
+    // tile registers are not Rust's, so the blocks clobber nothing of its, and the tiles keep
+    // their values from one block to the next.
+    let zero = || unsafe { asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem)) };
+    let store = || unsafe {
+        asm!(
+            "tilestored [{c} + {s}], tmm0",
+            "tilestored [{c} + {s} + 1024], tmm1",
+            "tilestored [{c} + {s} + 2048], tmm2",
+            "tilestored [{c} + {s} + 3072], tmm3",
+            c = in(reg) sums, s = in(reg) 64usize, options(nostack),
+        )
+    };
+    // Adds `sums` to `acc`, each times `scale(row tile)`.
+    let add = |scale: [__m512; 2]| {
+        for t in 0..4 {
+            for i in 0..16 {
+                let o = t * 256 + i * 16;
+                // SAFETY: both hold 4 × 256 values from a 64-byte boundary.
+                unsafe { _mm512_store_ps(acc.add(o), _mm512_fmadd_ps(_mm512_load_ps(sums.add(o)), scale[t % 2], _mm512_load_ps(acc.add(o)))) };
+            }
+        }
+    };
+    if !scaled {
+        zero();
+    }
     for b in 0..nb {
-        // SAFETY: within the panel's, the split inputs' and the sums' bounds (the caller's
-        // contract); the tile registers are not Rust's, so the block clobbers nothing of its.
+        if scaled {
+            zero();
+        }
+        // SAFETY: as above; block b of the panel (2 tiles) and of each group (3 tiles).
         unsafe {
             let wt = panel.add(b * 2 * TILE);
             let a0 = acts.add(b * 3 * TILE);
             let a1 = a0.add(other);
             asm!(
-                "tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3",
                 "tileloadd tmm6, [{w} + {s}]",
                 "tileloadd tmm7, [{w} + {s} + 1024]",
                 "tileloadd tmm4, [{a0} + {s}]",
@@ -228,21 +330,19 @@ unsafe fn multiply_pair(panel: *const u16, scales: *const f32, acts: *const u16,
                 "tileloadd tmm5, [{a1} + {s} + 2048]",
                 "tdpbf16ps tmm0, tmm4, tmm6", "tdpbf16ps tmm1, tmm4, tmm7",
                 "tdpbf16ps tmm2, tmm5, tmm6", "tdpbf16ps tmm3, tmm5, tmm7",
-                "tilestored [{c} + {s}], tmm0",
-                "tilestored [{c} + {s} + 1024], tmm1",
-                "tilestored [{c} + {s} + 2048], tmm2",
-                "tilestored [{c} + {s} + 3072], tmm3",
-                w = in(reg) wt, a0 = in(reg) a0, a1 = in(reg) a1, c = in(reg) sums, s = in(reg) 64usize,
-                options(nostack),
+                w = in(reg) wt, a0 = in(reg) a0, a1 = in(reg) a1, s = in(reg) 64usize,
+                options(nostack, readonly),
             );
-            let scale = [_mm512_loadu_ps(scales.add(b * 32)), _mm512_loadu_ps(scales.add(b * 32 + 16))];
-            for t in 0..4 {
-                for i in 0..16 {
-                    let o = t * 256 + i * 16;
-                    _mm512_store_ps(acc.add(o), _mm512_fmadd_ps(_mm512_load_ps(sums.add(o)), scale[t % 2], _mm512_load_ps(acc.add(o))));
-                }
-            }
         }
+        if scaled {
+            store();
+            // SAFETY: scales holds nb × 32 values.
+            add(unsafe { [_mm512_loadu_ps(scales.add(b * 32)), _mm512_loadu_ps(scales.add(b * 32 + 16))] });
+        }
+    }
+    if !scaled {
+        store();
+        add([_mm512_set1_ps(1.0); 2]);
     }
 }
 
@@ -275,16 +375,28 @@ unsafe fn write_rows(acc: *const f32, pairs: usize, t0: usize, n: usize, r: usiz
     }
 }
 
-/// Rows `r0..r1` of the Q4B32 matrix `w` against `n` vectors whose inputs [`split_inputs`] has
-/// split into `x`, into `y[t · ys + r]` (a [`super::RowsFn`] for the split inputs).
+/// The [`super::RowsFn`] for inputs [`split_inputs`] has split, by dtype: rows `r0..r1` of `w`
+/// against `n` vectors, into `y[t · ys + r]`.
+pub fn rows_split_for(kind: Kind) -> super::RowsFn {
+    match kind {
+        Kind::Q4 => rows_split::<0>,
+        Kind::Q8 => rows_split::<1>,
+        Kind::Bf16 => rows_split::<2>,
+    }
+}
+
+/// Rows `r0..r1` of `w` (Q4B32, Q8B32 or BF16 as `KIND` says: 0, 1, 2) against `n` vectors whose
+/// inputs [`split_inputs`] has split into `x`, into `y[t · ys + r]`.
 ///
 /// # Safety
 /// As `RowsFn` (with `x` the split inputs of `n` vectors: [`split_len`] values), and the CPU has
 /// AVX-512 F/BW, AVX512_BF16, F16C and AMX-BF16 tiles the OS lets this process use.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
-pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
-    assert!(x.len() >= split_len(n, w.cols), "amx::rows_q4b32_split: split inputs too short");
-    assert!(w.row_bytes() <= i32::MAX as usize / 16, "amx::rows_q4b32_split: rows too long for the gathers");
+unsafe fn rows_split<const KIND: u8>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+    let kind = [Kind::Q4, Kind::Q8, Kind::Bf16][KIND as usize];
+    assert!(Kind::of(w.dtype) == Some(kind) && w.cols.is_multiple_of(32), "amx::rows_split: not a {kind:?} matrix of whole blocks");
+    assert!(x.len() >= split_len(n, w.cols), "amx::rows_split: split inputs too short");
+    assert!(w.row_bytes() <= i32::MAX as usize / 16, "amx::rows_split: rows too long for the gathers");
     if n == 0 || r0 >= r1 {
         return;
     }
@@ -308,7 +420,7 @@ pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: u
                 for rp in 0..nrp {
                     // SAFETY: rb + 32·rp < r1 <= w.rows, b0 + nb <= blocks; the buffers are
                     // sized for CHUNK_BLOCKS blocks; the row bytes were checked above.
-                    unsafe { widen_weights(w, rb + 32 * rp, r1, b0, nb, panel.0.as_mut_ptr(), scales.as_mut_ptr()) };
+                    unsafe { widen_weights(w, kind, rb + 32 * rp, r1, b0, nb, panel.0.as_mut_ptr(), scales.as_mut_ptr()) };
                     for q in 0..np {
                         let group = (p0 + q) * 2;
                         // SAFETY: the split inputs hold groups 0..pairs·2 of `blocks` blocks × 3
@@ -316,7 +428,7 @@ pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: u
                         unsafe {
                             let a = acts.add((group * blocks + b0) * 3 * TILE);
                             let sums_of = acc.0.as_mut_ptr().add((rp * PAIRS + q) * 2 * GROUP_SUMS);
-                            multiply_pair(panel.0.as_ptr(), scales.as_ptr(), a, blocks * 3 * TILE, nb, sums_of, sums.0.as_mut_ptr());
+                            multiply_pair(panel.0.as_ptr(), scales.as_ptr(), kind != Kind::Bf16, a, blocks * 3 * TILE, nb, sums_of, sums.0.as_mut_ptr());
                         }
                     }
                 }
@@ -331,31 +443,45 @@ pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: u
     unsafe { asm!("tilerelease", options(nostack, nomem)) };
 }
 
-/// The Q4B32 [`super::RowsFn`] on a host with tiles, for inputs not split beforehand: the
-/// vectors [`super::SPLIT_VECTORS`] at a time, a group of at least [`MIN_VECTORS`] split into a
-/// buffer of its own and multiplied on the tiles, a smaller one by the AVX-512 kernel — the
-/// choice [`super::Kernels`] makes with its own buffer, so either way gives the same bits.
-///
-/// # Safety
-/// As [`rows_q4b32_split`], with `x` the plain inputs.
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
-pub unsafe fn rows_q4b32<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
-    let cols = w.cols;
-    for t0 in (0..n).step_by(super::SPLIT_VECTORS) {
-        let tn = super::SPLIT_VECTORS.min(n - t0);
-        let xs = &x[t0 * cols..(t0 + tn) * cols];
-        // SAFETY: vectors t0.. of y are the caller's (its contract covers all n).
-        let yt = unsafe { y.add(t0 * ys) };
-        if tn < MIN_VECTORS {
-            // SAFETY: forwarded contract; the CPU has AVX-512.
-            unsafe { super::avx512::rows_q4b32::<OWN_ROWS>(w, r0, r1, xs, tn, yt, ys) };
-            continue;
+/// Generates the [`super::RowsFn`] `$name` of a dtype on a host with tiles, for inputs not split
+/// beforehand: the vectors [`super::SPLIT_VECTORS`] at a time, a group the tiles take
+/// ([`takes`]) split into a buffer of its own and multiplied on them, any other by the AVX-512
+/// kernel `$plain` — the choice [`super::Kernels`] makes with its own buffer, so either way gives
+/// the same bits.
+macro_rules! rows_with_tiles {
+    ($name:ident, $kind:expr, |$w:ident, $r0:ident, $r1:ident, $x:ident, $n:ident, $y:ident, $ys:ident| $plain:expr) => {
+        /// See [`rows_with_tiles`].
+        ///
+        /// # Safety
+        /// As [`super::RowsFn`], and the CPU has AVX-512 F/BW, AVX512_BF16, F16C and AMX-BF16
+        /// tiles the OS lets this process use.
+        #[target_feature(enable = "avx512f,avx512bw,avx512bf16,f16c")]
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+            let cols = w.cols;
+            for t0 in (0..n).step_by(super::SPLIT_VECTORS) {
+                let tn = super::SPLIT_VECTORS.min(n - t0);
+                let xs = &x[t0 * cols..(t0 + tn) * cols];
+                // SAFETY: vectors t0.. of y are the caller's (its contract covers all n).
+                let yt = unsafe { y.add(t0 * ys) };
+                if !takes(w, tn) {
+                    let ($w, $r0, $r1, $x, $n, $y, $ys) = (w, r0, r1, xs, tn, yt, ys);
+                    // SAFETY: forwarded contract; the CPU has AVX-512.
+                    unsafe { $plain };
+                    continue;
+                }
+                let mut split = Floats::zeroed(split_len(tn, cols));
+                // SAFETY: forwarded contract (the split inputs are ours, sized by split_len).
+                unsafe {
+                    split_inputs(xs, tn, cols, &mut split);
+                    rows_split_for($kind)(w, r0, r1, &split, tn, yt, ys);
+                }
+            }
         }
-        let mut split = Floats::zeroed(split_len(tn, cols));
-        // SAFETY: forwarded contract (the split inputs are ours, sized by split_len).
-        unsafe {
-            split_inputs(xs, tn, cols, &mut split);
-            rows_q4b32_split(w, r0, r1, &split, tn, yt, ys);
-        }
-    }
+    };
 }
+
+rows_with_tiles!(rows_q4b32, Kind::Q4, |w, r0, r1, x, n, y, ys| super::avx512::rows_q4b32::<false>(w, r0, r1, x, n, y, ys));
+rows_with_tiles!(rows_q4b32_own_rows, Kind::Q4, |w, r0, r1, x, n, y, ys| super::avx512::rows_q4b32::<true>(w, r0, r1, x, n, y, ys));
+rows_with_tiles!(rows_q8b32, Kind::Q8, |w, r0, r1, x, n, y, ys| super::avx512::rows_q8b32(w, r0, r1, x, n, y, ys));
+rows_with_tiles!(rows_q8b32_own_rows, Kind::Q8, |w, r0, r1, x, n, y, ys| super::avx512::rows_q8b32_own_rows(w, r0, r1, x, n, y, ys));
+rows_with_tiles!(rows_bf16, Kind::Bf16, |w, r0, r1, x, n, y, ys| super::avx512::rows_bf16(w, r0, r1, x, n, y, ys));

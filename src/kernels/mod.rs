@@ -1,7 +1,8 @@
 //! The numeric loops: matrix × vectors for every weight dtype, and the small vector operations
 //! of a transformer layer. The implementation is chosen once, at model open, from the CPU's
-//! features (`is_x86_feature_detected!`: AVX-512, else AVX2; NEON on AArch64), or forced to
-//! the scalar reference by `Options::force_scalar`; [`Kernels::isa`] says which.
+//! features (`is_x86_feature_detected!`: AVX-512 with Intel's AMX tiles where the OS grants
+//! them, AVX-512, else AVX2; NEON on AArch64), or forced to the scalar reference by
+//! `Options::force_scalar`; [`Kernels::isa`] says which.
 //!
 //! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32, and F8B32 and MXFP4 for
 //! FP8 and gpt-oss MXFP4 experts kept as they are) and are widened to f32
@@ -16,6 +17,14 @@
 //! same bits. Several vectors go to a GEMM that decodes the weights once into a panel and
 //! reuses them across the chunk, with the decode tiles' exact sequence of operations per
 //! (row, vector) pair: `avx2_gemm` on AVX2, `avx512_prefill` on AVX-512.
+//!
+//! The one exception is [`Isa::Amx`]: a product's vectors are taken [`SPLIT_VECTORS`] at a
+//! time, and a group of at least [`TILE_MIN_VECTORS`] with Q4B32, Q8B32 or BF16 weights goes to
+//! the AMX tiles ([`amx`]: products exact in f32, as on the FMA kernels, their sums added in
+//! another order). There a result depends also on whether its group reaches that size — not on
+//! the rows or the thread count — so a prompt's logits differ from those of the same tokens
+//! decoded one at a time by f32 rounding; [`Kernels::without_tiles`] (`Options::tiles`) keeps
+//! the bits of the other instruction sets.
 
 pub(crate) mod attention;
 pub mod bench;
@@ -557,14 +566,15 @@ impl Kernels {
         let mut rows = self.rows;
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 | Isa::Amx => {
+            Isa::Avx512 => {
                 rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
-                rows[4] = match (self.isa, own) {
-                    (Isa::Amx, true) => amx::rows_q4b32::<true>,
-                    (Isa::Amx, false) => amx::rows_q4b32::<false>,
-                    (_, true) => avx512::rows_q4b32::<true>,
-                    (_, false) => avx512::rows_q4b32::<false>,
-                };
+                rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Amx => {
+                rows[1] = amx::rows_bf16;
+                rows[3] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
+                rows[4] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
@@ -612,23 +622,6 @@ impl Kernels {
         if self.isa == Isa::Amx { values + values.div_ceil(2) } else { values }
     }
 
-    /// True when a group of `n` vectors goes to the tiles ([`amx`]).
-    fn tiles_take(&self, n: usize) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        return self.isa == Isa::Amx && n >= amx::MIN_VECTORS;
-        #[cfg(not(target_arch = "x86_64"))]
-        return { let _ = n; false };
-    }
-
-    /// f32 values the split Q4B32 inputs of a group of `n` vectors of `cols` take.
-    fn q4_split_len(&self, n: usize, cols: usize) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        if self.tiles_take(n) {
-            return amx::split_len(n, cols);
-        }
-        n * cols
-    }
-
     /// Heap bytes held: the int8 path's activation buffer when it is on, and the Q4B32 input
     /// buffer when there is one.
     pub fn heap_bytes(&self) -> u64 {
@@ -638,43 +631,70 @@ impl Kernels {
         self.scratch().map_or(0, |s| s.bytes() as u64) + q4
     }
 
-    /// True when `w` × `n` vectors (two or more: one vector is split by the kernel itself, on
-    /// the stack) go to the kernels that take Q4B32 inputs split by parity, and the buffer
-    /// holds [`SPLIT_VECTORS`] (or `n`, if fewer) of them.
-    fn wants_q4_split(&self, w: &MatRef, n: usize) -> bool {
-        self.takes_split_q4(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= self.q4_split_len(SPLIT_VECTORS.min(n), w.cols))
+    /// True when the AMX tiles ([`Isa::Amx`]) take `w` for a group of `n` vectors (of at most
+    /// [`SPLIT_VECTORS`]): Q4B32, Q8B32 (where the int8 path does not) and BF16 of whole
+    /// 32-column blocks, [`TILE_MIN_VECTORS`] vectors or more.
+    pub fn tiles_take(&self, w: &MatRef, n: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return self.isa == Isa::Amx && !self.int8_covers(w.dtype) && amx::takes(w, n);
+        #[cfg(not(target_arch = "x86_64"))]
+        return {
+            let _ = (w, n);
+            false
+        };
     }
 
-    /// True when `w` × `n` vectors go to the kernels that take Q4B32 inputs split by parity,
-    /// wherever the split inputs are kept (the kernels' buffer, or a caller's: `rows_alone`).
-    fn takes_split_q4(&self, w: &MatRef, n: usize) -> bool {
-        self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2
+    /// True when a group of `n` vectors of `w` goes to kernels that take their inputs split
+    /// beforehand: the tiles, or the AVX-512 Q4B32 GEMM (by parity; two or more vectors, one
+    /// being split by the kernel itself, on the stack).
+    fn takes_split(&self, w: &MatRef, n: usize) -> bool {
+        self.tiles_take(w, n) || (self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2)
     }
 
-    /// The Q4B32 input buffer, locked, when [`Kernels::wants_q4_split`].
-    fn q4_split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Floats>> {
-        let buf = self.q4_inputs.as_ref().filter(|_| self.wants_q4_split(w, n))?;
+    /// f32 values the split inputs of a group of `n` vectors of `w` take.
+    fn split_len(&self, w: &MatRef, n: usize) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if self.tiles_take(w, n) {
+            return amx::split_len(n, w.cols);
+        }
+        n * w.cols
+    }
+
+    /// True when `w` × `n` vectors take split inputs and the buffer holds a group's
+    /// ([`SPLIT_VECTORS`] vectors, or `n` if fewer).
+    fn wants_split(&self, w: &MatRef, n: usize) -> bool {
+        self.takes_split(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= self.split_len(w, SPLIT_VECTORS.min(n)))
+    }
+
+    /// The input buffer, locked, when [`Kernels::wants_split`].
+    fn split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Floats>> {
+        let buf = self.q4_inputs.as_ref().filter(|_| self.wants_split(w, n))?;
         Some(buf.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
-    /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, by parity —
-    /// or into bf16 parts, when they go to the tiles — into `buf` (from its first 64-byte
-    /// boundary, when it has the room) and returns the job that multiplies a Q4B32 matrix with
-    /// them.
-    fn split_q4_inputs<'a>(&self, buf: &'a mut [f32], x: &'a [f32], n: usize, cols: usize) -> Job<'a> {
+    /// Splits the `n` (at most [`SPLIT_VECTORS`]) vectors of `x`, `cols` each, into `buf` (from
+    /// its first 64-byte boundary, when it has the room) as the kernels of `w` take them —
+    /// into three bf16 parts for the tiles, by parity for the AVX-512 Q4B32 GEMM — and returns
+    /// the job; a group that takes no split inputs gets the plain kernel on `x`.
+    fn split_job<'a>(&self, buf: &'a mut [f32], w: &MatRef, x: &'a [f32], n: usize) -> Job<'a> {
+        let slot_kernel = Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("split_job: not a compute dtype"))], x);
+        if !self.takes_split(w, n) {
+            return slot_kernel;
+        }
         #[cfg(target_arch = "x86_64")]
         {
-            if self.tiles_take(n) {
+            let cols = w.cols;
+            if let Some(kind) = amx::Kind::of(w.dtype).filter(|_| self.tiles_take(w, n)) {
                 let len = amx::split_len(n, cols);
                 let buf = aligned_for(buf, len);
                 // SAFETY: tiles are taken only with the Amx kernels, made where the CPU has
                 // AVX-512 BF16 and the OS grants the tiles; the caller checked the buffer.
                 unsafe { amx::split_inputs(x, n, cols, buf) };
-                return Job::F32(amx::rows_q4b32_split, &buf[..len]);
+                return Job::F32(amx::rows_split_for(kind), &buf[..len]);
             }
             let buf = aligned_for(buf, n * cols);
-            // SAFETY: the buffer exists only on AVX-512 (`splits_q4_inputs`); both slices hold
-            // n × cols values (`wants_q4_split` checked the buffer, the caller x).
+            // SAFETY: split inputs are taken only on AVX-512 (`splits_q4_inputs`); both slices
+            // hold n × cols values (`wants_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
             let rows: RowsFn = match self.prefetch {
                 Prefetch::OwnRows => avx512::rows_q4b32_split::<true>,
@@ -684,19 +704,18 @@ impl Kernels {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            // No buffer is made off x86 (`splits_q4_inputs`): the plain Q4B32 kernel (slot 4)
-            // on the unsplit inputs.
-            let _ = (buf, n, cols);
-            Job::F32(self.rows[4], x)
+            // Nothing takes split inputs off x86 (`takes_split`).
+            let _ = buf;
+            slot_kernel
         }
     }
 
-    /// `matmul` or `rows` of a Q4B32 product through the split-input GEMM, [`SPLIT_VECTORS`]
-    /// vectors at a time: `run` gets each group's job, its first vector and its vector count.
+    /// `matmul` or `rows` of a product that takes split inputs, [`SPLIT_VECTORS`] vectors at a
+    /// time: `run` gets each group's job, its first vector and its vector count.
     fn with_split_inputs(&self, buf: &mut [f32], w: &MatRef, x: &[f32], n: usize, mut run: impl FnMut(Job, usize, usize)) {
         for t0 in (0..n).step_by(SPLIT_VECTORS) {
             let tn = SPLIT_VECTORS.min(n - t0);
-            let job = self.split_q4_inputs(buf, &x[t0 * w.cols..(t0 + tn) * w.cols], tn, w.cols);
+            let job = self.split_job(buf, w, &x[t0 * w.cols..(t0 + tn) * w.cols], tn);
             run(job, t0, tn);
         }
     }
@@ -746,7 +765,7 @@ impl Kernels {
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul: weight data too short");
         // Inputs split by parity or quantized are made here, on the calling thread, before the
         // parallel region: every participant reads the same ones.
-        if let Some(mut buf) = self.q4_split_buffer(&w, n) {
+        if let Some(mut buf) = self.split_buffer(&w, n) {
             let rows = w.rows;
             self.with_split_inputs(&mut buf, &w, x, n, |job, t0, tn| self.product(pool, &w, job, tn, &mut y[t0 * rows..]));
             return;
@@ -790,19 +809,22 @@ impl Kernels {
             assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "matmul_group: buffers too short");
             assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "matmul_group: weight data too short");
         }
-        // Q4B32 prefill products take their inputs split by parity, in the one buffer: split
-        // once for the group when it holds them all (an expert's gate and up), else the group
-        // runs its products one by one (a region per product costs microseconds against
-        // milliseconds).
-        let splits = items.iter().any(|(w, _)| self.wants_q4_split(w, n));
-        if splits && (n > SPLIT_VECTORS || items.iter().any(|(w, _)| w.cols != items[0].0.cols)) {
-            for (w, y) in items.iter_mut() {
-                self.matmul(pool, *w, x, n, y);
+        // Prefill products that take split inputs (Q4B32 by parity, the tiles' dtypes in bf16
+        // parts) share the one buffer: split once for the group when it holds them all and
+        // they share a dtype (an expert's gate and up; q, k and v), else the group runs its
+        // products one by one (a region per product costs microseconds against milliseconds).
+        let split_w = items.iter().map(|(w, _)| *w).find(|w| self.wants_split(w, n));
+        if let Some(first) = split_w {
+            let apart = items.iter().any(|(w, _)| w.cols != first.cols || (self.wants_split(w, n) && w.dtype != first.dtype));
+            if n > SPLIT_VECTORS || apart {
+                for (w, y) in items.iter_mut() {
+                    self.matmul(pool, *w, x, n, y);
+                }
+                return;
             }
-            return;
         }
-        let mut split_buf = if splits { items.iter().find_map(|(w, _)| self.q4_split_buffer(w, n)) } else { None };
-        let split = split_buf.as_deref_mut().map(|buf| self.split_q4_inputs(buf, x, n, items[0].0.cols));
+        let mut split_buf = split_w.and_then(|w| self.split_buffer(&w, n));
+        let split = split_buf.as_deref_mut().zip(split_w).map(|(buf, w)| self.split_job(buf, &w, x, n));
         // The shared input is quantized once for every int8-path product of the group.
         let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
         let mut scratch = int8_cols.and_then(|_| self.scratch());
@@ -810,7 +832,7 @@ impl Kernels {
         let threads = pool.threads();
         let small = items.iter().map(|(w, _)| w.rows * w.cols * n).sum::<usize>() < PARALLEL_MIN_MACS;
         let job = |w: &MatRef| match split {
-            Some(job) if self.wants_q4_split(w, n) => job,
+            Some(job) if self.wants_split(w, n) => job,
             _ => self.job(w, x, acts, "matmul_group"),
         };
         if threads == 1 || small || items.len() == 1 {
@@ -845,7 +867,7 @@ impl Kernels {
         assert!(n == 0 || (n - 1).checked_mul(y_stride).and_then(|v| v.checked_add(r1)).is_some_and(|need| y.len() >= need),
             "rows: y too short");
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows: weight data too short");
-        if let Some(mut buf) = self.q4_split_buffer(&w, n) {
+        if let Some(mut buf) = self.split_buffer(&w, n) {
             let out = y.as_mut_ptr();
             self.with_split_inputs(&mut buf, &w, x, n, |job, t0, tn| {
                 // SAFETY: bounds asserted above (vectors t0..t0+tn of y); the ISA was detected.
@@ -867,7 +889,7 @@ impl Kernels {
     /// values (shorter, the inputs are split per call on the stack, or per tile: slower).
     /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
-        let alone = self.takes_split_q4(&w, n) && split.len() >= self.q4_split_len(SPLIT_VECTORS.min(n), w.cols);
+        let alone = self.takes_split(&w, n) && split.len() >= self.split_len(&w, SPLIT_VECTORS.min(n));
         if !alone {
             // Other dtypes and instruction sets use no buffer; the int8 path quantizes into
             // its own one and takes turns at it.

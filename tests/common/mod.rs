@@ -345,6 +345,13 @@ pub fn open_model_threads(dir: &Path, threads: usize, prefill_chunk: usize) -> w
     open_model(dir, waste::Options { threads, prefill_chunk, ..waste::Options::default() })
 }
 
+/// [`open_model_threads`] without the AMX tiles (`Options::tiles`): every product on the FMA
+/// kernels, whose bits depend neither on the chunk nor on whether the weights are stored F32 or
+/// BF16. Where the CPU has no tiles it is the same model as [`open_model_threads`]'s.
+pub fn open_model_untiled(dir: &Path, threads: usize, prefill_chunk: usize) -> waste::Model {
+    open_model(dir, waste::Options { threads, prefill_chunk, tiles: false, ..waste::Options::default() })
+}
+
 /// Panics unless `ours` is finite, as long as `reference` and within `tol` of it in
 /// max|diff| / max|ref|; prints the figure either way. `name` is the fixture, `what` the
 /// quantity (both are in every message).
@@ -433,15 +440,30 @@ pub fn assert_cached_decode_close(name: &str, m: &mut waste::Model, o: &Oracle, 
 
 /// Chunking, threads and `reset` change no bit: `prompt`'s logits from `dir` with one thread
 /// and a chunk of 32, again on the same model after `reset`, and with each of
-/// `runs` (threads, prefill chunk, fed one token at a time) are the same bits.
+/// `runs` (threads, prefill chunk, fed one token at a time) are the same bits — on the FMA
+/// kernels. With the AMX tiles (the default where the CPU has them) the thread count and
+/// `reset` still change no bit, but a chunk the tiles take adds its sums in another order than
+/// a shorter chunk or one token: those runs agree within f32 rounding (2e-5 of the largest
+/// logit, the oracle tolerance).
 pub fn assert_chunking_threads_and_reset_bit_identical(name: &str, dir: &Path, prompt: &[u32], runs: &[(usize, usize, bool)]) {
-    let mut m = open_model_threads(dir, 1, 32);
+    let mut m = open_model_untiled(dir, 1, 32);
     let base = prompt_logits(&mut m, prompt, false);
     m.reset();
     assert!(bit_identical(&base, &prompt_logits(&mut m, prompt, false)), "{name}: after reset");
+    let mut t = open_model_threads(dir, 1, 32);
+    let tiled = prompt_logits(&mut t, prompt, false);
+    t.reset();
+    assert!(bit_identical(&tiled, &prompt_logits(&mut t, prompt, false)), "{name}: after reset, tiles");
     for &(threads, chunk, single) in runs {
-        let other = prompt_logits(&mut open_model_threads(dir, threads, chunk), prompt, single);
+        let other = prompt_logits(&mut open_model_untiled(dir, threads, chunk), prompt, single);
         assert!(bit_identical(&base, &other), "{name}: threads {threads}, chunk {chunk}, single {single}");
+        let other = prompt_logits(&mut open_model_threads(dir, threads, chunk), prompt, single);
+        if chunk == 32 && !single {
+            assert!(bit_identical(&tiled, &other), "{name}: threads {threads}, tiles");
+        } else {
+            let rel = rel_max_diff(&other, &tiled);
+            assert!(rel <= 2e-5, "{name}: threads {threads}, chunk {chunk}, single {single}, tiles: {rel}");
+        }
     }
 }
 
@@ -532,7 +554,8 @@ pub fn assert_float_container_close_with_smallest_cache(name: &str, tol: f32) ->
     let stats = container.cache_stats().expect("experts should stream through the cache").clone();
     let experts = manifest.banks.len() * cfg.moe.as_ref().unwrap().experts;
     assert!(stats.misses > 0 && stats.slots < experts, "{name}: {stats:?}");
-    let hf = prompt_logits(&mut open_model_threads(&o.dir.join("model"), 1, 32), &o.prompt, false);
+    // The directory's BF16 weights, on the FMA kernels (no tiles), give the f32 container's bits.
+    let hf = prompt_logits(&mut open_model_untiled(&o.dir.join("model"), 1, 32), &o.prompt, false);
     assert!(bit_identical(&ours, &hf), "{name}: f32 container and HF directory differ");
     container.reset();
     assert_eq!(greedy(&mut container, &o.prompt, o.greedy.len()), o.greedy, "{name}: container greedy");
@@ -555,7 +578,7 @@ pub fn kernel_product(k: &waste::kernels::Kernels, w: waste::kernels::MatRef, x:
 /// into two calls at rows 1, 2, 3, 5, 6 and 10 (how threads split a product) give the values
 /// of the one call over everything, compared by `same`. `what` names the kernel and matrix.
 ///
-/// On the AMX tiles (Q4B32 groups of at least `TILE_MIN_VECTORS` of 128 vectors) a vector's bits
+/// On the AMX tiles (groups of at least `TILE_MIN_VECTORS` of 128 vectors) a vector's bits
 /// depend on whether its group reaches the threshold: a vector whose group does in the whole
 /// call but not in a smaller one is compared with the AVX-512 kernels' bits instead, and the
 /// first 20 and 33 vectors (groups the tiles take) with the whole call's.
@@ -564,7 +587,7 @@ pub fn assert_independent_of_vector_count_and_row_range(k: &waste::kernels::Kern
     use waste::kernels::{Isa, Kernels, SPLIT_VECTORS, TILE_MIN_VECTORS};
     let (rows, cols) = (w.rows, w.cols);
     let whole = kernel_product(k, w, x, n);
-    let tiles = k.isa() == Isa::Amx && w.dtype == DType::Q4B32;
+    let tiles = k.tiles_take(&w, TILE_MIN_VECTORS);
     let tiled = |m: usize, t: usize| tiles && SPLIT_VECTORS.min(m - t / SPLIT_VECTORS * SPLIT_VECTORS) >= TILE_MIN_VECTORS;
     let plain = if tiles { kernel_product(&Kernels::with_isa(Isa::Avx512).expect("AMX implies AVX-512"), w, x, n) } else { whole.clone() };
     // What vector t of a call of the first m vectors should give.
