@@ -168,11 +168,11 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
             // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
             // 64 KiB, 32 KiB for Q4B32; AVX-512 256 KiB): the 2080-column shape's whole product
             // takes the GEMM, its first 2 and 3 vectors the tiles, and 5 the tiles except AVX2's
-            // Q4B32. The last shape has whole 32-column blocks for the dense dtypes too: BF16
-            // groups the AMX tiles take.
+            // Q4B32. The last two shapes have whole 32-column blocks for the dense dtypes too:
+            // BF16 groups the AMX tiles take; and 300 rows are two of the tiles' row blocks (256).
             for (rows, cols, n) in [(11, 320, 9), (37, 1000, 40), (18, 527, 33), (50, 1100, 70), (101, 544, 35), (40, 2080, 66),
-                                    (19, 1056, 131), (21, 1024, 45)] {
-                let cols = if dtype.is_quantized() || cols == 1024 { cols / 32 * 32 } else { cols + 1 };
+                                    (19, 1056, 131), (21, 1024, 45), (300, 640, 21)] {
+                let cols = if dtype.is_quantized() || matches!(cols, 1024 | 640) { cols / 32 * 32 } else { cols + 1 };
                 let data = random_matrix(dtype, rows, cols, &mut rng);
                 let w = MatRef { dtype, rows, cols, data: &data };
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();

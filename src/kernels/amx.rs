@@ -22,14 +22,14 @@
 //! Which vectors come here: [`super::Kernels`] takes a product's vectors [`super::SPLIT_VECTORS`]
 //! at a time, and a group of at least [`MIN_VECTORS`] goes to the tiles ([`takes`]), a smaller
 //! one to the AVX-512 kernels. The bits of a (row, vector) pair therefore depend on the size of
-//! its group (whether it reaches [`MIN_VECTORS`]) — never on which rows a call covers, on the
-//! thread count, or on where the tiles' column chunks fall.
+//! its group (whether it reaches [`MIN_VECTORS`]) — never on which rows a call covers or on
+//! the thread count (the column chunks below are fixed by the matrix's width).
 //!
 //! Layout: the inputs are split once per product ([`split_inputs`]) into tiles of 16 vectors ×
 //! one 32-column block, a tile per part (the first operand). Rows are taken 32 at a time (two
-//! weight tiles) and columns [`CHUNK_BLOCKS`] blocks at a time: that piece of the matrix is
-//! widened into a panel of bf16 weights in the pair-interleaved order the second operand takes,
-//! and each pair of 16-vector groups walks it: per block, 4 accumulator tiles (2 vector groups ×
+//! weight tiles) and columns [`CHUNK_BLOCKS`] blocks at a time ([`BF16_CHUNK_BLOCKS`] for
+//! BF16): that piece of the matrix is widened into a panel of bf16 weights in the
+//! pair-interleaved order the second operand takes, and each pair of 16-vector groups walks it: per block, 4 accumulator tiles (2 vector groups ×
 //! 2 row tiles) get 12 tile products (3 parts); their sums go to the (vector, row)
 //! accumulators, 16 KiB for 128 vectors per 32 rows, which [`ROW_TILE_PAIRS`] row pairs share a
 //! pass over the inputs' column chunk.
@@ -54,14 +54,21 @@ const GROUP: usize = 16;
 const PAIRS: usize = 4;
 
 /// Pairs of row tiles (32 rows each) that share one pass over a column chunk of the split
-/// inputs: the inputs of 128 vectors and 32 blocks (768 KiB) come from L2 once for 128 rows
-/// instead of once for 32 (Q4B32 2048 × 8192 on two threads: 189 → 256 GMAC/s); their
-/// accumulators take 64 KiB of stack.
-const ROW_TILE_PAIRS: usize = 4;
+/// inputs, so that the chunk (192 KiB for 128 vectors and 8 blocks) comes from L2 once for
+/// 256 rows instead of once for 32; their accumulators take 128 KiB of stack. Q4B32 2048 ×
+/// 8192 on two threads: 189 GMAC/s with one pair, 256 with four over 32-block chunks, 289 with
+/// eight over 8-block ones (BENCHMARKS, 2026-12-04, night).
+const ROW_TILE_PAIRS: usize = 8;
 
-/// Column blocks widened into one panel: 64 KiB of bf16 levels and 4 KiB of scales on the
-/// stack.
-const CHUNK_BLOCKS: usize = 32;
+/// Column blocks of a quantized width widened into one panel (16 KiB of bf16 levels, 1 KiB of
+/// scales). The accumulator tiles are stored after every block anyway, so a short chunk
+/// costs them nothing, and its inputs stay in L2 across all [`ROW_TILE_PAIRS`].
+const CHUNK_BLOCKS: usize = 8;
+
+/// Column blocks of a BF16 panel (32 KiB; of the panel's room, which is sized for these): its
+/// tiles add up a whole chunk before their sums go to the accumulators, so longer chunks store
+/// them less often (BF16 2048 × 8192 with the 8 blocks of the quantized widths was 5 % slower).
+const BF16_CHUNK_BLOCKS: usize = 16;
 
 /// bf16 values of one tile: 16 rows of 64 bytes.
 const TILE: usize = 512;
@@ -402,8 +409,9 @@ unsafe fn rows_split<const KIND: u8>(w: &MatRef, r0: usize, r1: usize, x: &[f32]
     }
     let blocks = w.cols / 32;
     let acts = x.as_ptr().cast::<u16>();
-    let mut panel = Aligned([0u16; CHUNK_BLOCKS * 2 * TILE]);
-    let mut scales = [0f32; CHUNK_BLOCKS * 32];
+    let chunk = if kind == Kind::Bf16 { BF16_CHUNK_BLOCKS } else { CHUNK_BLOCKS };
+    let mut panel = Aligned([0u16; BF16_CHUNK_BLOCKS * 2 * TILE]);
+    let mut scales = [0f32; BF16_CHUNK_BLOCKS * 32];
     let mut acc = Aligned([0f32; ROW_TILE_PAIRS * PAIRS * 2 * GROUP_SUMS]);
     let mut sums = Aligned([0f32; 2 * GROUP_SUMS]);
     let config = TileConfig::all_16x64();
@@ -415,11 +423,11 @@ unsafe fn rows_split<const KIND: u8>(w: &MatRef, r0: usize, r1: usize, x: &[f32]
         for rb in (r0..r1).step_by(32 * ROW_TILE_PAIRS) {
             let nrp = (r1 - rb).div_ceil(32).min(ROW_TILE_PAIRS);
             acc.0.fill(0.0);
-            for b0 in (0..blocks).step_by(CHUNK_BLOCKS) {
-                let nb = CHUNK_BLOCKS.min(blocks - b0);
+            for b0 in (0..blocks).step_by(chunk) {
+                let nb = chunk.min(blocks - b0);
                 for rp in 0..nrp {
                     // SAFETY: rb + 32·rp < r1 <= w.rows, b0 + nb <= blocks; the buffers are
-                    // sized for CHUNK_BLOCKS blocks; the row bytes were checked above.
+                    // sized for BF16_CHUNK_BLOCKS >= chunk blocks; the row bytes were checked above.
                     unsafe { widen_weights(w, kind, rb + 32 * rp, r1, b0, nb, panel.0.as_mut_ptr(), scales.as_mut_ptr()) };
                     for q in 0..np {
                         let group = (p0 + q) * 2;
