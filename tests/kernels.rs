@@ -254,7 +254,9 @@ fn a_product_computed_alone_equals_the_pooled_one() {
         for dtype in DTYPES {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
-            for (n, room) in [(1, 0), (5, 5 * cols), (12, 12 * cols), (12, 3 * cols), (40, 40 * cols)] {
+            // 40 vectors with room for the AMX tiles' split (two pairs of 16-vector groups in
+            // three parts) and without; 150 as a group of 128 and one of 22, both tiles'.
+            for (n, room) in [(1, 0), (5, 5 * cols), (12, 12 * cols), (12, 3 * cols), (40, 40 * cols), (40, 96 * cols), (150, 192 * cols)] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                 let mut want = vec![0.0; n * rows];
                 k.matmul(&pool, w, &x, n, &mut want);

@@ -303,7 +303,7 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
     let x = inputs(cols * n);
     // Per participant: its outputs and its room for split inputs, as the model's state holds.
     let scratch: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> = (0..opts.threads)
-        .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; cols * n])))
+        .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; super::split_room(n, cols)])))
         .collect();
     let mut rates = Vec::new();
     for p in pools {

@@ -199,9 +199,9 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/VL (+ FMA, F16C), 16 lanes.
     Avx512,
-    /// AVX-512 with AVX512_BF16 and Intel AMX-BF16 tiles: the AVX-512 kernels, and the Q4B32
-    /// products of prefill groups of at least [`amx::MIN_VECTORS`] vectors on the tiles
-    /// (f32-exact products, another order of additions: see [`amx`]).
+    /// AVX-512 with AVX512_BF16 and Intel AMX-BF16 tiles: the AVX-512 kernels, and the Q4B32,
+    /// Q8B32 and BF16 products of prefill groups of at least [`TILE_MIN_VECTORS`] vectors on
+    /// the tiles (f32-exact products, another order of additions: see [`amx`]).
     Amx,
     /// AArch64 Advanced SIMD, 4 lanes.
     Neon,
@@ -348,17 +348,25 @@ pub struct Kernels {
 /// this many vectors at a time): the buffer holds this many × the widest input.
 pub const SPLIT_VECTORS: usize = 128;
 
-/// Fewest vectors of a group of [`SPLIT_VECTORS`] whose Q4B32 products go to the AMX tiles
-/// ([`Isa::Amx`]); a smaller group takes the AVX-512 kernels, whose bits differ from the
-/// tiles' by rounding.
+/// Fewest vectors of a group of [`SPLIT_VECTORS`] whose Q4B32, Q8B32 and BF16 products go to
+/// the AMX tiles ([`Isa::Amx`]); a smaller group takes the AVX-512 kernels, whose bits differ
+/// from the tiles' by rounding.
 pub const TILE_MIN_VECTORS: usize = 20;
 
-/// Vectors a Q4B32 input buffer holds for products of up to `chunk` vectors: [`SPLIT_VECTORS`],
-/// or `chunk` if fewer — rounded up to a multiple of 32 when the tiles could take them
+/// Vectors an input buffer holds for products of up to `chunk` vectors: [`SPLIT_VECTORS`], or
+/// `chunk` if fewer — rounded up to a multiple of 32 when the tiles could take them
 /// ([`TILE_MIN_VECTORS`] or more), which split whole pairs of 16-vector groups.
-pub fn split_vectors(chunk: usize) -> usize {
+pub(crate) fn split_vectors(chunk: usize) -> usize {
     let v = chunk.min(SPLIT_VECTORS);
     if v >= TILE_MIN_VECTORS { v.next_multiple_of(32).min(SPLIT_VECTORS) } else { v }
+}
+
+/// f32 values a caller's own room for split inputs ([`Kernels::rows_alone`]) needs for
+/// products of up to `vectors` vectors of up to `cols` columns on any instruction set: by
+/// parity `vectors × cols`, for the tiles three bf16 parts of whole pairs of 16-vector groups.
+pub(crate) fn split_room(vectors: usize, cols: usize) -> usize {
+    let v = split_vectors(vectors);
+    if v >= TILE_MIN_VECTORS { v * cols + (v * cols).div_ceil(2) } else { v * cols }
 }
 
 /// A buffer for the inputs of a Q4B32 prefill product split by parity once per product
@@ -883,10 +891,12 @@ impl Kernels {
     }
 
     /// All rows of `w` against the `n` vectors of `x`, on the calling thread, into `y` (n ×
-    /// rows), with `split` as this caller's own room for Q4B32 inputs split by parity: what a
-    /// pool participant computing whole products alone uses, so that several of them run at
-    /// once without taking turns at the kernels' one buffer. `split` should hold n × cols
-    /// values (shorter, the inputs are split per call on the stack, or per tile: slower).
+    /// rows), with `split` as this caller's own room for split inputs (Q4B32 by parity, or the
+    /// AMX tiles' bf16 parts): what a pool participant computing whole products alone uses, so
+    /// that several of them run at once without taking turns at the kernels' one buffer.
+    /// `split` should hold a group's (`min(n, SPLIT_VECTORS)` vectors: n × cols values by
+    /// parity, half as many again for the tiles, whose groups are whole pairs of 16 vectors;
+    /// shorter, the products take turns at the kernels' buffer or split per call: slower).
     /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
         let alone = self.takes_split(&w, n) && split.len() >= self.split_len(&w, SPLIT_VECTORS.min(n));

@@ -209,10 +209,11 @@ impl State {
 
     /// One participant's scratch, in f32s, for experts of up to `m` tokens: their gathered
     /// inputs and outputs (m × hidden each), gate and up (m × expert width each), and the
-    /// inputs split for the Q4B32 kernels (m × the wider of hidden and the expert width, and
-    /// the room to start them on a 64-byte boundary).
+    /// inputs split for the kernels that take them so, by parity or in bf16 parts for the AMX
+    /// tiles (`kernels::split_room` of m and the wider of hidden and the expert width, and the
+    /// room to start them on a 64-byte boundary).
     pub(crate) fn participant_floats(hidden: usize, inter: usize, m: usize) -> usize {
-        m * (2 * hidden + 2 * inter + hidden.max(inter)) + Floats::ROOM
+        m * (2 * hidden + 2 * inter) + crate::kernels::split_room(m, hidden.max(inter)) + Floats::ROOM
     }
 
     /// Rows of logits one pass computes at once: the chunk, capped so that the buffer stays
