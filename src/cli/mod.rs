@@ -31,7 +31,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
     val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache)"),
     flag("scalar", "use the scalar reference kernels"),
-    flag("no-tiles", "keep Q4B32 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's"),
+    flag("no-tiles", "keep Q4B32, Q8B32 and BF16 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's"),
     flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),
     val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T, binary (4G = 4Gi = 4GiB = 4GB = 2^32); default: from usable RAM"),
     val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T (binary, as --budget)"),
