@@ -119,7 +119,9 @@ pub struct Options {
     /// the scratch the plan counts grows with it. 0, the default, lets the engine choose from
     /// memory plan and the budget: 128 ([`model::plan::DEFAULT_PREFILL_CHUNK`]), or 512
     /// ([`model::plan::STREAMING_PREFILL_CHUNK`]) when the model streams experts its cache
-    /// cannot all hold and the longer chunk's scratch costs the cache at most an eighth. A MoE
+    /// cannot all hold and the longer chunk's scratch costs the cache at most an eighth, or
+    /// when the cache holds them all at either length and the AMX tiles are on (an expert's
+    /// tokens in a 512-token chunk reach the tiles; [`Options::tiles`]). A MoE
     /// layer decodes — and, when they stream, reads — each chosen expert once per chunk for
     /// the few of its tokens routed there, so longer chunks do that fewer times
     /// (docs/BENCHMARKS.md: 128 prefills a 24-layer Qwen3-30B-A3B shape ~50 % faster than 32, a

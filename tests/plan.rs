@@ -580,8 +580,13 @@ fn the_engine_chooses_a_longer_prefill_chunk_when_experts_stream() {
     let (plan, mut streamed, what) = plan_and_open(&dir, &auto);
     assert_eq!(plan.prefill_chunk, 512, "{what}");
     assert!(streamed.budget().expert_cache_bytes < plan.cache_within(u64::MAX), "{what}");
+    // Every record cached: the default, or the longer chunk where the AMX tiles would take its
+    // experts' products (and not with them off).
     let everything = Options { budget: Some(1 << 34), ..auto.clone() };
+    let tiles = waste::kernels::Kernels::select(false).isa() == waste::kernels::Isa::Amx;
     let (plan, _, what) = plan_and_open(&dir, &everything);
+    assert_eq!(plan.prefill_chunk, if tiles { 512 } else { 128 }, "{what}");
+    let (plan, _, what) = plan_and_open(&dir, &Options { tiles: false, ..everything.clone() });
     assert_eq!(plan.prefill_chunk, 128, "{what}");
     let dense = fixture("oracles/llama_f32/model");
     assert_eq!(plan_and_open(&dense, &auto).0.prefill_chunk, 128, "a dense model");

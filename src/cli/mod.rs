@@ -29,7 +29,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("threads", "N", "compute threads (default: one per available CPU, or per CPU of --cpus)"),
     val("cpus", "LIST", "bind the compute threads to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, strides 0-7:2, groups 0-15:2/4, 4-N, all)"),
     val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
-    val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache)"),
+    val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache, or all fit it with AMX tiles)"),
     flag("scalar", "use the scalar reference kernels"),
     flag("no-tiles", "keep Q4B32, Q8B32 and BF16 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's"),
     flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),

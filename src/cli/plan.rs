@@ -21,7 +21,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         val("ctx", "N", "context length in tokens (default: the model's, at most 4096)"),
         val("threads", "N", "compute threads, which size the scratch (default: one per available CPU, or per CPU of --cpus)"),
         val("cpus", "LIST", "the CPUs a run binds to: one compute thread each unless --threads says otherwise"),
-        val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache)"),
+        val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache, or all fit it with AMX tiles)"),
         flag("int8-act", "count the int8-activation path's buffer"),
         val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T"),
         val("io-threads", "N", "threads reading expert records (default 4)"),
