@@ -20,9 +20,9 @@
 //! (`tests/kernels.rs`), but they are not the bits of the FMA kernels, which decode uses.
 //!
 //! Which vectors come here: [`super::Kernels`] takes a product's vectors [`super::SPLIT_VECTORS`]
-//! at a time, and a group of at least [`MIN_VECTORS`] goes to the tiles ([`takes`]), a smaller
+//! at a time, and a group of at least [`super::TILE_MIN_VECTORS`] goes to the tiles ([`takes`]), a smaller
 //! one to the AVX-512 kernels. The bits of a (row, vector) pair therefore depend on the size of
-//! its group (whether it reaches [`MIN_VECTORS`]) — never on which rows a call covers or on
+//! its group (whether it reaches that size) — never on which rows a call covers or on
 //! the thread count (the column chunks below are fixed by the matrix's width).
 //!
 //! Layout: the inputs are split once per product ([`split_inputs`]) into tiles of 16 vectors ×
@@ -39,12 +39,6 @@ use crate::format::dtype::DType;
 use crate::sys::Floats;
 use std::arch::asm;
 use std::arch::x86_64::*;
-
-/// Fewest vectors of a group that go to the tiles ([`super::TILE_MIN_VECTORS`]). A group is
-/// padded to a multiple of 32 (two 16-vector tiles): at 16 vectors the tiles ran level with the
-/// AVX-512 GEMM (8192 × 2048, one thread: 50.8 against 55.2 GMAC/s), at 32 almost twice as
-/// fast (97.4 against 53.0).
-pub const MIN_VECTORS: usize = super::TILE_MIN_VECTORS;
 
 /// Vectors of one tile (its rows as the first operand).
 const GROUP: usize = 16;
@@ -124,7 +118,7 @@ impl Kind {
 
 /// True when the tiles take `w` (a [`Kind`], whole 32-column blocks) for a group of `n` vectors.
 pub fn takes(w: &MatRef, n: usize) -> bool {
-    n >= MIN_VECTORS && Kind::of(w.dtype).is_some() && w.cols.is_multiple_of(32) && w.cols > 0
+    n >= super::TILE_MIN_VECTORS && Kind::of(w.dtype).is_some() && w.cols.is_multiple_of(32) && w.cols > 0
 }
 
 /// f32 values [`split_inputs`] writes for `n` vectors of `cols` columns (a multiple of 32):
@@ -207,6 +201,8 @@ unsafe fn widen_weights(w: &MatRef, kind: Kind, r: usize, end: usize, b0: usize,
     let rb = w.row_bytes();
     let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
     let zero = _mm512_setzero_si512();
+    // SAFETY: reads 64 bytes of a 64-byte constant.
+    let levels = unsafe { _mm512_loadu_si512(LEVELS.as_ptr().cast()) };
     for rt in 0..2 {
         let first = r + 16 * rt;
         let live = end.saturating_sub(first).min(16);
@@ -233,8 +229,6 @@ unsafe fn widen_weights(w: &MatRef, kind: Kind, r: usize, end: usize, b0: usize,
             let store = |k: usize, pairs: __m512i| unsafe { _mm512_store_si512(tile.add(k * 32).cast(), pairs) };
             match kind {
                 Kind::Q4 => {
-                    // SAFETY: reads 64 bytes of a 64-byte constant.
-                    let levels = unsafe { _mm512_loadu_si512(LEVELS.as_ptr().cast()) };
                     for q in 0..4 {
                         let g = gather(2 + 4 * q);
                         for j in 0..4 {

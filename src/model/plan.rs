@@ -289,6 +289,14 @@ pub fn metadata_bytes(layers: usize) -> u64 {
     METADATA_BYTES + METADATA_BYTES_PER_LAYER * layers as u64
 }
 
+/// The kernels a model opened with `opts` multiplies with (before their buffers): the best this
+/// CPU has, or the scalar reference (`force_scalar`), without the AMX tiles when `opts.tiles`
+/// is off.
+pub(crate) fn kernels_for(opts: &Options) -> Kernels {
+    let k = Kernels::select(opts.force_scalar);
+    if opts.tiles { k } else { k.without_tiles() }
+}
+
 /// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
 /// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on, the kernels'
 /// Q4B32 input buffer on an instruction set that has one ([`Kernels::with_q4_input_buffer`];
@@ -298,7 +306,7 @@ pub fn metadata_bytes(layers: usize) -> u64 {
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
-    let kernels = if opts.tiles { Kernels::select(opts.force_scalar) } else { Kernels::select(opts.force_scalar).without_tiles() };
+    let kernels = kernels_for(opts);
     let q4 = if kernels.splits_q4_inputs() { Floats::plan_bytes(kernels.q4_buffer_len(State::q4_split_values(cfg, chunk))) } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
     rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + q4 + threads + metadata_bytes(cfg.layers)
@@ -368,7 +376,7 @@ impl MemoryPlan {
         let Ok(cache) = base.budget_for(usable, opts).map(|b| b.expert_cache_bytes) else { return Ok(base) };
         let long = plan_at(STREAMING_PREFILL_CHUNK);
         if cache >= base.cache_within(u64::MAX) {
-            let tiles = opts.tiles && Kernels::select(opts.force_scalar).isa() == crate::kernels::Isa::Amx;
+            let tiles = kernels_for(opts).isa() == crate::kernels::Isa::Amx;
             let all_fit = long.budget_for(usable, opts).is_ok_and(|b| b.expert_cache_bytes >= long.cache_within(u64::MAX));
             return Ok(if tiles && all_fit { long } else { base });
         }
