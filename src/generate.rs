@@ -388,6 +388,8 @@ impl Model {
                     experts: ExpertActivity::default(), logits: &[], tokenizer: self.tokenizer.as_ref() });
             }
         }
+        // The engine stops here: the last token's purgeable slots are offered too.
+        self.offer_all_idle();
         let prefilled = prompt.len() - cont.keep;
         let st = &mut self.stats;
         st.prefill_tokens += prefilled as u64;

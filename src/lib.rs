@@ -172,9 +172,11 @@ pub struct Options {
     pub lookahead: bool,
     /// Purgeable expert-cache slots: the pages of an idle slot may be taken back by the kernel
     /// under memory pressure (`MADV_FREE`) instead of the process being killed; a slot that
-    /// lost pages is detected when next used and its record read again. Changes only when
-    /// bytes move, never the result. Off by default (docs/BENCHMARKS.md: not yet measured
-    /// for speed on a full-size model).
+    /// lost pages is detected when next used and its record read again. In decode the records
+    /// the last token used wait for their layer's next visit before they are offered, and
+    /// every record is offered when a generation ends (`docs/MEMORY.md`). Changes only when
+    /// bytes move, never the result. Off by default: taking pages back costs decode speed
+    /// (`docs/BENCHMARKS.md`).
     pub purgeable_slots: bool,
     /// Preload the learned hotlist (`usage.waste`, written by [`Model::write_usage`]) into
     /// the expert cache of a container that has one, on the I/O threads.

@@ -67,8 +67,14 @@ fn a_squeezed_cgroup_takes_idle_slots_and_the_logits_stay_identical() {
     let manifest = waste::format::container::Manifest::open(&out).unwrap();
     let prompt: Vec<u32> = (0..48).map(|i| (i * 37 + 5) % 128).collect();
     let base = Options { threads: 1, io_threads: 2, cache_bytes: manifest.expert_bytes(), ..Options::default() };
-    // Ordinary slots, outside any squeeze: the reference.
-    let reference = prompt_logits(&mut Model::open(&out, &base).unwrap(), &prompt, false);
+    // Ordinary slots, outside any squeeze: the reference, for the prompt at once and for
+    // its first tokens one at a time (decode).
+    let mut ordinary = Model::open(&out, &base).unwrap();
+    let reference = prompt_logits(&mut ordinary, &prompt, false);
+    ordinary.reset();
+    let steps = &prompt[..16];
+    let reference_steps = prompt_logits(&mut ordinary, steps, true);
+    drop(ordinary);
 
     let group = match enter_cgroup() {
         Ok(g) => g,
@@ -101,6 +107,25 @@ fn a_squeezed_cgroup_takes_idle_slots_and_the_logits_stay_identical() {
     println!("squeezed by {squeeze} bytes: {} lookups found their slot purged and read it again ({after:?})", after.purged);
     assert!(bit_identical(&reference, &second), "purgeable slots, squeezed");
     assert!(after.purged > 0, "the squeeze took no slot: {after:?}");
+
+    // Decode, one token at a time, still squeezed: a record the token before used is not
+    // offered yet, so some hits need not take pages back (every lookup hits or was purged:
+    // the cache holds every record); the bits stay ordinary slots'.
+    m.reset();
+    let before = m.cache_stats().unwrap().clone();
+    let decoded = prompt_logits(&mut m, steps, true);
+    let d = m.cache_stats().unwrap().since(&before);
+    assert!(bit_identical(&reference_steps, &decoded), "purgeable slots, decoding");
+    assert_eq!(d.misses, d.purged, "{d:?}");
+    assert!(d.taken_back > 0 && d.taken_back < d.hits + d.purged, "decode took back every hit's pages, or none: {d:?}");
+
+    // The records the last token used wait for their layer's next visit; a generation's end
+    // offers them too (the cache holds a record in every slot by now).
+    let slots = d.slots;
+    assert!(m.cache_stats().unwrap().offered < slots, "{:?}", m.cache_stats());
+    let params = waste::GenerateParams { max_tokens: 4, ..waste::GenerateParams::greedy() };
+    m.generate(&prompt[..8], &params, |_| true).unwrap();
+    assert_eq!(m.cache_stats().unwrap().offered, slots, "a generation ended with records not offered");
     drop(balloon);
     drop(m);
     drop(group);

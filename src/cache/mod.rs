@@ -44,6 +44,14 @@ pub struct Record<'a> {
 /// Records handed over at most this many at a time (a fixed array: decode allocates nothing).
 pub const RECORD_BATCH: usize = 16;
 
+/// In decode, purgeable slots are offered to the kernel once their layer has been visited
+/// this many times without using them, so a record the next token uses again (36–45 % of the
+/// re-uses on the two routing traces) does not pay for taking its pages back; what is not
+/// offered is at most the last token's records, and those too once a generation ends
+/// ([`ExpertCache::offer_all_idle`]). A prompt's records are offered as soon as their layer is
+/// done. (Waiting two visits gained 1–5 % more in decode; `docs/BENCHMARKS.md`.)
+const OFFER_AFTER_VISITS: u32 = 1;
+
 /// A callback receiving the bank's layout and a batch of records available together (at most
 /// [`RECORD_BATCH`]): the hits resident when a layer starts, the reads that have landed by the
 /// time the computation asks for more. Several at once let the MoE block give whole experts to
@@ -93,9 +101,10 @@ impl ExpertShape {
     }
 
     /// Bookkeeping per slot: its key, pin and stored value in the index, its look-ahead and purgeable
-    /// flags, its buffer handle, and one entry of the hotlist to preload (at most one per slot).
-    pub const SLOT_BOOKKEEPING: u64 = (CacheIndex::PER_SLOT_BYTES + 2 * size_of::<bool>() + size_of::<Option<Slot>>()
-        + size_of::<(usize, u32, f64)>()) as u64;
+    /// flags and last use, its buffer handle, and one entry of the hotlist to preload (at most
+    /// one per slot).
+    pub const SLOT_BOOKKEEPING: u64 = (CacheIndex::PER_SLOT_BYTES + 2 * size_of::<bool>() + size_of::<u32>()
+        + size_of::<Option<Slot>>() + size_of::<(usize, u32, f64)>()) as u64;
 
     /// A slot's place in the I/O threads' request and completion queues, when there are I/O
     /// threads: the queues hold every slot's read at once, so they never grow.
@@ -200,6 +209,12 @@ pub struct CacheStats {
     /// Lookups that found their slot's pages taken back by the kernel (purgeable slots) and
     /// read the record again; counted as misses, not hits.
     pub purged: u64,
+    /// Lookups that found their slot's pages offered to the kernel (purgeable slots) and took
+    /// them back, whether or not the kernel had taken any: what purgeable slots cost.
+    pub taken_back: u64,
+    /// Slots whose pages are offered to the kernel now (purgeable slots): the ones it may take
+    /// back under memory pressure.
+    pub offered: usize,
 }
 
 impl CacheStats {
@@ -228,6 +243,7 @@ impl CacheStats {
             prefetch_cancelled: self.prefetch_cancelled.saturating_sub(earlier.prefetch_cancelled),
             preloaded: self.preloaded.saturating_sub(earlier.preloaded),
             purged: self.purged.saturating_sub(earlier.purged),
+            taken_back: self.taken_back.saturating_sub(earlier.taken_back),
             ..self.clone()
         }
     }
@@ -272,8 +288,13 @@ pub struct ExpertCache {
     /// the kernel (it holds a record and is idle), so they must be taken back before use.
     purgeable: bool,
     offered: Vec<bool>,
-    /// Experts per MoE layer (keys of one layer in the index).
+    /// Per slot: its layer's visit count ([`CacheIndex::layer_visits`]) when the slot was last
+    /// used or filled; a purgeable slot is offered [`OFFER_AFTER_VISITS`] visits later.
+    last_use: Vec<u32>,
+    /// Experts per MoE layer (keys of one layer in the index), and the experts a token chooses
+    /// in each.
     experts_per_layer: usize,
+    top_k: usize,
 }
 
 /// The smallest cache for a model ([`ExpertShape::min_slots`] slots and the bookkeeping),
@@ -339,8 +360,10 @@ impl ExpertCache {
             hot: Vec::with_capacity(slots),
             accesses_per_token: moe.top_k * manifest.banks.len(),
             experts_per_layer: moe.experts,
+            top_k: moe.top_k,
             purgeable: opts.purgeable,
             offered: vec![false; slots],
+            last_use: vec![0; slots],
         })
     }
 
@@ -364,6 +387,7 @@ impl ExpertCache {
         self.slot_bytes() + vec_bytes(&self.banks) + vec_bytes(&self.layouts) + vec_bytes(&self.key_base)
             + self.index.heap_bytes() + vec_bytes(&self.bufs) + vec_bytes(&self.prefetched)
             + vec_bytes(&self.hits) + vec_bytes(&self.misses) + vec_bytes(&self.hot) + vec_bytes(&self.offered)
+            + vec_bytes(&self.last_use)
             + self.io.as_ref().map_or(0, |io| io.heap_bytes() as u64)
     }
 
@@ -404,6 +428,7 @@ impl ExpertCache {
             };
             self.index.seed(base + e as usize, share, self.accesses_per_token);
             self.offered[s] = false;
+            self.last_use[s] = self.index.layer_visits(base + e as usize);
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             io.submit(Request::record(ReadKind::Preload, layer, e as usize, s, layout.record_bytes, buf));
             self.loading += 1;
@@ -474,7 +499,9 @@ impl ExpertCache {
         self.hits = hits;
         self.misses = misses;
         if self.purgeable {
-            self.offer_idle();
+            // A prompt's chunk wants more experts than a token: its records are offered at once,
+            // so a squeeze during a long prompt finds all but one layer's to take.
+            self.offer_idle(if wanted.len() <= self.top_k { OFFER_AFTER_VISITS } else { 0 });
         }
         // The disk's clock as of the end of this layer (reads that finished after the layer's
         // last wait included), so statistics taken between layers are current.
@@ -493,7 +520,10 @@ impl ExpertCache {
         while i < hits.len() {
             let (e, s) = hits[i];
             let kept = match (std::mem::take(&mut self.offered[s]), self.bufs[s].as_mut()) {
-                (true, Some(buf)) => buf.keep_pages(layout_bytes),
+                (true, Some(buf)) => {
+                    self.stats.taken_back += 1;
+                    buf.keep_pages(layout_bytes)
+                }
                 _ => true,
             };
             if kept {
@@ -510,16 +540,31 @@ impl ExpertCache {
         }
     }
 
-    /// Offers the pages of every idle slot holding a record to the kernel (purgeable slots).
-    fn offer_idle(&mut self) {
+    /// Offers to the kernel the pages of every resident record (purgeable slots; nothing
+    /// otherwise), the ones the last token used included: for when the engine stops (a
+    /// generation ends) and the next use may be far away.
+    pub fn offer_all_idle(&mut self) {
+        if self.purgeable {
+            self.offer_idle(0);
+        }
+    }
+
+    /// Offers to the kernel the pages of every slot that holds a record and has been idle for
+    /// `visits` visits of its layer, and counts the slots offered now.
+    fn offer_idle(&mut self, visits: u32) {
         for s in 0..self.bufs.len() {
-            if self.offered[s] || self.index.key_of(s).is_none() {
+            if self.offered[s] {
+                continue;
+            }
+            let Some(key) = self.index.key_of(s) else { continue };
+            if self.index.layer_visits(key).wrapping_sub(self.last_use[s]) < visits {
                 continue;
             }
             let Some(buf) = &self.bufs[s] else { continue };
             // The whole slot: pages past a shorter record are never read before a read fills them.
             self.offered[s] = buf.allow_purge(self.slot_bytes);
         }
+        self.stats.offered = (0..self.bufs.len()).filter(|&s| self.offered[s] && self.index.key_of(s).is_some()).count();
     }
 
     fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],
@@ -620,6 +665,9 @@ impl ExpertCache {
         f(layout, &batch[..count]);
         for &(_, s) in ready {
             self.index.unpin(s);
+            if let Some(key) = self.index.key_of(s) {
+                self.last_use[s] = self.index.layer_visits(key);
+            }
         }
     }
 
@@ -743,6 +791,7 @@ impl ExpertCache {
             self.offered[s] = false;
             let buf = self.bufs[s].take().ok_or_else(|| slot_lost(layer, e))?;
             io.submit(Request::record(ReadKind::Ahead, layer, e as usize, s, layout.record_bytes, buf));
+            self.last_use[s] = self.index.layer_visits(base + e as usize);
             self.prefetched[s] = depth as u8 + 1;
             self.loading += 1;
             issued += 1;

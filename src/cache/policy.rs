@@ -389,6 +389,11 @@ impl CacheIndex {
         self.pinned.iter_mut().for_each(|p| *p = false);
     }
 
+    /// Visits so far of `key`'s layer.
+    pub fn layer_visits(&self, key: usize) -> u32 {
+        self.visits.get(key / self.per_layer).copied().unwrap_or(0)
+    }
+
     /// The key a slot holds.
     pub fn key_of(&self, slot: usize) -> Option<usize> {
         match self.slot_key[slot] {

@@ -543,6 +543,7 @@ fn bench(a: &Args) -> Outcome {
             ("cache_hits", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.hits))),
             ("cache_misses", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.misses))),
             ("cache_purged", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.purged))),
+            ("cache_taken_back", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.taken_back))),
         ]).to_string_pretty());
     } else {
         outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
@@ -573,6 +574,9 @@ fn bench(a: &Args) -> Outcome {
                 if c.prefetch_cancelled > 0 {
                     outln!("ahead    {} look-ahead reads taken back before they started (the guess was shown wrong in time)", c.prefetch_cancelled);
                 }
+            }
+            if c.taken_back > 0 {
+                outln!("offered  {} lookups took their slot's pages back from the kernel (purgeable slots)", c.taken_back);
             }
             if c.purged > 0 {
                 outln!("purged   {} slots taken back by the kernel under memory pressure, read again", c.purged);

@@ -54,6 +54,14 @@ impl Experts {
         }
     }
 
+    /// Offers every resident record's pages to the kernel, when the cache's slots are
+    /// purgeable ([`ExpertCache::offer_all_idle`]).
+    pub fn offer_all_idle(&mut self) {
+        if let Experts::Streamed(cache) = self {
+            cache.offer_all_idle();
+        }
+    }
+
     /// True when records stream from disk through the expert cache.
     pub fn is_streamed(&self) -> bool {
         matches!(self, Experts::Streamed(_))

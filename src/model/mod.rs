@@ -405,6 +405,12 @@ impl Model {
         }
     }
 
+    /// Offers every resident expert record's pages to the kernel when the cache's slots are
+    /// purgeable ([`crate::Options::purgeable_slots`]): for when the engine stops.
+    pub(crate) fn offer_all_idle(&mut self) {
+        self.experts.offer_all_idle();
+    }
+
     /// Starts (`true`) or stops recording the experts every computed token routes to, in every
     /// session; [`Model::take_routing`] collects them. Stopping drops what was not taken.
     /// A model without MoE layers records tokens with no layers.
