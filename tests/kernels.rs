@@ -159,7 +159,7 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     let mut all = vec![Kernels::scalar()];
     all.extend(simd_isas());
     // With room for a Q4B32 product's inputs split by parity once (AVX-512), as a model holds.
-    all.extend(simd_isas().into_iter().filter(Kernels::splits_q4_inputs).map(|k| k.with_q4_input_buffer(128 * 2080)));
+    all.extend(simd_isas().into_iter().filter(Kernels::splits_inputs).map(|k| k.with_split_buffer(128 * 2080)));
     for k in all {
         for dtype in DTYPES {
             // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
@@ -189,7 +189,7 @@ fn threads_do_not_change_the_bits() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     // As a model holds them: with room for a Q4B32 product's inputs split by parity (AVX-512),
     // which 600 vectors use, 128 at a time.
-    let k = Kernels::select(false).with_q4_input_buffer(128 * 256);
+    let k = Kernels::select(false).with_split_buffer(128 * 256);
     let pools: Vec<Pool> = (1..=4).map(|t| Pool::new(t).unwrap()).collect();
     for dtype in DTYPES {
         let (rows, cols) = (203, 256);
@@ -222,7 +222,7 @@ fn grouped_products_equal_single_ones() {
         .iter().map(|&(d, rows)| (d, rows, random_matrix(d, rows, cols, &mut rng))).collect();
     let views: Vec<MatRef> = mats.iter().map(|(d, r, data)| MatRef { dtype: *d, rows: *r, cols, data }).collect();
     let plain = Kernels::select(false);
-    for k in [plain.clone(), plain.clone().with_q4_input_buffer(128 * cols)] {
+    for k in [plain.clone(), plain.clone().with_split_buffer(128 * cols)] {
         for n in [3, 9, 40, 300] {
             let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
             let mut outs: Vec<Vec<f32>> = views.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
@@ -250,7 +250,7 @@ fn a_product_computed_alone_equals_the_pooled_one() {
     let pool = Pool::new(2).unwrap();
     let (rows, cols) = (70, 2048);
     let plain = Kernels::select(false);
-    for k in [plain.clone(), plain.with_q4_input_buffer(128 * cols)] {
+    for k in [plain.clone(), plain.with_split_buffer(128 * cols)] {
         for dtype in DTYPES {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
@@ -474,7 +474,7 @@ fn prefetch_schemes_give_the_same_bits() {
             for n in [1, 2, 4, 7] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
                 let [a, b] = Prefetch::ALL.map(|p| {
-                    let kp = k.clone().with_prefetch(p).with_q4_input_buffer(n * cols);
+                    let kp = k.clone().with_prefetch(p).with_split_buffer(n * cols);
                     assert_eq!(kp.prefetch(), p, "{} takes either scheme", k.isa().name());
                     let mut y = vec![f32::NAN; n * rows];
                     kp.matmul(&pool, w, &x, n, &mut y);

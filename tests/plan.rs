@@ -120,18 +120,18 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     let scratch = waste::model::state::State::plan_bytes(&cfg, 2048, plan.prefill_chunk, plan.threads);
     let kv = waste::Session::plan_bytes(&cfg, 2048);
     // Besides the state's buffers: RoPE frequencies, the sampler's buffers, the pool's workers,
-    // and on AVX-512 the kernels' buffer for a Q4B32 product's inputs split by parity (up to
+    // and on AVX-512 the kernels' buffer for a prefill product's inputs split by parity (up to
     // 128 vectors of the widest input, here the FFN's, and 16 values of room to start them on
     // a 64-byte boundary); for the AMX tiles three bf16 parts per input, half as much again.
     let k = waste::kernels::Kernels::select(false);
-    let q4 = if k.splits_q4_inputs() {
+    let split = if k.splits_inputs() {
         let values = plan.prefill_chunk.min(waste::kernels::SPLIT_VECTORS) * cfg.intermediate;
         let values = if k.isa() == waste::kernels::Isa::Amx { values * 3 / 2 } else { values };
         ((values + 16) * 4) as u64
     } else {
         0
     };
-    let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab) + q4
+    let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab) + split
         + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::model::plan::metadata_bytes(cfg.layers);
     assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
     // The session: keys and values of every layer for the context, and room for its tokens.

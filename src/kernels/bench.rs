@@ -173,7 +173,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
         kernels = kernels.with_prefetch(p);
     }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
-    kernels = kernels.with_q4_input_buffer(opts.cols * super::split_vectors(opts.tokens));
+    kernels = kernels.with_split_buffer(opts.cols * super::split_vectors(opts.tokens));
     if opts.int8_activations {
         kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
     }

@@ -339,7 +339,7 @@ pub struct Kernels {
     mix_group: Option<MixGroupFn>,
     int8: Option<Int8Path>,
     /// Room for a Q4B32 prefill product's inputs split by parity (AVX-512), when given.
-    q4_inputs: Option<SplitInputs>,
+    split_inputs: Option<SplitInputs>,
     /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
     prefetch: Prefetch,
 }
@@ -368,11 +368,18 @@ pub(crate) fn split_vectors(chunk: usize) -> usize {
 /// parity `vectors × cols`, for the tiles three bf16 parts of whole pairs of 16-vector groups.
 pub(crate) fn split_room(vectors: usize, cols: usize) -> usize {
     let v = split_vectors(vectors);
-    if v >= TILE_MIN_VECTORS { v * cols + (v * cols).div_ceil(2) } else { v * cols }
+    if v >= TILE_MIN_VECTORS { tile_parts_len(v * cols) } else { v * cols }
 }
 
-/// A buffer for the inputs of a Q4B32 prefill product split by parity once per product
-/// instead of once per block and tile, or per four vectors and panel (`avx512::rows_q4b32_split`).
+/// f32 values that `values` inputs take split into the tiles' three bf16 parts (6 bytes
+/// each), for whole pairs of 16-vector groups ([`amx::split_len`]).
+const fn tile_parts_len(values: usize) -> usize {
+    values + values.div_ceil(2)
+}
+
+/// A buffer for the inputs of a prefill product split once per product ([`Kernels::with_split_buffer`]):
+/// by parity for the AVX-512 Q4B32 GEMM instead of per four vectors and panel
+/// (`avx512::rows_q4b32_split`), into three bf16 parts for the AMX tiles.
 #[derive(Debug)]
 struct SplitInputs {
     /// Values the buffer holds (its length, readable without the lock).
@@ -495,7 +502,7 @@ impl Kernels {
             scores_group: None,
             mix_group: None,
             int8: None,
-            q4_inputs: None,
+            split_inputs: None,
             prefetch: Prefetch::TileAfterNext,
         }
     }
@@ -520,7 +527,7 @@ impl Kernels {
                 scores_group: Some(avx2_attention::scores_group),
                 mix_group: Some(avx2_attention::mix_group),
                 int8: None,
-                q4_inputs: None,
+                split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
             }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "x86_64")]
@@ -535,7 +542,7 @@ impl Kernels {
                 scores_group: Some(avx512_attention::scores_group),
                 mix_group: Some(avx512_attention::mix_group),
                 int8: None,
-                q4_inputs: None,
+                split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
             }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "aarch64")]
@@ -550,7 +557,7 @@ impl Kernels {
                 scores_group: None,
                 mix_group: None,
                 int8: None,
-                q4_inputs: None,
+                split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
             }),
             #[allow(unreachable_patterns)]
@@ -609,36 +616,38 @@ impl Kernels {
 
     /// These kernels with a buffer for `values` inputs (the model passes
     /// [`SPLIT_VECTORS`] or its prefill chunk, the fewer, × its widest input), in which a
-    /// Q4B32 prefill product's inputs are split by parity once, when this instruction set's
-    /// GEMM wants them so ([`Kernels::splits_q4_inputs`]); unchanged otherwise. Without it the
-    /// GEMM splits them per four vectors and panel: the same bits, about a fifth slower.
-    pub fn with_q4_input_buffer(self, values: usize) -> Kernels {
-        if !self.splits_q4_inputs() {
+    /// prefill product's inputs are split once when this instruction set's kernels take them
+    /// so ([`Kernels::splits_inputs`]): by parity for the AVX-512 Q4B32 GEMM, into three bf16
+    /// parts for the AMX tiles. Unchanged elsewhere. Without it the GEMM splits them per four
+    /// vectors and panel (the same bits, about a fifth slower) and the tiles into a buffer of
+    /// their own per product.
+    pub fn with_split_buffer(self, values: usize) -> Kernels {
+        if !self.splits_inputs() {
             return self;
         }
-        Kernels { q4_inputs: Some(SplitInputs::new(self.q4_buffer_len(values))), ..self }
+        Kernels { split_inputs: Some(SplitInputs::new(self.split_buffer_len(values))), ..self }
     }
 
-    /// True when [`Kernels::with_q4_input_buffer`] holds a buffer on this instruction set
+    /// True when [`Kernels::with_split_buffer`] holds a buffer on this instruction set
     /// (AVX-512, and the tiles).
-    pub fn splits_q4_inputs(&self) -> bool {
+    pub fn splits_inputs(&self) -> bool {
         matches!(self.isa, Isa::Avx512 | Isa::Amx)
     }
 
-    /// f32 values of the Q4B32 input buffer for `values` inputs (a vector count that is a
+    /// f32 values of the split-input buffer for `values` inputs (a vector count that is a
     /// multiple of 32 × the widest input): `values` where the inputs are split by parity, half
-    /// as many again on the tiles (three bf16 parts each, [`amx::split_len`]).
-    pub fn q4_buffer_len(&self, values: usize) -> usize {
-        if self.isa == Isa::Amx { values + values.div_ceil(2) } else { values }
+    /// as many again on the tiles ([`tile_parts_len`]).
+    pub fn split_buffer_len(&self, values: usize) -> usize {
+        if self.isa == Isa::Amx { tile_parts_len(values) } else { values }
     }
 
-    /// Heap bytes held: the int8 path's activation buffer when it is on, and the Q4B32 input
+    /// Heap bytes held: the int8 path's activation buffer when it is on, and the split-input
     /// buffer when there is one.
     pub fn heap_bytes(&self) -> u64 {
         // A poisoned lock only means a panic elsewhere interrupted a split, which the next one
         // overwrites: the buffer is still held.
-        let q4 = self.q4_inputs.as_ref().map_or(0, |b| b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).heap_bytes());
-        self.scratch().map_or(0, |s| s.bytes() as u64) + q4
+        let split = self.split_inputs.as_ref().map_or(0, |b| b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).heap_bytes());
+        self.scratch().map_or(0, |s| s.bytes() as u64) + split
     }
 
     /// True when the AMX tiles ([`Isa::Amx`]) take `w` for a group of `n` vectors (of at most
@@ -658,7 +667,7 @@ impl Kernels {
     /// beforehand: the tiles, or the AVX-512 Q4B32 GEMM (by parity; two or more vectors, one
     /// being split by the kernel itself, on the stack).
     fn takes_split(&self, w: &MatRef, n: usize) -> bool {
-        self.tiles_take(w, n) || (self.splits_q4_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2)
+        self.tiles_take(w, n) || (self.splits_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2)
     }
 
     /// f32 values the split inputs of a group of `n` vectors of `w` take.
@@ -673,12 +682,12 @@ impl Kernels {
     /// True when `w` × `n` vectors take split inputs and the buffer holds a group's
     /// ([`SPLIT_VECTORS`] vectors, or `n` if fewer).
     fn wants_split(&self, w: &MatRef, n: usize) -> bool {
-        self.takes_split(w, n) && self.q4_inputs.as_ref().is_some_and(|b| b.values >= self.split_len(w, SPLIT_VECTORS.min(n)))
+        self.takes_split(w, n) && self.split_inputs.as_ref().is_some_and(|b| b.values >= self.split_len(w, SPLIT_VECTORS.min(n)))
     }
 
     /// The input buffer, locked, when [`Kernels::wants_split`].
     fn split_buffer(&self, w: &MatRef, n: usize) -> Option<std::sync::MutexGuard<'_, Floats>> {
-        let buf = self.q4_inputs.as_ref().filter(|_| self.wants_split(w, n))?;
+        let buf = self.split_inputs.as_ref().filter(|_| self.wants_split(w, n))?;
         Some(buf.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
     }
 
@@ -703,7 +712,7 @@ impl Kernels {
                 return Job::F32(amx::rows_split_for(kind), &buf[..len]);
             }
             let buf = aligned_for(buf, n * cols);
-            // SAFETY: split inputs are taken only on AVX-512 (`splits_q4_inputs`); both slices
+            // SAFETY: split inputs are taken only on AVX-512 (`splits_inputs`); both slices
             // hold n × cols values (`wants_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
             let rows: RowsFn = match self.prefetch {

@@ -252,7 +252,7 @@ impl Model {
         let chunk = plan.prefill_chunk;
         let state = State::new(&cfg, ctx, chunk, threads)?;
         let session = Session::new(&cfg, ctx, identity, None)?;
-        let mut kernels = plan::kernels_for(opts).with_q4_input_buffer(State::q4_split_values(&cfg, chunk));
+        let mut kernels = plan::kernels_for(opts).with_split_buffer(State::split_values(&cfg, chunk));
         if opts.int8_activations {
             kernels = kernels.with_int8_activations(State::int8_values(&cfg, chunk));
         }

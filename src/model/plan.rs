@@ -299,7 +299,7 @@ pub(crate) fn kernels_for(opts: &Options) -> Kernels {
 
 /// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
 /// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on, the kernels'
-/// Q4B32 input buffer on an instruction set that has one ([`Kernels::with_q4_input_buffer`];
+/// split-input buffer on an instruction set that has one ([`Kernels::with_split_buffer`];
 /// held whatever the weights' dtypes, so the plan needs no more than the headers' shapes),
 /// [`THREAD_BYTES`] per compute worker (the caller is participant 0) and per I/O thread, and
 /// the metadata allowance.
@@ -307,9 +307,9 @@ fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threa
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
     let kernels = kernels_for(opts);
-    let q4 = if kernels.splits_q4_inputs() { Floats::plan_bytes(kernels.q4_buffer_len(State::q4_split_values(cfg, chunk))) } else { 0 };
+    let split = if kernels.splits_inputs() { Floats::plan_bytes(kernels.split_buffer_len(State::split_values(cfg, chunk))) } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
-    rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + q4 + threads + metadata_bytes(cfg.layers)
+    rope + SampleBuffers::plan_bytes(cfg.vocab) + int8 + split + threads + metadata_bytes(cfg.layers)
 }
 
 impl MemoryPlan {
@@ -675,8 +675,8 @@ mod tests {
         // Besides the state: RoPE, the sampler, the kernels' Q4B32 input buffer (AVX-512),
         // one compute worker and 4 I/O threads, metadata.
         let k = Kernels::select(false);
-        let q4 = if k.splits_q4_inputs() { Floats::plan_bytes(k.q4_buffer_len(State::q4_split_values(&cfg, 4))) } else { 0 };
-        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + q4 + 5 * THREAD_BYTES + metadata_bytes(2);
+        let split = if k.splits_inputs() { Floats::plan_bytes(k.split_buffer_len(State::split_values(&cfg, 4))) } else { 0 };
+        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + split + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.
         let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING + ExpertShape::QUEUE_BYTES;

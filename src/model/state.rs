@@ -237,10 +237,10 @@ impl State {
         crate::kernels::int8::scratch_bytes(Self::int8_values(cfg, chunk))
     }
 
-    /// Inputs the kernels' Q4B32 buffer holds ([`crate::kernels::Kernels::with_q4_input_buffer`]):
+    /// Inputs the kernels' split-input buffer holds ([`crate::kernels::Kernels::with_split_buffer`]):
     /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter ([`crate::kernels::split_vectors`]),
     /// of the widest input.
-    pub fn q4_split_values(cfg: &ModelConfig, chunk: usize) -> usize {
+    pub fn split_values(cfg: &ModelConfig, chunk: usize) -> usize {
         Self::int8_values(cfg, crate::kernels::split_vectors(chunk))
     }
 
