@@ -47,9 +47,10 @@ pub const RECORD_BATCH: usize = 16;
 /// In decode, purgeable slots are offered to the kernel once their layer has been visited
 /// this many times without using them, so a record the next token uses again (36–45 % of the
 /// re-uses on the two routing traces) does not pay for taking its pages back; what is not
-/// offered is at most the last token's records, and those too once a generation ends
-/// ([`ExpertCache::offer_all_idle`]). A prompt's records are offered as soon as their layer is
-/// done. (Waiting two visits gained 1–5 % more in decode; `docs/BENCHMARKS.md`.)
+/// offered is the last token's records and the look-ahead's reads for the next layers, and
+/// those too once a generation ends ([`ExpertCache::offer_all_idle`]). A prompt's records are
+/// offered as soon as their layer is done. (Waiting two visits was within the noise for twice
+/// the records unoffered; `docs/BENCHMARKS.md`.)
 const OFFER_AFTER_VISITS: u32 = 1;
 
 /// A callback receiving the bank's layout and a batch of records available together (at most
