@@ -594,6 +594,41 @@ fn a_cache_holding_every_record_stops_missing_once_all_are_read() {
     }
 }
 
+/// Purgeable slots (`docs/MEMORY.md`): a prompt's chunk offers its records to the kernel as soon
+/// as their layer is done; in decode a record the token before used is offered only once its
+/// layer has been visited without it, so the next token's hit on it takes no pages back; and
+/// `offer_all_idle` (a generation's end) offers every one. The bookkeeping only: the squeeze
+/// that makes the kernel take slots is `tests/purgeable.rs`, which needs root.
+#[test]
+fn purgeable_slots_wait_a_visit_in_decode() {
+    use waste::cache::{CacheOptions, CacheStats, ExpertCache};
+    let dir = float_container("olmoe_f32", "offer");
+    let m = waste::format::container::Manifest::open(&dir).unwrap();
+    let k = m.config.moe.as_ref().unwrap().top_k as u32;
+    assert!(2 * k <= m.config.moe.as_ref().unwrap().experts as u32, "the fixture has too few experts for this test");
+    let layer = m.banks[0].layer;
+    let opts = CacheOptions { bytes: m.expert_bytes() * 2, io_threads: 0, verify: false, policy: None, direct_io: false, purgeable: true };
+    let mut cache = ExpertCache::open(&m, &opts).unwrap();
+    let mut visit = |experts: std::ops::Range<u32>| -> CacheStats {
+        let wanted: Vec<u32> = experts.collect();
+        cache.with_records(layer, &wanted, &[], &mut |_, _| {}).unwrap();
+        cache.stats().clone()
+    };
+    // (offered now, lookups that took pages back so far) after each visit.
+    let seen = |s: CacheStats| (s.offered, s.taken_back as usize);
+    let prompt = visit(0..2 * k);
+    if prompt.offered == 0 {
+        return skip("purgeable slots in decode", "MADV_FREE is not available here");
+    }
+    let k = k as usize;
+    assert_eq!(seen(prompt), (2 * k, 0), "a prompt's chunk offers its records at once");
+    assert_eq!(seen(visit(0..k as u32)), (k, k), "a token takes back what it uses and keeps it");
+    assert_eq!(seen(visit(0..k as u32)), (k, k), "the next token reuses it without taking pages back");
+    assert_eq!(seen(visit(k as u32..2 * k as u32)), (k, 2 * k), "a record idle for a visit is offered");
+    cache.offer_all_idle();
+    assert_eq!(cache.stats().offered, 2 * k, "a generation's end offers every record");
+}
+
 /// A container whose experts stream reads its embeddings a row at a time instead of holding
 /// the table: the plan's trunk counts one row's buffer for it (the logits stay the directory's
 /// bits: `cache_size_io_threads_and_compute_threads_are_bit_identical` runs such containers);
