@@ -229,7 +229,8 @@ impl CacheStats {
     }
 
     /// What the cache did since `earlier` (statistics of the same cache taken before): the
-    /// counters and times as differences, the configuration (slots, banks, I/O mode) as now.
+    /// counters and times as differences, the configuration (slots, banks, I/O mode) and the
+    /// slots offered as now.
     pub fn since(&self, earlier: &CacheStats) -> CacheStats {
         CacheStats {
             hits: self.hits.saturating_sub(earlier.hits),

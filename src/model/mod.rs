@@ -405,9 +405,24 @@ impl Model {
         }
     }
 
-    /// Offers every resident expert record's pages to the kernel when the cache's slots are
-    /// purgeable ([`crate::Options::purgeable_slots`]): for when the engine stops.
-    pub(crate) fn offer_all_idle(&mut self) {
+    /// With purgeable slots ([`crate::Options::purgeable_slots`]), offers the pages of every
+    /// resident expert record to the kernel, the ones the last token used included (in
+    /// decode those wait for their layer's next visit): for a caller whose own loop of
+    /// [`Model::eval`] calls has ended and that may sit idle. [`Model::generate`] does it when
+    /// a generation ends. Nothing otherwise.
+    ///
+    /// ```no_run
+    /// let opts = waste::Options { purgeable_slots: true, ..waste::Options::default() };
+    /// let mut model = waste::Model::open("model.waste", &opts)?;
+    /// let mut next = 1;
+    /// for _ in 0..16 {
+    ///     let logits = model.eval(&[next])?;
+    ///     next = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap_or(0) as u32;
+    /// }
+    /// model.offer_all_idle(); // idle now: the kernel may take any slot under pressure
+    /// # Ok::<(), waste::Error>(())
+    /// ```
+    pub fn offer_all_idle(&mut self) {
         self.experts.offer_all_idle();
     }
 
