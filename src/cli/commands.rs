@@ -576,7 +576,7 @@ fn bench(a: &Args) -> Outcome {
                 }
             }
             if c.taken_back > 0 {
-                outln!("offered  {} lookups took their slot's pages back from the kernel (purgeable slots)", c.taken_back);
+                outln!("offered  {} slots offered to the kernel now (purgeable); {} lookups took their pages back", c.offered, c.taken_back);
             }
             if c.purged > 0 {
                 outln!("purged   {} slots taken back by the kernel under memory pressure, read again", c.purged);
