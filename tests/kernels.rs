@@ -158,7 +158,8 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let mut all = vec![Kernels::scalar()];
     all.extend(simd_isas());
-    // With room for a Q4B32 product's inputs split by parity once (AVX-512), as a model holds.
+    // With room for a product's inputs split once (by parity on AVX-512, in bf16 parts for the
+    // AMX tiles), as a model holds.
     all.extend(simd_isas().into_iter().filter(Kernels::splits_inputs).map(|k| k.with_split_buffer(128 * 2080)));
     for k in all {
         for dtype in DTYPES {

@@ -554,19 +554,19 @@ impl ExpertCache {
     /// Offers to the kernel the pages of every slot that holds a record and has been idle for
     /// `visits` visits of its layer, and counts the slots offered now.
     fn offer_idle(&mut self, visits: u32) {
+        let mut offered = 0;
         for s in 0..self.bufs.len() {
-            if self.offered[s] {
-                continue;
-            }
             let Some(key) = self.index.key_of(s) else { continue };
-            if self.index.layer_visits(key).wrapping_sub(self.last_use[s]) < visits {
-                continue;
+            let idle = self.index.layer_visits(key).wrapping_sub(self.last_use[s]) >= visits;
+            if !self.offered[s] && idle {
+                if let Some(buf) = &self.bufs[s] {
+                    // The whole slot: pages past a shorter record are never read before a read fills them.
+                    self.offered[s] = buf.allow_purge(self.slot_bytes);
+                }
             }
-            let Some(buf) = &self.bufs[s] else { continue };
-            // The whole slot: pages past a shorter record are never read before a read fills them.
-            self.offered[s] = buf.allow_purge(self.slot_bytes);
+            offered += usize::from(self.offered[s]);
         }
-        self.stats.offered = (0..self.bufs.len()).filter(|&s| self.offered[s] && self.index.key_of(s).is_some()).count();
+        self.stats.offered = offered;
     }
 
     fn serve(&mut self, layer: usize, layout: &RecordLayout, hits: &[(u32, usize)], misses: &mut [(u32, usize)],

@@ -454,7 +454,7 @@ unsafe fn rows_split<const KIND: u8>(w: &MatRef, r0: usize, r1: usize, x: &[f32]
 /// kernel `$plain` — the choice [`super::Kernels`] makes with its own buffer, so either way gives
 /// the same bits.
 macro_rules! rows_with_tiles {
-    ($name:ident, $kind:expr, |$w:ident, $r0:ident, $r1:ident, $x:ident, $n:ident, $y:ident, $ys:ident| $plain:expr) => {
+    ($name:ident, $kind:expr, $plain:expr) => {
         /// See [`rows_with_tiles`].
         ///
         /// # Safety
@@ -469,9 +469,8 @@ macro_rules! rows_with_tiles {
                 // SAFETY: vectors t0.. of y are the caller's (its contract covers all n).
                 let yt = unsafe { y.add(t0 * ys) };
                 if !takes(w, tn) {
-                    let ($w, $r0, $r1, $x, $n, $y, $ys) = (w, r0, r1, xs, tn, yt, ys);
                     // SAFETY: forwarded contract; the CPU has AVX-512.
-                    unsafe { $plain };
+                    unsafe { $plain(w, r0, r1, xs, tn, yt, ys) };
                     continue;
                 }
                 let mut split = Floats::zeroed(split_len(tn, cols));
@@ -485,8 +484,8 @@ macro_rules! rows_with_tiles {
     };
 }
 
-rows_with_tiles!(rows_q4b32, Kind::Q4, |w, r0, r1, x, n, y, ys| super::avx512::rows_q4b32::<false>(w, r0, r1, x, n, y, ys));
-rows_with_tiles!(rows_q4b32_own_rows, Kind::Q4, |w, r0, r1, x, n, y, ys| super::avx512::rows_q4b32::<true>(w, r0, r1, x, n, y, ys));
-rows_with_tiles!(rows_q8b32, Kind::Q8, |w, r0, r1, x, n, y, ys| super::avx512::rows_q8b32(w, r0, r1, x, n, y, ys));
-rows_with_tiles!(rows_q8b32_own_rows, Kind::Q8, |w, r0, r1, x, n, y, ys| super::avx512::rows_q8b32_own_rows(w, r0, r1, x, n, y, ys));
-rows_with_tiles!(rows_bf16, Kind::Bf16, |w, r0, r1, x, n, y, ys| super::avx512::rows_bf16(w, r0, r1, x, n, y, ys));
+rows_with_tiles!(rows_q4b32, Kind::Q4, super::avx512::rows_q4b32::<false>);
+rows_with_tiles!(rows_q4b32_own_rows, Kind::Q4, super::avx512::rows_q4b32::<true>);
+rows_with_tiles!(rows_q8b32, Kind::Q8, super::avx512::rows_q8b32);
+rows_with_tiles!(rows_q8b32_own_rows, Kind::Q8, super::avx512::rows_q8b32_own_rows);
+rows_with_tiles!(rows_bf16, Kind::Bf16, super::avx512::rows_bf16);

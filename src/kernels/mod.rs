@@ -338,7 +338,7 @@ pub struct Kernels {
     scores_group: Option<ScoresGroupFn>,
     mix_group: Option<MixGroupFn>,
     int8: Option<Int8Path>,
-    /// Room for a Q4B32 prefill product's inputs split by parity (AVX-512), when given.
+    /// Room for a prefill product's split inputs ([`Kernels::with_split_buffer`]), when given.
     split_inputs: Option<SplitInputs>,
     /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
     prefetch: Prefetch,

@@ -672,7 +672,7 @@ mod tests {
         let opts = Options { threads: 2, ctx: 8, prefill_chunk: 4, ..Options::default() };
         let p = MemoryPlan::new(&m, &opts);
         let (kv, scratch) = (Session::plan_bytes(&cfg, 8), State::plan_bytes(&cfg, 8, 4, 2));
-        // Besides the state: RoPE, the sampler, the kernels' Q4B32 input buffer (AVX-512),
+        // Besides the state: RoPE, the sampler, the kernels' split-input buffer (AVX-512, AMX),
         // one compute worker and 4 I/O threads, metadata.
         let k = Kernels::select(false);
         let split = if k.splits_inputs() { Floats::plan_bytes(k.split_buffer_len(State::split_values(&cfg, 4))) } else { 0 };
