@@ -7,7 +7,7 @@
 mod common;
 use common::{assert_independent_of_vector_count_and_row_range, bit_identical, kernel_product, random_matrix, Rng};
 use waste::format::dtype::DType;
-use waste::kernels::{Isa, Kernels, MatRef, Pool, Prefetch};
+use waste::kernels::{Isa, Kernels, MatRef, Pool, Prefetch, TokenGroups};
 
 const DTYPES: [DType; 5] = [DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32];
 
@@ -45,7 +45,14 @@ fn simd_isas() -> Vec<Kernels> {
             }
         }
         if !ks.iter().any(|o| o.isa() == k.isa()) {
-            ks.push(k);
+            ks.push(k.clone());
+        }
+        // And the other token-group rule where the instruction set has a choice (AVX-512).
+        for g in TokenGroups::ALL.into_iter().filter(|&g| g != k.token_groups()) {
+            let kg = k.clone().with_token_groups(g);
+            if kg.token_groups() == g {
+                ks.push(kg);
+            }
         }
     }
     if ks.is_empty() {
@@ -453,7 +460,10 @@ fn selection_reports_the_instruction_set() {
     // The x86 decode tiles' prefetch scheme is chosen by vendor; the others have one.
     let want = if matches!(best, Isa::Avx2 | Isa::Avx512 | Isa::Amx) { Prefetch::for_this_cpu() } else { Prefetch::TileAfterNext };
     assert_eq!(Kernels::select(false).prefetch(), want);
-    println!("kernels: {} (prefetch {})", best.name(), want.name());
+    // The AVX-512 GEMM's token groups likewise; the other instruction sets have one rule.
+    let groups = if best == Isa::Avx512 { TokenGroups::for_this_cpu() } else { TokenGroups::FitL2 };
+    assert_eq!(Kernels::select(false).token_groups(), groups);
+    println!("kernels: {} (prefetch {}, token groups {})", best.name(), want.name(), groups.name());
 }
 
 /// The decode tiles' prefetch schemes change when weight bytes arrive, never the arithmetic:
@@ -485,6 +495,37 @@ fn prefetch_schemes_give_the_same_bits() {
                 assert!(bit_identical(&a.0, &b.0), "{isa} {dtype} {rows}x{cols} n={n}: rows differ between prefetch schemes");
                 assert!(bit_identical(&a.1, &b.1), "{isa} {dtype} {rows}x{cols} n={n}: matmul differs between prefetch schemes");
             }
+        }
+    }
+}
+
+/// The AVX-512 GEMM's token-group rules change which vectors share a widened panel, never a
+/// (row, vector) pair's arithmetic: both give the same bits, with input widths where the
+/// L2-sized groups split a chunk (8,192 columns: 32 vectors a group) and chunks past one whole
+/// group (130 vectors), Q4B32 with and without its split inputs.
+#[test]
+fn token_group_rules_give_the_same_bits() {
+    let Some(k) = Kernels::with_isa(Isa::Avx512) else {
+        common::skip("kernels", "this CPU has no AVX-512 (the instruction set with a token-group choice)");
+        return;
+    };
+    let mut rng = Rng(0x70CE_6120_0B5E_EDED);
+    let pool = Pool::new(2).expect("a pool of two threads");
+    for dtype in [DType::F32, DType::BF16, DType::Q8B32, DType::Q4B32] {
+        for (rows, cols, n) in [(37, 8192, 40), (19, 2048, 130), (5, 8192, 33)] {
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let [a, b] = TokenGroups::ALL.map(|g| {
+                let kg = k.clone().with_token_groups(g);
+                assert_eq!(kg.token_groups(), g, "AVX-512 takes either rule");
+                let mut y = vec![f32::NAN; n * rows];
+                kg.clone().with_split_buffer(n * cols).matmul(&pool, w, &x, n, &mut y);
+                (kernel_product(&kg, w, &x, n), y)
+            });
+            assert!(bit_identical(&a.0, &b.0), "{dtype} {rows}x{cols} n={n}: rows differ between token-group rules");
+            assert!(bit_identical(&a.1, &b.1), "{dtype} {rows}x{cols} n={n}: matmul differs between token-group rules");
+            assert!(a.1.iter().all(|v| v.is_finite()), "{dtype} {rows}x{cols} n={n}: every output written");
         }
     }
 }

@@ -7,11 +7,11 @@ use super::HELP_OPT;
 use waste::format::dtype::DType;
 use waste::format::json::Json;
 use waste::kernels::bench::{self, MatmulBench};
-use waste::kernels::{CpuList, Isa, Prefetch};
+use waste::kernels::{CpuList, Isa, Prefetch, TokenGroups};
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--int8-act] [--experts] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--token-groups NAME] [--int8-act] [--experts] [--json]",
     about: "Time the matrix x vector kernels without a model: for every dtype (F32, BF16, F16, Q8B32, Q4B32) at \
 1 and N threads, GB/s of weight bytes streamed as a fraction of the read bandwidth (a SIMD sum over a buffer \
 far larger than the last-level cache), and GMAC/s (1e9 multiply-adds per second) as a fraction of the \
@@ -25,6 +25,7 @@ to fit).",
         val("cpus", "LIST", "bind the pool to these CPUs (Linux cpu list: 3, 0-5, 0-2,6-8, 0-7:2, 0-15:2/4, 4-N, all)"),
         val("isa", "NAME", "kernels: scalar, avx2, avx512, amx (AVX-512 and AMX tiles), neon (default: the best this CPU has)"),
         val("prefetch", "NAME", "decode tiles' prefetch: tile-after-next, own-rows (default: the one chosen for this CPU)"),
+        val("token-groups", "NAME", "AVX-512 prefill GEMM's token groups: fit-l2, whole (default: the rule chosen for this CPU)"),
         val("passes", "N", "timed passes per figure; the median is printed (default 5)"),
         val("tokens", "N", "vectors per product: 1 is decode (default), more a prefill chunk (GMAC/s printed too)"),
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
@@ -67,6 +68,10 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
         o.prefetch = Some(Prefetch::from_name(name).ok_or_else(|| Failure::Usage(format!(
             "option `--prefetch`: `{name}` is not one of tile-after-next, own-rows")))?);
     }
+    if let Some(name) = a.value("token-groups") {
+        o.token_groups = Some(TokenGroups::from_name(name).ok_or_else(|| Failure::Usage(format!(
+            "option `--token-groups`: `{name}` is not one of fit-l2, whole")))?);
+    }
     o.int8_activations = a.flag("int8-act");
     o.experts = a.flag("experts");
     if let Some(list) = a.value("dtype") {
@@ -98,6 +103,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         let doc = Json::object([
             ("isa", Json::str(r.isa.name())),
             ("prefetch", Json::str(r.prefetch.name())),
+            ("token_groups", Json::str(r.token_groups.name())),
             ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
@@ -121,7 +127,11 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
-    let prefetch = if matches!(r.isa, Isa::Avx2 | Isa::Avx512 | Isa::Amx) { format!(" (prefetch {})", r.prefetch.name()) } else { String::new() };
+    let prefetch = match r.isa {
+        Isa::Avx512 => format!(" (prefetch {}, token groups {})", r.prefetch.name(), r.token_groups.name()),
+        Isa::Avx2 | Isa::Amx => format!(" (prefetch {})", r.prefetch.name()),
+        _ => String::new(),
+    };
     outln!("bench matmul: {} kernels{prefetch}{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
     outln!("(each dtype: GB/s of weights and % of the read bandwidth, GMAC/s and % of the multiply-add peak)");
     const CELL: usize = 40;

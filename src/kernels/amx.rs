@@ -484,8 +484,10 @@ macro_rules! rows_with_tiles {
     };
 }
 
-rows_with_tiles!(rows_q4b32, Kind::Q4, super::avx512::rows_q4b32::<false>);
-rows_with_tiles!(rows_q4b32_own_rows, Kind::Q4, super::avx512::rows_q4b32::<true>);
-rows_with_tiles!(rows_q8b32, Kind::Q8, super::avx512::rows_q8b32);
-rows_with_tiles!(rows_q8b32_own_rows, Kind::Q8, super::avx512::rows_q8b32_own_rows);
-rows_with_tiles!(rows_bf16, Kind::Bf16, super::avx512::rows_bf16);
+// The AVX-512 kernels behind the tiles keep L2-sized token groups (`WHOLE` false): AMX is
+// Intel's, where those were measured best ([`super::TokenGroups`]).
+rows_with_tiles!(rows_q4b32, Kind::Q4, super::avx512::rows_q4b32::<false, false>);
+rows_with_tiles!(rows_q4b32_own_rows, Kind::Q4, super::avx512::rows_q4b32::<true, false>);
+rows_with_tiles!(rows_q8b32, Kind::Q8, super::avx512::rows_q8b32::<false>);
+rows_with_tiles!(rows_q8b32_own_rows, Kind::Q8, super::avx512::rows_q8b32_own_rows::<false>);
+rows_with_tiles!(rows_bf16, Kind::Bf16, super::avx512::rows_bf16::<false>);

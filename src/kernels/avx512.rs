@@ -282,7 +282,8 @@ pub(crate) fn takes_gemm(n: usize, cols: usize) -> bool {
 
 /// Generates the public row kernel `$name`: one vector, or a few short ones (see
 /// [`REGISTER_TILE_INPUTS`]), go to the register tiles above, more to the panel kernel of
-/// [`super::avx512_prefill`] (same bits, see there).
+/// [`super::avx512_prefill`] (same bits, see there), in whole token groups when `WHOLE`
+/// ([`super::TokenGroups`]).
 macro_rules! rows_fn {
     ($name:ident) => {
         /// SIMD row-dot kernel (see [`crate::kernels::scalar::RowsFn`]).
@@ -290,13 +291,13 @@ macro_rules! rows_fn {
         /// # Safety
         /// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+        pub unsafe fn $name<const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
             // SAFETY: forwarded contract.
             unsafe {
                 if !takes_gemm(n, w.cols) {
                     decode::$name(w, r0, r1, x, n, y, ys)
                 } else {
-                    super::avx512_prefill::rows(w, r0, r1, x, n, y, ys)
+                    super::avx512_prefill::rows::<WHOLE>(w, r0, r1, x, n, y, ys)
                 }
             }
         }
@@ -316,18 +317,19 @@ rows_fn!(rows_q4b32_any);
 /// and pair of rows — the permutation was most of the tiles' work beside the widening. The
 /// values and their order, hence the bits, are those of [`x_by_parity`].
 ///
-/// `OWN_ROWS` picks the prefetch scheme ([`super::Prefetch`]).
+/// `OWN_ROWS` picks the prefetch scheme ([`super::Prefetch`]), `WHOLE` the GEMM's token groups
+/// ([`super::TokenGroups`]).
 ///
 /// # Safety
 /// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows_q4b32<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32<const OWN_ROWS: bool, const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let cols = w.row_bytes() / 18 * 32;
     let len = n * cols;
     // Inputs that fit the buffer (64 KiB) are also within REGISTER_TILE_INPUTS: the tiles run.
     if len > super::Q4_ORDERED_MAX {
         // SAFETY: forwarded contract.
-        return unsafe { rows_q4b32_any(w, r0, r1, x, n, y, ys) };
+        return unsafe { rows_q4b32_any::<WHOLE>(w, r0, r1, x, n, y, ys) };
     }
     let mut buf = std::mem::MaybeUninit::<[f32; super::Q4_ORDERED_MAX]>::uninit();
     let ordered = buf.as_mut_ptr() as *mut f32;
@@ -371,19 +373,20 @@ unsafe fn rows_q4b32_ordered<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: us
 /// eight tokens (the 64 KiB stack buffer of [`rows_q4b32`]) permuted every block of every
 /// tile: 73 % of the FMA peak at 8 vectors of 2,048 columns, 56 % at 9 (BENCHMARKS).
 ///
-/// `OWN_ROWS` picks the register tiles' prefetch scheme ([`super::Prefetch`]).
+/// `OWN_ROWS` picks the register tiles' prefetch scheme ([`super::Prefetch`]), `WHOLE` the
+/// GEMM's token groups ([`super::TokenGroups`]).
 ///
 /// # Safety
 /// As `RowsFn` (for `x` split by parity), and the CPU must have AVX-512 F/BW/VL with FMA and
 /// F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows_q4b32_split<const OWN_ROWS: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32_split<const OWN_ROWS: bool, const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     // SAFETY: forwarded contract.
     unsafe {
         if !takes_gemm(n, w.cols) {
             rows_q4b32_ordered::<OWN_ROWS>(w, r0, r1, x, n, y, ys)
         } else {
-            super::avx512_prefill::rows_q4b32_split(w, r0, r1, x, n, y, ys)
+            super::avx512_prefill::rows_q4b32_split::<WHOLE>(w, r0, r1, x, n, y, ys)
         }
     }
 }

@@ -4,9 +4,10 @@
 //! multiplies it by many and is bound by arithmetic, so here the weights are widened once and
 //! reused. Rows are taken [`ROW_GROUP`] at a time and columns [`K_CHUNK`] at a time: that piece
 //! of the matrix is widened into an f32 panel on the stack (36 KiB, which stays in a 48 KiB L1
-//! beside four vectors' inputs) and serves a token group: up to [`TOKEN_GROUP`] vectors, fewer
-//! for wide inputs ([`GROUP_INPUTS`]), the row groups walked inside each token group so that
-//! the group's inputs stay in L2. A register tile of 6 rows × 4 vectors walks down the panel's
+//! beside four vectors' inputs) and serves a token group: up to [`TOKEN_GROUP`] vectors, or on
+//! CPUs whose L3 is slow to re-read ([`super::TokenGroups::FitL2`]) fewer for wide inputs
+//! ([`GROUP_INPUTS`]), the row groups walked inside each token group so that the group's
+//! inputs stay in L2. A register tile of 6 rows × 4 vectors walks down the panel's
 //! rows, ten 16-lane loads for every 24 fused multiply-adds (24 accumulators, 4 inputs and a
 //! weight: 29 of the 32 registers). The accumulators live in a stack buffer between column
 //! chunks (a store and a reload change no bits): a tile loads and stores them once per chunk,
@@ -44,13 +45,14 @@ pub const TOKEN_GROUP: usize = 128;
 pub const K_CHUNK: usize = 512;
 
 const STEPS: usize = K_CHUNK / 16;
-/// Bytes of inputs one token group may have: the group's inputs are read again for every row
-/// group, so they should stay in L2 (half of a 2 MiB one). Wider inputs get fewer vectors per
+/// Bytes of inputs one token group may have under [`super::TokenGroups::FitL2`]: the group's
+/// inputs are read again for every row group, so they should stay in L2 (half of a 2 MiB one). Wider inputs get fewer vectors per
 /// group: the down projection of a 1B model (8,192 columns) 32 instead of 128, whose 4 MiB
 /// came from L3 for every 18 rows — a C replica of the loop (`tools/bench/gemm_tile.c`) ran
 /// at 58 % of the FMA peak with 4 MiB of inputs and 80 % with 1 MiB at the same stride
 /// (BENCHMARKS, 2026-12-04). The price is a panel widened once per group instead of once per
-/// 128 vectors.
+/// 128 vectors, which on AMD Zen 4 costs more than its L3 reads save
+/// ([`super::TokenGroups::Whole`]).
 const GROUP_INPUTS: usize = 1 << 20;
 /// The register tile: rows × vectors, one 16-lane accumulator each ([`tile_any`]'s arms
 /// cover every smaller tile).
@@ -65,15 +67,16 @@ struct Inputs {
     stride: usize,
 }
 
-/// Rows `r0..r1` of `w` against `n` (≥ 2) vectors of `x`, into `y[t * ys + r]`.
+/// Rows `r0..r1` of `w` against `n` (≥ 2) vectors of `x`, into `y[t * ys + r]`, in token
+/// groups of the whole chunk when `WHOLE`, else as [`GROUP_INPUTS`] bounds them.
 ///
 /// # Safety
 /// As [`super::scalar::RowsFn`]; the CPU has AVX-512 F/BW/VL with FMA and F16C; `w.dtype` is a
 /// compute dtype.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows<const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     // SAFETY: forwarded contract.
-    unsafe { rows_with::<false>(w, r0, r1, x, n, y, ys) }
+    unsafe { rows_with::<false, WHOLE>(w, r0, r1, x, n, y, ys) }
 }
 
 /// As [`rows`] (for any n ≥ 1) for a Q4B32 matrix whose inputs `x` are already split by
@@ -84,9 +87,9 @@ pub unsafe fn rows(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mu
 /// # Safety
 /// As [`rows`], and `w.dtype` is Q4B32.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub unsafe fn rows_q4b32_split(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+pub unsafe fn rows_q4b32_split<const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     // SAFETY: forwarded contract.
-    unsafe { rows_with::<true>(w, r0, r1, x, n, y, ys) }
+    unsafe { rows_with::<true, WHOLE>(w, r0, r1, x, n, y, ys) }
 }
 
 /// Writes the `n` vectors of `x` (`cols` each, a multiple of 32) into `out` split by parity
@@ -122,12 +125,12 @@ unsafe fn split_blocks(src: *const f32, dst: *mut f32, blocks: usize) {
 /// # Safety
 /// As [`rows`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn rows_with<const SPLIT: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+unsafe fn rows_with<const SPLIT: bool, const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
     let cols = w.cols;
     let mut acc = Accumulators([[[_mm512_setzero_ps(); TILE_TOKENS]; ROW_GROUP]; TOKEN_GROUP / TILE_TOKENS]);
     let mut panel = Panel([0.0; ROW_GROUP * K_CHUNK]);
     let mut xbuf = Panel([0.0; TILE_TOKENS * K_CHUNK]);
-    let group = group_tokens(cols);
+    let group = if WHOLE { TOKEN_GROUP } else { group_tokens(cols) };
     let mut tg = 0;
     while tg < n {
         let toks = group.min(n - tg);

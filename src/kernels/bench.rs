@@ -40,6 +40,8 @@ pub struct MatmulBench {
     pub isa: Option<Isa>,
     /// The decode tiles' prefetch scheme; `None` is the one chosen for this CPU.
     pub prefetch: Option<super::Prefetch>,
+    /// The AVX-512 prefill GEMM's token groups; `None` is the rule chosen for this CPU.
+    pub token_groups: Option<super::TokenGroups>,
     /// Q8B32 and Q4B32 through the opt-in int8-activation path (the quantization of the
     /// input vector is part of each timed product, as in decode).
     pub int8_activations: bool,
@@ -71,6 +73,7 @@ impl Default for MatmulBench {
             cpus: None,
             isa: None,
             prefetch: None,
+            token_groups: None,
             int8_activations: false,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
@@ -116,6 +119,8 @@ pub struct MatmulReport {
     pub isa: Isa,
     /// The decode tiles' prefetch scheme.
     pub prefetch: super::Prefetch,
+    /// The AVX-512 prefill GEMM's token groups.
+    pub token_groups: super::TokenGroups,
     /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
     pub int8: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
@@ -172,6 +177,9 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     if let Some(p) = opts.prefetch {
         kernels = kernels.with_prefetch(p);
     }
+    if let Some(g) = opts.token_groups {
+        kernels = kernels.with_token_groups(g);
+    }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
     kernels = kernels.with_split_buffer(opts.cols * super::split_vectors(opts.tokens));
     if opts.int8_activations {
@@ -191,7 +199,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
+    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, dtypes })
 }
 

@@ -34,6 +34,7 @@ pub(crate) mod mla;
 pub(crate) mod peak;
 pub mod pool;
 pub(crate) mod scalar;
+mod tuning;
 
 /// Generates a [`RowsFn`] driver `$name` for one instruction set from a register tile
 /// `$tile::<R, T>(w, r, x, t0, out)`, which computes the dot products of rows `r..r+R` with
@@ -156,6 +157,7 @@ pub use int8::Int8Isa;
 use int8::{Acts, Int8Path, Int8RowsFn};
 pub use pool::Pool;
 pub use scalar::RowsFn;
+pub use tuning::{Prefetch, TokenGroups};
 
 /// A borrowed row-major weight matrix in its stored dtype.
 #[derive(Clone, Copy, Debug)]
@@ -252,46 +254,20 @@ impl Isa {
     }
 }
 
-/// Where the quantized decode tiles (one vector, or the few of an expert) ask for the weight
-/// lines ahead of them. Only when bytes arrive changes: both give the same bits
-/// (`tests/kernels.rs`). Which is faster depends on the CPU's own prefetchers, so
-/// [`Kernels::select`] picks by vendor ([`Prefetch::for_this_cpu`]) and `waste bench matmul
-/// --prefetch` measures either (BENCHMARKS, 2026-12-04 afternoon).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prefetch {
-    /// Each block step asks for its share of the tile after next, to L2. AMD: Q8B32 decode
-    /// +10 % over one tile ahead on Zen 4, Q4B32 +20 % on Zen 3 (AVX2).
-    TileAfterNext,
-    /// Each block step asks for a line 48 steps ahead in the tile's own rows, to L1. On an
-    /// Intel Xeon (family 6 model 167), 1 GiB from DRAM on two threads: Q4B32 decode 57 → 82 %
-    /// and Q8B32 70 → 95 % of the read bandwidth, where the tile after next did no better than
-    /// no prefetch (its AVX2 tiles: Q8B32 67–73 → 88–97 %, Q4B32 level); from L3 (a matrix
-    /// that fits it) about 10 % slower than the tile after next.
-    OwnRows,
-}
-
-impl Prefetch {
-    /// Both schemes.
-    pub const ALL: [Prefetch; 2] = [Prefetch::TileAfterNext, Prefetch::OwnRows];
-
-    /// The scheme's name, as `--prefetch` takes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Prefetch::TileAfterNext => "tile-after-next",
-            Prefetch::OwnRows => "own-rows",
-        }
+/// The AVX-512 row kernels of slots F32 to Q4B32 for a prefetch scheme and a token-group rule
+/// (each a separate instantiation: a [`RowsFn`] is a plain function).
+#[cfg(target_arch = "x86_64")]
+fn avx512_rows(p: Prefetch, g: TokenGroups) -> [RowsFn; 5] {
+    macro_rules! table {
+        ($own:literal, $whole:literal, $q8:ident) => {
+            [avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>, avx512::rows_q4b32::<$own, $whole>]
+        };
     }
-
-    /// Parses a name as printed by [`Prefetch::name`].
-    pub fn from_name(name: &str) -> Option<Prefetch> {
-        Prefetch::ALL.into_iter().find(|p| p.name() == name)
-    }
-
-    /// The scheme measured best on this CPU's vendor: [`Prefetch::OwnRows`] on Intel,
-    /// [`Prefetch::TileAfterNext`] elsewhere (AMD, where it was measured, and any CPU not
-    /// measured).
-    pub fn for_this_cpu() -> Prefetch {
-        if crate::sys::cpu_vendor() == *b"GenuineIntel" { Prefetch::OwnRows } else { Prefetch::TileAfterNext }
+    match (p, g) {
+        (Prefetch::TileAfterNext, TokenGroups::FitL2) => table!(false, false, rows_q8b32),
+        (Prefetch::TileAfterNext, TokenGroups::Whole) => table!(false, true, rows_q8b32),
+        (Prefetch::OwnRows, TokenGroups::FitL2) => table!(true, false, rows_q8b32_own_rows),
+        (Prefetch::OwnRows, TokenGroups::Whole) => table!(true, true, rows_q8b32_own_rows),
     }
 }
 
@@ -342,6 +318,8 @@ pub struct Kernels {
     split_inputs: Option<SplitInputs>,
     /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
     prefetch: Prefetch,
+    /// The AVX-512 prefill GEMM's token groups (the other instruction sets have one rule).
+    token_groups: TokenGroups,
 }
 
 /// Vectors whose Q4B32 inputs [`Kernels`] splits by parity at once (a longer product is run
@@ -504,6 +482,7 @@ impl Kernels {
             int8: None,
             split_inputs: None,
             prefetch: Prefetch::TileAfterNext,
+            token_groups: TokenGroups::FitL2,
         }
     }
 
@@ -529,11 +508,12 @@ impl Kernels {
                 int8: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
+                token_groups: TokenGroups::FitL2,
             }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 | Isa::Amx => Some(Kernels {
                 isa,
-                rows: [avx512::rows_f32, avx512::rows_bf16, avx512::rows_f16, avx512::rows_q8b32, avx512::rows_q4b32::<false>, avx2::rows_f8b32, avx2::rows_mxfp4],
+                rows: { let [a, b, c, d, e] = avx512_rows(Prefetch::TileAfterNext, TokenGroups::FitL2); [a, b, c, d, e, avx2::rows_f8b32, avx2::rows_mxfp4] },
                 dot: avx512::dot,
                 sum: avx512::sum,
                 scores: avx512_attention::scores,
@@ -544,7 +524,8 @@ impl Kernels {
                 int8: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
-            }.with_prefetch(Prefetch::for_this_cpu())),
+                token_groups: TokenGroups::FitL2,
+            }.with_prefetch(Prefetch::for_this_cpu()).with_token_groups(TokenGroups::for_this_cpu())),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => Some(Kernels {
                 isa,
@@ -559,6 +540,7 @@ impl Kernels {
                 int8: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
+                token_groups: TokenGroups::FitL2,
             }),
             #[allow(unreachable_patterns)]
             _ => None,
@@ -583,10 +565,7 @@ impl Kernels {
         let mut rows = self.rows;
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                rows[3] = if own { avx512::rows_q8b32_own_rows } else { avx512::rows_q8b32 };
-                rows[4] = if own { avx512::rows_q4b32::<true> } else { avx512::rows_q4b32::<false> };
-            }
+            Isa::Avx512 => rows[..5].copy_from_slice(&avx512_rows(p, self.token_groups)),
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
                 rows[1] = amx::rows_bf16;
@@ -601,6 +580,26 @@ impl Kernels {
             _ => return self,
         }
         Kernels { rows, prefetch: p, ..self }
+    }
+
+    /// The AVX-512 prefill GEMM's token groups in use (see [`TokenGroups`]).
+    pub fn token_groups(&self) -> TokenGroups {
+        self.token_groups
+    }
+
+    /// These kernels with the AVX-512 prefill GEMM's token groups `g`: it applies to
+    /// [`Isa::Avx512`]; the other instruction sets keep theirs (and report
+    /// [`TokenGroups::FitL2`]), the AMX tiles' AVX-512 kernels included.
+    pub fn with_token_groups(self, g: TokenGroups) -> Kernels {
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                let mut rows = self.rows;
+                rows[..5].copy_from_slice(&avx512_rows(self.prefetch, g));
+                Kernels { rows, token_groups: g, ..self }
+            }
+            _ => self,
+        }
     }
 
     /// These kernels with the opt-in int8-activation path on: products with Q8B32 and Q4B32
@@ -715,9 +714,11 @@ impl Kernels {
             // SAFETY: split inputs are taken only on AVX-512 (`splits_inputs`); both slices
             // hold n × cols values (`wants_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
-            let rows: RowsFn = match self.prefetch {
-                Prefetch::OwnRows => avx512::rows_q4b32_split::<true>,
-                Prefetch::TileAfterNext => avx512::rows_q4b32_split::<false>,
+            let rows: RowsFn = match (self.prefetch, self.token_groups) {
+                (Prefetch::TileAfterNext, TokenGroups::FitL2) => avx512::rows_q4b32_split::<false, false>,
+                (Prefetch::TileAfterNext, TokenGroups::Whole) => avx512::rows_q4b32_split::<false, true>,
+                (Prefetch::OwnRows, TokenGroups::FitL2) => avx512::rows_q4b32_split::<true, false>,
+                (Prefetch::OwnRows, TokenGroups::Whole) => avx512::rows_q4b32_split::<true, true>,
             };
             Job::F32(rows, &buf[..n * cols])
         }
