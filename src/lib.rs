@@ -178,6 +178,13 @@ pub struct Options {
     /// bytes move, never the result. Off by default: taking pages back costs decode speed
     /// (`docs/BENCHMARKS.md`).
     pub purgeable_slots: bool,
+    /// Back the expert cache's slots with 2 MiB pages where the kernel grants them
+    /// (`MADV_HUGEPAGE`): an O_DIRECT read then pins two pages instead of 650, which keeps a
+    /// streamed decode 4–10 % faster; the price is the first touch of each fresh slot, which
+    /// where huge pages are slow to come by (compaction, a VM's fresh memory) made a
+    /// 128-token prompt under a tight limit up to twice as slow (`docs/BENCHMARKS.md`,
+    /// 2026-12-05). Changes only when bytes move, never the result.
+    pub huge_pages: bool,
     /// Preload the learned hotlist (`usage.waste`, written by [`Model::write_usage`]) into
     /// the expert cache of a container that has one, on the I/O threads.
     pub hotlist: bool,
@@ -194,7 +201,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, tiles: true, int8_activations: false, budget: None, cache_bytes: 0,
-            io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, sessions: 1, hotlist: true, usage_file: None }
+            io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, huge_pages: true, sessions: 1, hotlist: true, usage_file: None }
     }
 }
 

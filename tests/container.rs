@@ -59,6 +59,7 @@ fn cache_size_io_threads_and_compute_threads_are_bit_identical() {
             ("buffered fallback, synchronous", Options { direct_io: false, cache_bytes: smallest, ..base.clone() }, true),
             ("purgeable slots, io threads", Options { purgeable_slots: true, cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
             ("purgeable slots, synchronous", Options { purgeable_slots: true, cache_bytes: manifest.expert_bytes() / 2, ..base.clone() }, false),
+            ("4 KiB slot pages, io threads", Options { huge_pages: false, cache_bytes: smallest, io_threads: 2, ..base.clone() }, true),
         ] {
             let t = std::time::Instant::now();
             let mut m = open(&dir, opts);
@@ -577,7 +578,7 @@ fn a_cache_holding_every_record_stops_missing_once_all_are_read() {
     let m = waste::format::container::Manifest::open(&dir).unwrap();
     let experts = m.config.moe.as_ref().unwrap().experts as u32;
     let all: Vec<u32> = (0..experts).collect();
-    let options = |bytes, purgeable| CacheOptions { bytes, io_threads: 2, verify: false, policy: None, direct_io: true, purgeable };
+    let options = |bytes, purgeable| CacheOptions { bytes, io_threads: 2, verify: false, policy: None, direct_io: true, purgeable, huge_pages: true };
     for (label, opts, after) in [
         ("every record", options(m.expert_bytes() * 2, false), false),
         ("purgeable, every record", options(m.expert_bytes() * 2, true), true),
@@ -607,7 +608,7 @@ fn purgeable_slots_wait_a_visit_in_decode() {
     let k = m.config.moe.as_ref().unwrap().top_k as u32;
     assert!(2 * k <= m.config.moe.as_ref().unwrap().experts as u32, "the fixture has too few experts for this test");
     let layer = m.banks[0].layer;
-    let opts = CacheOptions { bytes: m.expert_bytes() * 2, io_threads: 0, verify: false, policy: None, direct_io: false, purgeable: true };
+    let opts = CacheOptions { bytes: m.expert_bytes() * 2, io_threads: 0, verify: false, policy: None, direct_io: false, purgeable: true, huge_pages: true };
     let mut cache = ExpertCache::open(&m, &opts).unwrap();
     let mut visit = |experts: std::ops::Range<u32>| -> CacheStats {
         let wanted: Vec<u32> = experts.collect();

@@ -99,7 +99,7 @@ pub fn bench_disk(path: &Path, record: usize, threads: usize, limit: u64) -> Res
     let files: Arc<Vec<Option<BankFile>>> = Arc::new(files.into_iter().map(Some).collect());
     let pool = IoPool::new(threads, Arc::clone(&files), GROUP)?;
     let mut bufs = Vec::with_capacity(GROUP);
-    bufs.extend(SlotArena::slots(record, GROUP)?);
+    bufs.extend(SlotArena::slots(record, GROUP, true)?);
     let start = Instant::now();
     let mut i = 0;
     while i < records {
@@ -136,7 +136,7 @@ fn bench_container(path: &Path, threads: usize, limit: u64) -> Result<DiskReport
     use crate::format::container::Manifest;
     let m = Manifest::open(path)?;
     let moe = m.config.moe.as_ref().ok_or_else(|| Error::arg(format!("{}: the model has no experts", path.display())))?;
-    let opts = super::CacheOptions { bytes: super::min_cache_bytes(&m), io_threads: threads.max(1), verify: false, policy: None, direct_io: true, purgeable: false };
+    let opts = super::CacheOptions { bytes: super::min_cache_bytes(&m), io_threads: threads.max(1), verify: false, policy: None, direct_io: true, purgeable: false, huge_pages: true };
     let mut cache = super::ExpertCache::open(&m, &opts)?;
     let (k, e) = (moe.top_k, moe.experts);
     let mut h = 0x9E37_79B9_7F4A_7C15u64;

@@ -489,7 +489,7 @@ mod tests {
         std::fs::write(&path, &data).must();
         let banks = Arc::new(vec![Some(BankFile::open_with(path.clone(), false).must())]);
         let pool = IoPool::new(2, banks, 2).must();
-        let mut slots = crate::sys::SlotArena::slots(4096, 2).must();
+        let mut slots = crate::sys::SlotArena::slots(4096, 2, true).must();
         let (b1, b0) = (slots.pop().must(), slots.pop().must());
         // 8192 bytes into a 4096-byte slot: the slice index panics inside the reader.
         pool.submit(Request { kind: ReadKind::Miss, layer: 0, expert: 3, slot: 0, offset: 0, len: 8192, buf: b0 });

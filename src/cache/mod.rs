@@ -165,6 +165,9 @@ pub struct CacheOptions {
     /// pressure (`MADV_FREE`) instead of the process being killed; a hit on a slot that lost a
     /// page reads the record again ([`CacheStats::purged`]).
     pub purgeable: bool,
+    /// Slots backed by 2 MiB pages where the kernel grants them (`MADV_HUGEPAGE`; see
+    /// [`crate::Options::huge_pages`]).
+    pub huge_pages: bool,
 }
 
 /// What the cache has done so far.
@@ -339,7 +342,7 @@ impl ExpertCache {
         let banks = Arc::new(files);
         // Exactly `slots` handles (the plan counts them; a collected Result would round up).
         let mut bufs = Vec::with_capacity(slots);
-        bufs.extend(SlotArena::slots(slot_bytes, slots)?.into_iter().map(Some));
+        bufs.extend(SlotArena::slots(slot_bytes, slots, opts.huge_pages)?.into_iter().map(Some));
         let io = if opts.io_threads > 0 { Some(IoPool::new(opts.io_threads, Arc::clone(&banks), slots)?) } else { None };
         let policy = opts.policy.unwrap_or_else(|| Policy::default_for(moe.top_k * manifest.banks.len()));
         Ok(ExpertCache {
@@ -873,7 +876,7 @@ mod tests {
             std::fs::write(dir.join(&b.file), vec![0u8; 8 * layout.record_bytes]).must();
         }
         let manifest = Manifest::new(&dir, config, Vec::new(), banks).must();
-        let opts = CacheOptions { bytes: 1 << 26, io_threads: 1, verify: false, policy: None, direct_io: false, purgeable: false };
+        let opts = CacheOptions { bytes: 1 << 26, io_threads: 1, verify: false, policy: None, direct_io: false, purgeable: false, huge_pages: true };
         let mut cache = ExpertCache::open(&manifest, &opts).must();
         cache.io = Some(IoPool::new(0, Arc::clone(&cache.banks), cache.bufs.len()).must());
         let base = cache.key_base.clone();

@@ -96,6 +96,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     // The look-ahead is on by default (guarded: `cache::ahead`); `--lookahead` is still accepted.
     o.lookahead = !a.flag("no-lookahead");
     o.purgeable_slots = a.flag("purgeable");
+    o.huge_pages = !a.flag("no-huge-pages");
     o.hotlist = !a.flag("no-hotlist");
     o.usage_file = a.path("usage-file").map(Path::to_path_buf);
     if let Some(n) = a.num("sessions", 1usize, waste::MAX_SESSIONS)? {

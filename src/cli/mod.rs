@@ -40,6 +40,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     flag("no-lookahead", "do not read the next MoE layers' likely experts early (by default each decode step guesses the next two layers' and reads them while most of those reads are used)"),
     flag("lookahead", "read ahead (the default; kept for older command lines)"),
     flag("purgeable", "let the kernel take back idle expert-cache slots under memory pressure (MADV_FREE); they are read again"),
+    flag("no-huge-pages", "back the expert cache with 4 KiB pages, not 2 MiB ones: a first prompt under a tight limit may run faster, decode slower"),
     flag("no-hotlist", "do not preload the experts a container's usage.waste lists (see --learn)"),
     path("usage-file", "F", "the learned hotlist to preload and --learn to write (default: usage.waste beside the model)"),
     val("sessions", "N", "conversations the budget reserves room for: the model's own and N-1 more (default 1)"),

@@ -32,6 +32,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         flag("lookahead", "accepted for a run's command line; does not change the plan"),
         flag("no-lookahead", "accepted for a run's command line; does not change the plan"),
         flag("purgeable", "accepted for a run's command line; does not change the plan"),
+        flag("no-huge-pages", "accepted for a run's command line; does not change the plan"),
         flag("json", "print JSON"),
     ], HELP_OPT],
     positionals: &["MODEL"],

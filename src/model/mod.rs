@@ -232,6 +232,7 @@ impl Model {
                 policy: None,
                 direct_io: opts.direct_io,
                 purgeable: opts.purgeable_slots,
+                huge_pages: opts.huge_pages,
             })?)),
             Some(_) => Experts::None,
             None => experts::load_resident(&mut loader, &cfg)?,

@@ -634,8 +634,10 @@ unsafe impl Sync for Slot {}
 const HUGE: usize = 2 << 20;
 
 impl SlotArena {
-    /// `count` slots of `slot_bytes` (a multiple of 4096), zero-filled lazily.
-    pub fn slots(slot_bytes: usize, count: usize) -> Result<Vec<Slot>> {
+    /// `count` slots of `slot_bytes` (a multiple of 4096), zero-filled lazily; backed by 2 MiB
+    /// pages where the kernel grants them when `huge` (the mapping is then 2 MiB-aligned and
+    /// advised `MADV_HUGEPAGE`).
+    pub fn slots(slot_bytes: usize, count: usize, huge: bool) -> Result<Vec<Slot>> {
         let bytes = slot_bytes.checked_mul(count).filter(|_| slot_bytes.is_multiple_of(4096))
             .ok_or_else(|| Error::arg(format!("bad slot arena: {count} slots of {slot_bytes} bytes")))?;
         let map_len = bytes.div_ceil(HUGE).max(1) * HUGE + HUGE; // room to align the start
@@ -653,10 +655,14 @@ impl SlotArena {
         let arena = std::sync::Arc::new(SlotArena { base, map_len });
         let start = (base.as_ptr() as usize).next_multiple_of(HUGE) - base.as_ptr() as usize;
         #[cfg(target_os = "linux")]
-        // SAFETY: the advised range lies inside the mapping; the advice is only a hint.
-        unsafe {
-            libc::madvise(base.as_ptr().add(start) as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+        if huge {
+            // SAFETY: the advised range lies inside the mapping; the advice is only a hint.
+            unsafe {
+                libc::madvise(base.as_ptr().add(start) as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+            }
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = huge;
         (0..count).map(|i| {
             // SAFETY: start + (i + 1) × slot_bytes ≤ start + bytes < map_len: inside the mapping.
             let p = unsafe { base.as_ptr().add(start + i * slot_bytes) };
@@ -769,7 +775,7 @@ mod tests {
     /// is reported lost, page by page, and can be filled again.
     #[test]
     fn a_purged_slot_is_detected_and_refillable() {
-        let mut slots = SlotArena::slots(4 * 4096, 2).unwrap();
+        let mut slots = SlotArena::slots(4 * 4096, 2, true).unwrap();
         let pattern: Vec<u8> = (0..4 * 4096u32).map(|i| (i % 251) as u8 | 1).collect();
         for s in &mut slots {
             s.as_mut_slice().copy_from_slice(&pattern);
