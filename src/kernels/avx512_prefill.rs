@@ -46,13 +46,13 @@ pub const K_CHUNK: usize = 512;
 
 const STEPS: usize = K_CHUNK / 16;
 /// Bytes of inputs one token group may have under [`super::TokenGroups::FitL2`]: the group's
-/// inputs are read again for every row group, so they should stay in L2 (half of a 2 MiB one). Wider inputs get fewer vectors per
-/// group: the down projection of a 1B model (8,192 columns) 32 instead of 128, whose 4 MiB
-/// came from L3 for every 18 rows — a C replica of the loop (`tools/bench/gemm_tile.c`) ran
-/// at 58 % of the FMA peak with 4 MiB of inputs and 80 % with 1 MiB at the same stride
-/// (BENCHMARKS, 2026-12-04). The price is a panel widened once per group instead of once per
-/// 128 vectors, which on AMD Zen 4 costs more than its L3 reads save
-/// ([`super::TokenGroups::Whole`]).
+/// inputs are read again for every row group, so they should stay in L2 (half of a 2 MiB
+/// one). Wider inputs get fewer vectors per group: the down projection of a 1B model (8,192
+/// columns) 32 instead of 128, whose 4 MiB came from L3 for every 18 rows — on the Intel host
+/// a C replica of the loop (`tools/bench/gemm_tile.c`) ran at 58 % of the FMA peak with 4 MiB
+/// of inputs and 80 % with 1 MiB at the same stride (BENCHMARKS, 2026-12-04). The price is a
+/// panel widened once per group instead of once per 128 vectors, which on AMD Zen 4 costs
+/// more than its L3 reads save ([`super::TokenGroups::Whole`]).
 const GROUP_INPUTS: usize = 1 << 20;
 /// The register tile: rows × vectors, one 16-lane accumulator each ([`tile_any`]'s arms
 /// cover every smaller tile).
