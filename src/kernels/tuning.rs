@@ -7,7 +7,7 @@
 /// Where the quantized decode tiles (one vector, or the few of an expert) ask for the weight
 /// lines ahead of them. Only when bytes arrive changes: both give the same bits
 /// (`tests/kernels.rs`). Which is faster depends on the CPU's own prefetchers, so
-/// [`Kernels::select`] picks by vendor ([`Prefetch::for_this_cpu`]) and `waste bench matmul
+/// [`super::Kernels::select`] picks by vendor ([`Prefetch::for_this_cpu`]) and `waste bench matmul
 /// --prefetch` measures either (BENCHMARKS, 2026-12-04 afternoon).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefetch {
