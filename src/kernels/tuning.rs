@@ -62,7 +62,7 @@ pub enum TokenGroups {
     /// The whole chunk (up to 128 vectors), each panel widened once: on AMD Zen 4 (1 MiB L2, a
     /// 32 MiB L3 close to the core) 2,048 × 8,192 products of 128 vectors ran at 82 % of the
     /// FMA peak against 63 % with 1 MiB groups (BF16; Q8B32 83 against 71 %), a 1B prefill
-    /// 5–8 % faster (BENCHMARKS, 2026-12-05).
+    /// 1–9 % faster (BENCHMARKS, 2026-12-05).
     Whole,
 }
 
