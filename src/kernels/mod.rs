@@ -254,13 +254,15 @@ impl Isa {
     }
 }
 
-/// The AVX-512 row kernels of slots F32 to Q4B32 for a prefetch scheme and a token-group rule
-/// (each a separate instantiation: a [`RowsFn`] is a plain function).
+/// The AVX-512 row kernels of slots F32 to Q4B32, and the Q4B32 kernel on inputs split by
+/// parity, for a prefetch scheme and a token-group rule (each a separate instantiation: a
+/// [`RowsFn`] is a plain function).
 #[cfg(target_arch = "x86_64")]
-fn avx512_rows(p: Prefetch, g: TokenGroups) -> [RowsFn; 5] {
+fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 5], RowsFn) {
     macro_rules! table {
         ($own:literal, $whole:literal, $q8:ident) => {
-            [avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>, avx512::rows_q4b32::<$own, $whole>]
+            ([avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>,
+              avx512::rows_q4b32::<$own, $whole>], avx512::rows_q4b32_split::<$own, $whole>)
         };
     }
     match (p, g) {
@@ -320,6 +322,10 @@ pub struct Kernels {
     prefetch: Prefetch,
     /// The AVX-512 prefill GEMM's token groups (the other instruction sets have one rule).
     token_groups: TokenGroups,
+    /// The AVX-512 Q4B32 kernel on inputs split by parity, for this prefetch scheme and these
+    /// token groups (AVX-512 and AMX: the instruction sets that split inputs).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    q4_split: Option<RowsFn>,
 }
 
 /// Vectors whose Q4B32 inputs [`Kernels`] splits by parity at once (a longer product is run
@@ -483,6 +489,7 @@ impl Kernels {
             split_inputs: None,
             prefetch: Prefetch::TileAfterNext,
             token_groups: TokenGroups::FitL2,
+            q4_split: None,
         }
     }
 
@@ -509,11 +516,12 @@ impl Kernels {
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
+                q4_split: None,
             }.with_prefetch(Prefetch::for_this_cpu())),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 | Isa::Amx => Some(Kernels {
                 isa,
-                rows: { let [a, b, c, d, e] = avx512_rows(Prefetch::TileAfterNext, TokenGroups::FitL2); [a, b, c, d, e, avx2::rows_f8b32, avx2::rows_mxfp4] },
+                rows: { let [a, b, c, d, e] = avx512_rows(Prefetch::TileAfterNext, TokenGroups::FitL2).0; [a, b, c, d, e, avx2::rows_f8b32, avx2::rows_mxfp4] },
                 dot: avx512::dot,
                 sum: avx512::sum,
                 scores: avx512_attention::scores,
@@ -525,6 +533,7 @@ impl Kernels {
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
+                q4_split: None,
             }.with_prefetch(Prefetch::for_this_cpu()).with_token_groups(TokenGroups::for_this_cpu())),
             #[cfg(target_arch = "aarch64")]
             Isa::Neon => Some(Kernels {
@@ -541,6 +550,7 @@ impl Kernels {
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
+                q4_split: None,
             }),
             #[allow(unreachable_patterns)]
             _ => None,
@@ -563,14 +573,20 @@ impl Kernels {
     pub fn with_prefetch(self, p: Prefetch) -> Kernels {
         let own = p == Prefetch::OwnRows;
         let mut rows = self.rows;
+        let mut q4_split = self.q4_split;
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => rows[..5].copy_from_slice(&avx512_rows(p, self.token_groups)),
+            Isa::Avx512 => {
+                let (table, split) = avx512_rows(p, self.token_groups);
+                rows[..5].copy_from_slice(&table);
+                q4_split = Some(split);
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
                 rows[1] = amx::rows_bf16;
                 rows[3] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
                 rows[4] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
+                q4_split = Some(avx512_rows(p, TokenGroups::FitL2).1);
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
@@ -579,7 +595,7 @@ impl Kernels {
             }
             _ => return self,
         }
-        Kernels { rows, prefetch: p, ..self }
+        Kernels { rows, prefetch: p, q4_split, ..self }
     }
 
     /// The AVX-512 prefill GEMM's token groups in use (see [`TokenGroups`]).
@@ -594,9 +610,10 @@ impl Kernels {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
+                let (table, split) = avx512_rows(self.prefetch, g);
                 let mut rows = self.rows;
-                rows[..5].copy_from_slice(&avx512_rows(self.prefetch, g));
-                Kernels { rows, token_groups: g, ..self }
+                rows[..5].copy_from_slice(&table);
+                Kernels { rows, token_groups: g, q4_split: Some(split), ..self }
             }
             _ => self,
         }
@@ -710,16 +727,12 @@ impl Kernels {
                 unsafe { amx::split_inputs(x, n, cols, buf) };
                 return Job::F32(amx::rows_split_for(kind), &buf[..len]);
             }
+            // The instruction sets that split inputs always have it (`with_prefetch` sets it).
+            let Some(rows) = self.q4_split else { return slot_kernel };
             let buf = aligned_for(buf, n * cols);
             // SAFETY: split inputs are taken only on AVX-512 (`splits_inputs`); both slices
             // hold n × cols values (`wants_split` checked the buffer, the caller x).
             unsafe { avx512_prefill::split_by_parity(x, n, cols, buf) };
-            let rows: RowsFn = match (self.prefetch, self.token_groups) {
-                (Prefetch::TileAfterNext, TokenGroups::FitL2) => avx512::rows_q4b32_split::<false, false>,
-                (Prefetch::TileAfterNext, TokenGroups::Whole) => avx512::rows_q4b32_split::<false, true>,
-                (Prefetch::OwnRows, TokenGroups::FitL2) => avx512::rows_q4b32_split::<true, false>,
-                (Prefetch::OwnRows, TokenGroups::Whole) => avx512::rows_q4b32_split::<true, true>,
-            };
             Job::F32(rows, &buf[..n * cols])
         }
         #[cfg(not(target_arch = "x86_64"))]
