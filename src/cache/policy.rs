@@ -103,7 +103,8 @@ pub struct CacheIndex {
     /// and look-ahead reads are assigned one after another with nothing in between that
     /// changes a value, so each assignment after the first compares stored values instead of
     /// computing every resident's again (two `exp2`/`log2` and a table look-up per slot: ~7 ms
-    /// per token, 2.7 % of the CPU, decoding with 1,963 slots and ~75 reads a token; BENCHMARKS).
+    /// per token, 2.7 % of the CPU, decoding with 1,963 slots and ~75 reads a token; BENCHMARKS;
+    /// the `exp2`/`log2` are gone since: [`CacheIndex::bucket`] reads the count's logarithm).
     /// Same values, same victims.
     values: Vec<f64>,
     value_at: Vec<u64>,
@@ -197,21 +198,22 @@ impl CacheIndex {
             0 => RECENCY + 1,
             v => (visits.saturating_sub(v) as usize).min(RECENCY),
         };
-        let count = self.decayed_count(key);
-        // 0 below ½, then 1 + ⌊log2(2·count)⌋ up to the last bucket.
-        let frequency = if count < 0.5 { 0 } else { ((2.0 * count).log2() as usize + 1).min(FREQUENCY - 1) };
+        // 0 below a decayed count of ½, then 1 + ⌊log2(2·count)⌋ up to the last bucket —
+        // taken from the count's logarithm, which the priority holds, so the value of every
+        // resident (computed again at each layer's first miss) costs no `exp2` or `log2`.
+        let log_count = self.log2_decayed_count(key);
+        let frequency = if log_count >= -1.0 { ((log_count + 1.0) as usize + 1).min(FREQUENCY - 1) } else { 0 };
         recency * FREQUENCY + frequency
     }
 
-    /// The decayed access count of `key` now (frequency-based policies).
-    fn decayed_count(&self, key: usize) -> f64 {
-        let half_life = match self.policy {
-            Policy::Frequency { half_life } | Policy::NextUse { half_life } | Policy::Reuse { half_life } => half_life,
-            Policy::Lru => return 0.0,
-        };
-        match self.priority[key] {
-            p if p == f64::NEG_INFINITY => 0.0,
-            p => (p - self.clock as f64 / half_life).exp2(),
+    /// log2 of the decayed access count of `key` now (−∞: never accessed, or LRU, which keeps
+    /// no count).
+    fn log2_decayed_count(&self, key: usize) -> f64 {
+        match self.policy {
+            Policy::Frequency { half_life } | Policy::NextUse { half_life } | Policy::Reuse { half_life } => {
+                self.priority[key] - self.clock as f64 / half_life
+            }
+            Policy::Lru => f64::NEG_INFINITY,
         }
     }
 
