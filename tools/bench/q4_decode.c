@@ -1,7 +1,9 @@
-// The AVX-512 Q4B32 decode tile's block step, and variants of it, timed on one thread: the
-// program behind "where the AVX-512 Q4B32 decode's time goes" in docs/BENCHMARKS.md.
+// The Q4B32 decode tiles' block steps (AVX-512, and with `avx2` the AVX2 one), and variants
+// of them, timed on one thread: the program behind "where the AVX-512 Q4B32 decode's time
+// goes" (2026-12-05) and "the AVX2 Q4B32 decode step" (2026-12-05, morning) in
+// docs/BENCHMARKS.md.
 //
-//   gcc -O2 -o q4_decode tools/bench/q4_decode.c && ./q4_decode ROWS PASSES
+//   gcc -O2 -o q4_decode tools/bench/q4_decode.c && ./q4_decode ROWS PASSES [avx2]
 //
 // ROWS rows of 2,048 columns (18-byte blocks: a binary16 scale, then 16 bytes of nibbles), eight
 // rows per tile against one vector, as the engine's decode tile (src/kernels/avx512.rs) computes
@@ -16,6 +18,17 @@
 //   c  a without the table's multiply (wrong values: the multiply's cost)
 //   d  the levels unscaled, the block's two products summed, then one FMA with the scale
 //   f  a with one vpermps (wrong values: a permutation's cost)
+// With `avx2`: four rows per tile, as src/kernels/avx2.rs's decode tile, inputs in its order
+// (by parity within each half of a block):
+//   a  the engine's step: each nibble made a float by the exponent trick (xor, subtract),
+//      times the scale, then four FMAs into the row's accumulator
+//   b  the levels unscaled: the block's four products summed, then one FMA with the scale
+//   c  a with two accumulators per row (shorter dependency chains)
+//   d  b with the four products summed as two pairs
+//   e  b with vcvtdq2ps instead of the exponent trick and no offset (wrong values: its cost)
+//   f  e made right: nibbles xor 8 (unsigned levels 0..15), the -8 offset folded into the
+//      block's first FMA from -8 x the block's inputs, summed lane-wise once per vector
+//   g  f for the even nibbles, b for the odd ones
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,13 +113,134 @@ VARIANT(step_f, , {
     acc[i] = _mm512_fmadd_ps(o, xo, _mm512_fmadd_ps(e, xe, acc[i]));
 })
 
+// The AVX2 tile's variants (`avx2`).
+#define TARGET2 __attribute__((target("avx2,fma,f16c")))
+#define R 4
+
+static float NX[BLOCKS * 8]; // f and g: -8 x the inputs of the lanes' unsigned nibbles, per block
+
+TARGET2 static inline float scale2(const uint8_t *p) {
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    return f16_to_f32[bits];
+}
+
+TARGET2 static inline float hsum8(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+
+// One variant: the body computes acc[i][..] for block pointer p and inputs x0..x3.
+#define VARIANT2(NAME, NACC, ...)                                                                   \
+    TARGET2 static void NAME(const uint8_t *w, const float *x, int rows, float *y) {                \
+        const __m256i m = _mm256_set1_epi32(0x0F), magic = _mm256_set1_epi32(0x4B000008);           \
+        const __m256 fm = _mm256_set1_ps(8388616.0f);                                               \
+        (void)m; (void)magic; (void)fm;                                                             \
+        for (int r = 0; r < rows; r += R) {                                                         \
+            __m256 acc[R][NACC];                                                                    \
+            for (int i = 0; i < R; i++)                                                             \
+                for (int k = 0; k < NACC; k++) acc[i][k] = _mm256_setzero_ps();                     \
+            for (int b = 0; b < BLOCKS; b++) {                                                      \
+                const float *xb = x + b * 32;                                                       \
+                __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);                      \
+                __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);                \
+                for (int i = 0; i < R; i++) {                                                       \
+                    const uint8_t *p = w + (size_t)(r + i) * ROW_BYTES + b * 18;                    \
+                    __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 2)));   \
+                    __m256i hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 10)));  \
+                    __VA_ARGS__                                                                     \
+                }                                                                                   \
+            }                                                                                       \
+            for (int i = 0; i < R; i++) {                                                           \
+                __m256 s = acc[i][0];                                                               \
+                for (int k = 1; k < NACC; k++) s = _mm256_add_ps(s, acc[i][k]);                     \
+                y[r + i] = hsum8(s);                                                                \
+            }                                                                                       \
+        }                                                                                           \
+    }
+
+#define LEVEL(v) _mm256_sub_ps(_mm256_castsi256_ps(_mm256_xor_si256(v, magic)), fm)
+#define EVEN(v) _mm256_and_si256(v, m)
+#define ODD(v) _mm256_srli_epi32(v, 4)
+#define CVT(v) _mm256_cvtepi32_ps(v)
+
+VARIANT2(avx2_a, 1, {
+    __m256 s = _mm256_set1_ps(scale2(p));
+    __m256 q0 = _mm256_mul_ps(LEVEL(EVEN(lo)), s), q1 = _mm256_mul_ps(LEVEL(ODD(lo)), s);
+    __m256 q2 = _mm256_mul_ps(LEVEL(EVEN(hi)), s), q3 = _mm256_mul_ps(LEVEL(ODD(hi)), s);
+    acc[i][0] = _mm256_fmadd_ps(q3, x3, _mm256_fmadd_ps(q2, x2, _mm256_fmadd_ps(q1, x1, _mm256_fmadd_ps(q0, x0, acc[i][0]))));
+})
+
+VARIANT2(avx2_b, 1, {
+    __m256 t = _mm256_mul_ps(LEVEL(EVEN(lo)), x0);
+    t = _mm256_fmadd_ps(LEVEL(ODD(lo)), x1, t);
+    t = _mm256_fmadd_ps(LEVEL(EVEN(hi)), x2, t);
+    t = _mm256_fmadd_ps(LEVEL(ODD(hi)), x3, t);
+    acc[i][0] = _mm256_fmadd_ps(t, _mm256_set1_ps(scale2(p)), acc[i][0]);
+})
+
+VARIANT2(avx2_c, 2, {
+    __m256 s = _mm256_set1_ps(scale2(p));
+    __m256 q0 = _mm256_mul_ps(LEVEL(EVEN(lo)), s), q1 = _mm256_mul_ps(LEVEL(ODD(lo)), s);
+    __m256 q2 = _mm256_mul_ps(LEVEL(EVEN(hi)), s), q3 = _mm256_mul_ps(LEVEL(ODD(hi)), s);
+    acc[i][0] = _mm256_fmadd_ps(q2, x2, _mm256_fmadd_ps(q0, x0, acc[i][0]));
+    acc[i][1] = _mm256_fmadd_ps(q3, x3, _mm256_fmadd_ps(q1, x1, acc[i][1]));
+})
+
+VARIANT2(avx2_d, 1, {
+    __m256 t0 = _mm256_mul_ps(LEVEL(EVEN(lo)), x0), t1 = _mm256_mul_ps(LEVEL(ODD(lo)), x1);
+    t0 = _mm256_fmadd_ps(LEVEL(EVEN(hi)), x2, t0);
+    t1 = _mm256_fmadd_ps(LEVEL(ODD(hi)), x3, t1);
+    acc[i][0] = _mm256_fmadd_ps(_mm256_add_ps(t0, t1), _mm256_set1_ps(scale2(p)), acc[i][0]);
+})
+
+VARIANT2(avx2_e, 1, {
+    __m256 t = _mm256_mul_ps(CVT(EVEN(lo)), x0);
+    t = _mm256_fmadd_ps(CVT(ODD(lo)), x1, t);
+    t = _mm256_fmadd_ps(CVT(EVEN(hi)), x2, t);
+    t = _mm256_fmadd_ps(CVT(ODD(hi)), x3, t);
+    acc[i][0] = _mm256_fmadd_ps(t, _mm256_set1_ps(scale2(p)), acc[i][0]);
+})
+
+VARIANT2(avx2_f, 1, {
+    const __m256i flip = _mm256_set1_epi32(0x88);
+    lo = _mm256_xor_si256(lo, flip);
+    hi = _mm256_xor_si256(hi, flip);
+    __m256 t = _mm256_fmadd_ps(CVT(EVEN(lo)), x0, _mm256_loadu_ps(NX + b * 8));
+    t = _mm256_fmadd_ps(CVT(ODD(lo)), x1, t);
+    t = _mm256_fmadd_ps(CVT(EVEN(hi)), x2, t);
+    t = _mm256_fmadd_ps(CVT(ODD(hi)), x3, t);
+    acc[i][0] = _mm256_fmadd_ps(t, _mm256_set1_ps(scale2(p)), acc[i][0]);
+})
+
+VARIANT2(avx2_g, 1, {
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256 t = _mm256_fmadd_ps(CVT(EVEN(_mm256_xor_si256(lo, eight))), x0, _mm256_loadu_ps(NX + b * 8));
+    t = _mm256_fmadd_ps(LEVEL(ODD(lo)), x1, t);
+    t = _mm256_fmadd_ps(CVT(EVEN(_mm256_xor_si256(hi, eight))), x2, t);
+    t = _mm256_fmadd_ps(LEVEL(ODD(hi)), x3, t);
+    acc[i][0] = _mm256_fmadd_ps(t, _mm256_set1_ps(scale2(p)), acc[i][0]);
+})
+
+// NX for f (all four parts unsigned) or g (parts 0 and 2).
+static void offsets(const float *x, int all) {
+    for (int b = 0; b < BLOCKS; b++)
+        for (int l = 0; l < 8; l++) {
+            const float *xb = x + b * 32;
+            NX[b * 8 + l] = -8.0f * (all ? xb[l] + xb[8 + l] + xb[16 + l] + xb[24 + l] : xb[l] + xb[16 + l]);
+        }
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3 || atoi(argv[1]) <= 0 || atoi(argv[1]) % 8 || atoi(argv[2]) <= 0) {
-        fprintf(stderr, "usage: q4_decode ROWS PASSES (ROWS a positive multiple of 8)\n");
+    int avx2 = argc == 4 && strcmp(argv[3], "avx2") == 0;
+    if ((argc != 3 && !avx2) || atoi(argv[1]) <= 0 || atoi(argv[1]) % 8 || atoi(argv[2]) <= 0) {
+        fprintf(stderr, "usage: q4_decode ROWS PASSES [avx2] (ROWS a positive multiple of 8)\n");
         return 2;
     }
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
-        fprintf(stderr, "q4_decode: this CPU has no AVX-512 F/BW\n");
+    if (avx2 ? !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")
+             : !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) {
+        fprintf(stderr, "q4_decode: this CPU has no %s\n", avx2 ? "AVX2 and FMA" : "AVX-512 F/BW");
         return 2;
     }
     int rows = atoi(argv[1]), passes = atoi(argv[2]);
@@ -127,10 +261,13 @@ int main(int argc, char **argv) {
         }
     float *x = aligned_alloc(64, COLS * 4), *y = malloc(rows * 4);
     for (int i = 0; i < COLS; i++) x[i] = rand() / (float)RAND_MAX - 0.5f;
-    void (*steps[])(const uint8_t *, const float *, int, float *) = {step_a, step_b, step_c, step_d, step_f};
-    const char *names = "abcdf";
+    void (*wide[])(const uint8_t *, const float *, int, float *) = {step_a, step_b, step_c, step_d, step_f};
+    void (*narrow[])(const uint8_t *, const float *, int, float *) = {avx2_a, avx2_b, avx2_c, avx2_d, avx2_e, avx2_f, avx2_g};
+    void (**steps)(const uint8_t *, const float *, int, float *) = avx2 ? narrow : wide;
+    const char *names = avx2 ? "abcdefg" : "abcdf";
     for (int round = 0; round < 3; round++)
-        for (int v = 0; v < 5; v++) {
+        for (int v = 0; names[v]; v++) {
+            if (avx2 && v >= 5) offsets(x, v == 5);
             double best = 1e30;
             for (int p = 0; p < passes; p++) {
                 double t = now();
@@ -138,7 +275,7 @@ int main(int argc, char **argv) {
                 t = now() - t;
                 if (t < best) best = t;
             }
-            printf("%c %6.2f GB/s  y[1] = %g\n", names[v], n / best / 1e9, y[1]);
+            printf("%c %6.2f GB/s  y[1] = %.9g\n", names[v], n / best / 1e9, y[1]);
         }
     return 0;
 }
