@@ -102,10 +102,9 @@ pub struct CacheIndex {
     /// Per slot: the policy's value of what it holds, as of `value_at[slot]`. A layer's misses
     /// and look-ahead reads are assigned one after another with nothing in between that
     /// changes a value, so each assignment after the first compares stored values instead of
-    /// computing every resident's again (two `exp2`/`log2` and a table look-up per slot: ~7 ms
-    /// per token, 2.7 % of the CPU, decoding with 1,963 slots and ~75 reads a token; BENCHMARKS;
-    /// the `exp2`/`log2` are gone since: [`CacheIndex::bucket`] reads the count's logarithm).
-    /// Same values, same victims.
+    /// computing every resident's again (a table look-up per slot, and then an `exp2` and a
+    /// `log2` too: ~7 ms per token, 2.7 % of the CPU, decoding with 1,963 slots and ~75 reads
+    /// a token; BENCHMARKS). Same values, same victims.
     values: Vec<f64>,
     value_at: Vec<u64>,
     /// Bumped by everything that changes a value (an access, a visit, a seeded priority); a
