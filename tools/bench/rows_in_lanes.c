@@ -1,7 +1,7 @@
 // What a prefill GEMM could reach with its rows side by side in the lanes and integer
 // products, against the f32 FMA form: one thread, weights already expanded for a row group
 // (their expansion from nibbles is once per row group and block, amortized over the tokens),
-// 64 rows x 2,048 columns against 120 vectors, data in L1/L2. Prints GMAC/s (1e9 multiply-adds
+// 64 rows x 2,048 columns against 120 vectors, all in the caches. Prints GMAC/s (1e9 multiply-adds
 // a second) per form; the docs/BENCHMARKS.md section "2026-12-05 (morning)" quotes it.
 //
 //   gcc -O3 -funroll-all-loops -o rows_in_lanes tools/bench/rows_in_lanes.c && ./rows_in_lanes 50
