@@ -577,9 +577,8 @@ impl Kernels {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
-                let (table, split) = avx512_rows(p, self.token_groups);
-                rows[..5].copy_from_slice(&table);
-                q4_split = Some(split);
+                let g = self.token_groups;
+                return self.with_avx512_rows(p, g);
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
@@ -610,13 +609,22 @@ impl Kernels {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
-                let (table, split) = avx512_rows(self.prefetch, g);
-                let mut rows = self.rows;
-                rows[..5].copy_from_slice(&table);
-                Kernels { rows, token_groups: g, q4_split: Some(split), ..self }
+                let p = self.prefetch;
+                self.with_avx512_rows(p, g)
             }
             _ => self,
         }
+    }
+
+    /// These AVX-512 kernels with prefetch scheme `p` and token groups `g`: the row table and
+    /// the split-input Q4B32 kernel that go with them (the one place both choices reach the
+    /// table).
+    #[cfg(target_arch = "x86_64")]
+    fn with_avx512_rows(self, p: Prefetch, g: TokenGroups) -> Kernels {
+        let (table, split) = avx512_rows(p, g);
+        let mut rows = self.rows;
+        rows[..5].copy_from_slice(&table);
+        Kernels { rows, prefetch: p, token_groups: g, q4_split: Some(split), ..self }
     }
 
     /// These kernels with the opt-in int8-activation path on: products with Q8B32 and Q4B32
