@@ -20,8 +20,13 @@ ROUNDS=${ROUNDS:-2}
 READERS=${READERS:-3}
 GEN=${GEN:-200}
 WARMUP=${WARMUP:-100}
-WASTE=${WASTE_BIN:-$ROOT/target/release/waste}
-[ -x "$WASTE" ] || (cd "$ROOT" && cargo build --release >&2)
+if [ -n "${WASTE_BIN:-}" ]; then
+    WASTE=$WASTE_BIN
+else
+    WASTE=$ROOT/target/release/waste
+    [ -x "$WASTE" ] || (cd "$ROOT" && cargo build --release >&2)
+fi
+[ -x "$WASTE" ] || { echo "contention: $WASTE is not an executable" >&2; exit 2; }
 [ -d "$M" ] || { echo "contention: $M is not a container directory (make one with tools/bench/stream_duel.sh)" >&2; exit 2; }
 mapfile -t BANKS < <(ls "$M"/*.bank)
 [ ${#BANKS[@]} -gt 0 ] || { echo "contention: $M has no expert banks" >&2; exit 2; }
