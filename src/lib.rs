@@ -136,13 +136,9 @@ pub struct Options {
     /// the same tokens decoded one at a time by f32 rounding. Off, every product takes the
     /// AVX-512 kernels, whose bits do not depend on the chunk.
     pub tiles: bool,
-    /// Opt-in int8 activations for Q8B32 and Q4B32 weights: each product's inputs are
-    /// quantized to blocks of 32 signed bytes with an f32 scale and multiplied as integers
-    /// (AVX-512 VNNI or AVX2 where present, the scalar twins otherwise). Faster where the f32
-    /// path is compute-bound, at a small accuracy cost (an activation error of at most 1/254
-    /// of each block's largest |x|; `docs/BENCHMARKS.md` has the measurements). Off by default:
-    /// the f32 activations are the reference.
-    pub int8_activations: bool,
+    /// How the inputs of Q8B32 and Q4B32 products are represented ([`Activations`]): f32,
+    /// the reference and the default, or quantized blocks multiplied as integers.
+    pub activations: Activations,
     /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
     /// scratch, tokenizer and expert cache together (docs/MEMORY.md). `None` lets the engine choose from the model's plan
     /// and the machine's usable RAM (cgroups included): the largest of floor + 3, 2 or 1
@@ -200,8 +196,37 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, tiles: true, int8_activations: false, budget: None, cache_bytes: 0,
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, tiles: true, activations: Activations::F32, budget: None, cache_bytes: 0,
             io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, huge_pages: true, sessions: 1, hotlist: true, usage_file: None }
+    }
+}
+
+/// How the inputs of the products with Q8B32 and Q4B32 weights are represented
+/// ([`Options::activations`]). Other weight dtypes always take f32 inputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activations {
+    /// f32 inputs, multiplied exactly by the decoded weights: the reference.
+    #[default]
+    F32,
+    /// Each product's inputs quantized to blocks of 32 signed bytes with an f32 scale and
+    /// multiplied as integers (AVX-512 VNNI or AVX2 where present, the scalar twins
+    /// otherwise): an activation error of at most 1/254 of its block's largest |x|, llama.cpp's
+    /// scheme; `docs/BENCHMARKS.md` has the speed and the logit error.
+    Int8,
+    /// Blocks of 32 signed 16-bit integers with an f32 scale, multiplied as integers (AVX-512
+    /// VNNI where present, the scalar twins otherwise): an activation error of at most 1/65534
+    /// of its block's largest |x|; `docs/BENCHMARKS.md` has the speed and the logit error.
+    Int16,
+}
+
+impl Activations {
+    /// The name the command line and `info` use: `f32`, `int8`, `int16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activations::F32 => "f32",
+            Activations::Int8 => "int8",
+            Activations::Int16 => "int16",
+        }
     }
 }
 

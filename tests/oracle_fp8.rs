@@ -98,7 +98,7 @@ fn fp8_containers_keep_the_experts_and_match_the_reference() {
         // path does not cover F8B32 (nor this f32 trunk), so it changes no bit.
         let mut scalar = open_model(&dir, Options { force_scalar: true, ..base.clone() });
         check_logits(&format!("{name} (--experts fp8, scalar kernels)"), &prompt_logits(&mut scalar, &o.prompt, false), &o, scalar.info().vocab);
-        let mut int8 = open_model(&dir, Options { int8_activations: true, ..base.clone() });
+        let mut int8 = open_model(&dir, Options { activations: waste::Activations::Int8, ..base.clone() });
         assert!(bit_identical(first.as_ref().unwrap(), &prompt_logits(&mut int8, &o.prompt, false)), "{name}: int8 path changed F8B32 bits");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }

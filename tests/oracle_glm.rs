@@ -317,7 +317,7 @@ fn glm_quantized_paths_run() {
         let q8 = base.join("q8-checkpoint");
         quantize_checkpoint(&src, &q8, Width::Q8).unwrap();
         assert_finite(&format!("{name}: q8 checkpoint logits"), &prompt_logits(&mut open_model_threads(&q8, 1, 32), &o.prompt, false));
-        let mut int8 = open_model(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
+        let mut int8 = open_model(&q4, Options { threads: 2, activations: waste::Activations::Int8, ..Options::default() });
         assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
         let _ = std::fs::remove_dir_all(&base);
     }

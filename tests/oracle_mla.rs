@@ -275,7 +275,7 @@ fn latent_quantized_paths_run_and_q8_keeps_the_tokens() {
         }
         // The int8-activation path's buffer covers these layers' widest inputs (its activation
         // rounding flips near-tie routes here, so only finiteness is asserted).
-        let mut int8 = open_model(&q8_container, Options { threads: 2, int8_activations: true, ..Options::default() });
+        let mut int8 = open_model(&q8_container, Options { threads: 2, activations: waste::Activations::Int8, ..Options::default() });
         assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
         let _ = std::fs::remove_dir_all(&base);
     }

@@ -145,7 +145,7 @@ fn qwen3_next_quantized_paths_run() {
     convert(&opts, &mut |_| {}).unwrap();
     let hf = prompt_logits(&mut open_model_threads(&ob.dir.join("model"), 1, 32), &ob.prompt, false);
     assert!(bit_identical(&prompt_logits(&mut open_model_threads(&bf, 1, 32), &ob.prompt, false), &hf), "bf16 container vs HF directory");
-    let mut int8 = open_model(&q4, Options { threads: 2, int8_activations: true, ..Options::default() });
+    let mut int8 = open_model(&q4, Options { threads: 2, activations: waste::Activations::Int8, ..Options::default() });
     assert_finite(&format!("{name}: int8-activation logits"), &prompt_logits(&mut int8, &o.prompt, false));
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -11,7 +11,7 @@ use waste::kernels::{CpuList, Isa, Prefetch, TokenGroups};
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--token-groups NAME] [--int8-act] [--experts] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--token-groups NAME] [--int8-act | --int16-act] [--experts] [--json]",
     about: "Time the matrix x vector kernels without a model: for every dtype (F32, BF16, F16, Q8B32, Q4B32) at \
 1 and N threads, GB/s of weight bytes streamed as a fraction of the read bandwidth (a SIMD sum over a buffer \
 far larger than the last-level cache), and GMAC/s (1e9 multiply-adds per second) as a fraction of the \
@@ -31,6 +31,7 @@ to fit).",
         val("bytes", "SIZE", "bytes of the read-bandwidth buffer and of each matrix without --rows (default 1G)"),
         val("dtype", "LIST", "comma-separated dtypes to measure (default: the five above; F8B32 and MXFP4 on request)"),
         flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
+        flag("int16-act", "Q8B32 and Q4B32 with int16 activations (the input's quantization is timed too)"),
         flag("experts", "expert-shaped products: --bytes of matrices of --rows rows, each thread multiplying whole ones in turn, as an MoE step"),
         flag("json", "print JSON"),
     ], HELP_OPT],
@@ -73,6 +74,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
             "option `--token-groups`: `{name}` is not one of fit-l2, whole")))?);
     }
     o.int8_activations = a.flag("int8-act");
+    o.int16_activations = a.flag("int16-act");
     o.experts = a.flag("experts");
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
@@ -105,6 +107,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("prefetch", Json::str(r.prefetch.name())),
             ("token_groups", Json::str(r.token_groups.name())),
             ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.name()))),
+            ("int16_activations", r.int16.map_or(Json::Null, |i| Json::str(i.name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
             ("tokens", Json::uint(r.tokens as u64)),
@@ -113,6 +116,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("dispatch_us", Json::Array(r.dispatch_us.iter().map(|&d| Json::float(d)).collect())),
             ("fma_peak", rates(&r.fma_peak)),
             ("int8_peak", rates(&r.int8_peak)),
+            ("int16_peak", rates(&r.int16_peak)),
             ("dtypes", Json::Array(r.dtypes.iter().map(|d| Json::object([
                 ("dtype", Json::str(d.dtype.name())),
                 ("rows", Json::uint(d.rows as u64)),
@@ -125,7 +129,11 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
-    let int8 = r.int8.map_or(String::new(), |i| format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()));
+    let int8 = match (r.int8, r.int16) {
+        (Some(i), _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()),
+        (_, Some(i)) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.name()),
+        _ => String::new(),
+    };
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
     let prefetch = match r.isa {
         Isa::Avx512 => format!(" (prefetch {}, token groups {})", r.prefetch.name(), r.token_groups.name()),
@@ -146,7 +154,10 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         line.push_str(&format!("{:>CELL$}", format!("{:.2} GB/s", x.gb_per_s)));
     }
     outln!("{line}");
-    for (what, peak) in [("f32 FMA peak", &r.fma_peak), ("int8 multiply-add peak", &r.int8_peak)] {
+    for (what, peak) in [("f32 FMA peak", &r.fma_peak), ("int8 multiply-add peak", &r.int8_peak), ("int16 multiply-add peak", &r.int16_peak)] {
+        if peak.is_empty() {
+            continue;
+        }
         let mut line = format!("{:<34}", what);
         for x in peak.iter() {
             line.push_str(&format!("{:>CELL$}", format!("{:.1} GMAC/s", x.gmac_per_s)));

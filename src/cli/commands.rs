@@ -84,7 +84,12 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     }
     o.force_scalar = a.flag("scalar");
     o.tiles = !a.flag("no-tiles");
-    o.int8_activations = a.flag("int8-act");
+    o.activations = match (a.flag("int8-act"), a.flag("int16-act")) {
+        (true, true) => return Err(Failure::Usage("--int8-act and --int16-act choose between two paths: give one".into())),
+        (true, false) => waste::Activations::Int8,
+        (false, true) => waste::Activations::Int16,
+        (false, false) => waste::Activations::F32,
+    };
     o.budget = budget(a)?;
     if let Some(c) = a.size("cache", 1, u64::MAX)? {
         o.cache_bytes = c;
@@ -436,7 +441,8 @@ fn info(a: &Args) -> Outcome {
             ("context", Json::uint(i.context as u64)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
-            ("int8_activations", i.int8_activations.map_or(Json::Null, Json::str)),
+            ("activations", Json::str(i.activations.name())),
+            ("activation_kernels", i.activation_kernels.map_or(Json::Null, Json::str)),
         ];
         if let Some((e, k)) = i.experts {
             m.push(("experts", Json::uint(e as u64)));
@@ -478,16 +484,16 @@ fn info(a: &Args) -> Outcome {
     outln!("scratch       {} bytes", i.scratch_bytes);
     outln!("resident      {} bytes", i.weight_bytes + i.kv_bytes + i.scratch_bytes);
     outln!("budget        {} bytes (memory used {} bytes)", model.budget().bytes, model.memory_used());
-    outln!("kernels       {} x {} threads{}", i.isa, i.threads, int8_note(&i));
+    outln!("kernels       {} x {} threads{}", i.isa, i.threads, activations_note(&i));
     if let Some(t) = &i.tokenizer {
         outln!("tokenizer     {}", t.display());
     }
     Ok(())
 }
 
-/// ", int8 activations (KERNELS)" when the opt-in path is on.
-fn int8_note(i: &waste::ModelInfo) -> String {
-    i.int8_activations.map_or(String::new(), |k| format!(", int8 activations ({k})"))
+/// ", int8 activations (KERNELS)" (or int16) when an integer path is on.
+fn activations_note(i: &waste::ModelInfo) -> String {
+    i.activation_kernels.map_or(String::new(), |k| format!(", {} activations ({k})", i.activations.name()))
 }
 
 fn bench(a: &Args) -> Outcome {
@@ -523,7 +529,8 @@ fn bench(a: &Args) -> Outcome {
             ("decode_tok_s", Json::float(report.decode_tok_s)),
             ("threads", Json::uint(i.threads as u64)),
             ("isa", Json::str(i.isa)),
-            ("int8_activations", i.int8_activations.map_or(Json::Null, Json::str)),
+            ("activations", Json::str(i.activations.name())),
+            ("activation_kernels", i.activation_kernels.map_or(Json::Null, Json::str)),
             ("memory_used_bytes", Json::uint(model.memory_used())),
             ("budget_bytes", Json::uint(model.budget().bytes)),
             ("peak_rss_bytes", peak_rss().map_or(Json::Null, Json::uint)),
@@ -548,7 +555,7 @@ fn bench(a: &Args) -> Outcome {
         ]).to_string_pretty());
     } else {
         outln!("model    {} ({}, {})", i.path.display(), i.architecture, i.dtypes.join(","));
-        outln!("kernels  {} x {} threads{}", i.isa, i.threads, int8_note(&i));
+        outln!("kernels  {} x {} threads{}", i.isa, i.threads, activations_note(&i));
         outln!("prefill  {prompt_tokens} tokens  {:.2} tok/s  (chunk {})", report.prefill_tok_s, model.plan().prefill_chunk);
         outln!("decode   {n} tokens  {:.2} tok/s", report.decode_tok_s);
         if let Some(rss) = peak_rss() {

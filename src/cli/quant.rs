@@ -34,8 +34,8 @@ pub const COMPARE: Command = Command {
 lines (both token lists, logit differences on the float token sequence). Exits non-zero when the tokens differ \
 or any logit is NaN or infinite. Without directories it compares /model and /model-q4 (seed 000: the guest's \
 /model.safetensors and /model-q4.safetensors, each in its directory with its config). FLOAT_DIR must not be \
-quantized, unless it is QUANT_DIR itself: with --int8-act only QUANT_DIR runs with int8 activations, so \
-`compare Q Q --int8-act` measures that path alone.",
+quantized, unless it is QUANT_DIR itself: with --int8-act (--int16-act) only QUANT_DIR runs with int8 (int16) \
+activations, so `compare Q Q --int8-act` measures that path alone.",
     opts: &[&[
         val("prompt", "TEXT", "the prompt (default: \"The capital of France is\")"),
         val("ids", "LIST", "comma-separated prompt token ids instead of text"),
@@ -75,7 +75,7 @@ pub fn compare(a: &Args) -> Result<(), Failure> {
     let n = a.num("n", 1usize, waste::MAX_CONTEXT)?.unwrap_or(8);
     let opts = model_options(a)?;
     // The float side is the reference: always f32 activations.
-    let mut float = Model::open(float_dir, &waste::Options { int8_activations: false, ..opts.clone() })?;
+    let mut float = Model::open(float_dir, &waste::Options { activations: waste::Activations::F32, ..opts.clone() })?;
     let prompt = match (a.value("prompt"), a.value("ids")) {
         (Some(_), Some(_)) => return Err(Failure::Usage("give --prompt or --ids, not both".into())),
         (None, Some(list)) => parse_ids(list)?,

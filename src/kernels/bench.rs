@@ -45,6 +45,8 @@ pub struct MatmulBench {
     /// Q8B32 and Q4B32 through the opt-in int8-activation path (the quantization of the
     /// input vector is part of each timed product, as in decode).
     pub int8_activations: bool,
+    /// Q8B32 and Q4B32 through the int16-activation path instead (quantization timed too).
+    pub int16_activations: bool,
     /// Timed passes per measurement (the median is reported), after one untimed warm-up.
     pub passes: usize,
     /// The dtypes to measure.
@@ -75,6 +77,7 @@ impl Default for MatmulBench {
             prefetch: None,
             token_groups: None,
             int8_activations: false,
+            int16_activations: false,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
@@ -123,6 +126,8 @@ pub struct MatmulReport {
     pub token_groups: super::TokenGroups,
     /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
     pub int8: Option<super::Int8Isa>,
+    /// The int16 path's kernels, when Q8B32 and Q4B32 were measured through it.
+    pub int16: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
     pub threads: Vec<usize>,
     /// The CPUs the threads were bound to, when bound.
@@ -143,16 +148,20 @@ pub struct MatmulReport {
     /// The integer multiply-add peak of the int8 path's instructions, per thread count
     /// (byte products; `peak::int8`).
     pub int8_peak: Vec<Rate>,
+    /// The integer multiply-add peak of the int16 path's instructions, per thread count
+    /// (16-bit products; `peak::int16`), when it was measured.
+    pub int16_peak: Vec<Rate>,
     /// The products measured, one per dtype.
     pub dtypes: Vec<DtypeRates>,
 }
 
 impl MatmulReport {
-    /// The peak a dtype's kernels are held to, per thread count: the int8 peak for Q8B32 and
-    /// Q4B32 through the int8 path, the f32 one otherwise.
+    /// The peak a dtype's kernels are held to, per thread count: the int8 (int16) peak for
+    /// Q8B32 and Q4B32 through the int8 (int16) path, the f32 one otherwise.
     pub fn peak_for(&self, dtype: DType) -> &[Rate] {
-        match (self.int8, dtype) {
-            (Some(_), DType::Q8B32 | DType::Q4B32) => &self.int8_peak,
+        match (self.int8, self.int16, dtype) {
+            (Some(_), _, DType::Q8B32 | DType::Q4B32) => &self.int8_peak,
+            (_, Some(_), DType::Q8B32 | DType::Q4B32) => &self.int16_peak,
             _ => &self.fma_peak,
         }
     }
@@ -182,8 +191,14 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
     kernels = kernels.with_split_buffer(opts.cols * super::split_vectors(opts.tokens));
+    if opts.int8_activations && opts.int16_activations {
+        return Err(Error::arg("bench matmul: int8 and int16 activations are two paths: choose one"));
+    }
     if opts.int8_activations {
         kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
+    }
+    if opts.int16_activations {
+        kernels = kernels.with_int16_activations(opts.cols * opts.tokens);
     }
     let mut threads = vec![1, opts.threads];
     threads.dedup();
@@ -195,12 +210,16 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     let int8_isa = super::Int8Isa::for_isa(isa);
     let fma_peak = pools.iter().map(|p| peak(p, opts.passes, |n| super::peak::fma(isa, n))).collect();
     let int8_peak = pools.iter().map(|p| peak(p, opts.passes, |n| super::peak::int8(int8_isa, n))).collect();
+    let int16_peak = match kernels.int16_isa() {
+        Some(i) => pools.iter().map(|p| peak(p, opts.passes, |n| super::peak::int16(i, n))).collect(),
+        None => Vec::new(),
+    };
     let mut dtypes = Vec::new();
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
-        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, dtypes })
+    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
+        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
 }
 
 /// The median of `passes` timings of `f`, after one untimed warm-up.

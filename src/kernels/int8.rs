@@ -1,4 +1,4 @@
-//! The opt-in int8-activation path (`Options::int8_activations`) for Q8B32 and Q4B32 weights:
+//! The opt-in int8-activation path (`Options::activations`) for Q8B32 and Q4B32 weights:
 //! each input vector of a product is quantized once, before the parallel region, to blocks of
 //! 32 signed bytes with an f32 scale (the layout of llama.cpp's Q8_0 activations), and each
 //! weight block meets its activation block as an exact integer dot product — one `vpdpbusd`
@@ -30,11 +30,12 @@ use super::MatRef;
 use crate::format::dtype::{DType, BLOCK};
 
 /// Activations quantized for one product: `n` vectors of `cols` values (a multiple of 32), as
-/// `q` (n × cols signed bytes) and one scale per block (`d`, n × cols/32).
+/// `q` (n × cols signed integers: bytes here, 16-bit in [`super::int16`]) and one scale per
+/// block (`d`, n × cols/32).
 #[derive(Clone, Copy, Debug)]
-pub struct Acts<'a> {
+pub struct Acts<'a, Q = i8> {
     /// The quantized values, 32 per block.
-    pub q: &'a [i8],
+    pub q: &'a [Q],
     /// One scale per block: a value is `q × d`.
     pub d: &'a [f32],
     /// Values per vector (a multiple of 32).
@@ -86,7 +87,7 @@ pub const Q4_LANES: [[usize; 4]; 8] = {
 /// Rounds to the nearest integer, ties to even, for |v| < 2²²: adding 1.5·2²³ leaves no
 /// fraction bits, so the addition itself rounds (the default rounding mode is to nearest even).
 #[inline]
-fn round_half_even(v: f32) -> f32 {
+pub(super) fn round_half_even(v: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     (v + MAGIC) - MAGIC
 }
@@ -96,7 +97,7 @@ fn round_half_even(v: f32) -> f32 {
 /// # Safety
 /// `q.len() >= x.len()`, `d.len() >= x.len() / 32`, and the CPU has the function's
 /// instruction set.
-pub type QuantizeFn = unsafe fn(x: &[f32], q: &mut [i8], d: &mut [f32]);
+pub type QuantizeFn<Q = i8> = unsafe fn(x: &[f32], q: &mut [Q], d: &mut [f32]);
 
 /// The scalar [`QuantizeFn`], block by block with [`quantize_block`].
 ///
@@ -138,32 +139,37 @@ pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     amax / 127.0
 }
 
-/// The quantized-activation buffer of a [`super::Kernels`] with the int8 path on: sized at
-/// model open for the widest product of a prefill chunk, so a decode step allocates nothing
-/// (a larger product, outside a model, grows it once).
+/// The quantized-activation buffer of a [`super::Kernels`] with an integer path on (int8, or
+/// int16 in [`super::int16`]): sized at model open for the widest product of a prefill chunk,
+/// so a decode step allocates nothing (a larger product, outside a model, grows it once).
 #[derive(Debug, Default)]
-pub struct ActScratch {
-    q: Vec<i8>,
+pub struct ActScratch<Q = i8> {
+    q: Vec<Q>,
     d: Vec<f32>,
 }
 
-impl ActScratch {
+impl<Q: Copy + Default> ActScratch<Q> {
     /// Room for `values` activations.
-    pub fn with_capacity(values: usize) -> ActScratch {
+    pub fn with_capacity(values: usize) -> ActScratch<Q> {
         let values = values.div_ceil(BLOCK) * BLOCK;
-        ActScratch { q: vec![0; values], d: vec![0.0; values / BLOCK] }
+        ActScratch { q: vec![Q::default(); values], d: vec![0.0; values / BLOCK] }
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.q.len() + 4 * self.d.len()
+        self.q.len() * std::mem::size_of::<Q>() + 4 * self.d.len()
+    }
+
+    /// Quantized values held.
+    pub fn values(&self) -> usize {
+        self.q.len()
     }
 
     /// Quantizes the `n` vectors of `x` (each `cols` long, a multiple of 32) with `f`.
     ///
     /// # Safety
     /// The CPU has `f`'s instruction set.
-    pub unsafe fn quantize(&mut self, f: QuantizeFn, x: &[f32], n: usize, cols: usize) -> Acts<'_> {
+    pub unsafe fn quantize(&mut self, f: QuantizeFn<Q>, x: &[f32], n: usize, cols: usize) -> Acts<'_, Q> {
         let values = n * cols / BLOCK * BLOCK;
         if self.q.len() < values {
             *self = ActScratch::with_capacity(values);
@@ -253,32 +259,51 @@ impl Int8Isa {
     }
 }
 
-/// The kernels and scratch of the int8 path inside a [`super::Kernels`].
+/// The kernels and scratch of an integer path inside a [`super::Kernels`]: int8 (`Q = i8`,
+/// this module) or int16 (`Q = i16`, [`super::int16`]).
 #[derive(Debug)]
-pub(super) struct Int8Path {
+pub(super) struct IntPath<Q> {
     pub isa: Int8Isa,
-    pub quantize: QuantizeFn,
-    pub q8: Int8RowsFn,
-    pub q4: Int8RowsFn,
-    pub scratch: std::sync::Mutex<ActScratch>,
+    pub quantize: QuantizeFn<Q>,
+    pub q8: IntRowsFn<Q>,
+    pub q4: IntRowsFn<Q>,
+    pub scratch: std::sync::Mutex<ActScratch<Q>>,
 }
 
-impl Clone for Int8Path {
+/// Row kernel of an integer path, generic over the quantized type ([`Int8RowsFn`] is `Q = i8`).
+///
+/// # Safety
+/// As [`Int8RowsFn`].
+pub type IntRowsFn<Q> = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &Acts<Q>, n: usize, y: *mut f32, y_stride: usize);
+
+impl<Q: Copy + Default> Clone for IntPath<Q> {
     /// A copy with its own scratch of the same size (a scratch is never shared).
-    fn clone(&self) -> Int8Path {
-        let values = self.scratch.lock().map_or(0, |s| s.q.len());
-        Int8Path { isa: self.isa, quantize: self.quantize, q8: self.q8, q4: self.q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+    fn clone(&self) -> IntPath<Q> {
+        let values = self.scratch.lock().map_or(0, |s| s.values());
+        IntPath { isa: self.isa, quantize: self.quantize, q8: self.q8, q4: self.q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
 }
 
-impl Int8Path {
-    pub fn new(isa: Int8Isa, values: usize) -> Int8Path {
+impl IntPath<i8> {
+    /// The int8 path for `isa`'s kernels, with room for `values` activations.
+    pub fn int8(isa: Int8Isa, values: usize) -> IntPath<i8> {
         let (q8, q4) = isa.kernels();
-        Int8Path { isa, quantize: isa.quantizer(), q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+        IntPath { isa, quantize: isa.quantizer(), q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
+}
 
-    /// The kernel for a weight dtype, when the int8 path covers it.
-    pub fn kernel(&self, dtype: DType) -> Option<Int8RowsFn> {
+impl IntPath<i16> {
+    /// The int16 path with the kernels that go with `isa` ([`super::int16`]), with room for
+    /// `values` activations.
+    pub fn int16(isa: Int8Isa, values: usize) -> IntPath<i16> {
+        let (isa, q8, q4) = super::int16::kernels(isa);
+        IntPath { isa, quantize: super::int16::QUANTIZE, q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+    }
+}
+
+impl<Q> IntPath<Q> {
+    /// The kernel for a weight dtype, when the path covers it.
+    pub fn kernel(&self, dtype: DType) -> Option<IntRowsFn<Q>> {
         match dtype {
             DType::Q8B32 => Some(self.q8),
             DType::Q4B32 => Some(self.q4),

@@ -6,10 +6,11 @@
 //!
 //! Weights stay in their stored dtype (F32, BF16, F16, Q8B32, Q4B32, and F8B32 and MXFP4 for
 //! FP8 and gpt-oss MXFP4 experts kept as they are) and are widened to f32
-//! inside the dot product, a quantized block at a time; activations are f32 — unless the
-//! opt-in int8 path is on ([`Kernels::with_int8_activations`], [`int8`]), which quantizes the
-//! inputs of Q8B32 and Q4B32 products to int8 blocks. Every SIMD kernel has a scalar twin in
-//! `scalar` or [`int8`], and `tests/kernels.rs` and `tests/kernels_int8.rs` compare them.
+//! inside the dot product, a quantized block at a time; activations are f32 — unless an
+//! integer path is on ([`Kernels::with_int8_activations`], [`int8`];
+//! [`Kernels::with_int16_activations`], [`int16`]), which quantizes the inputs of Q8B32 and
+//! Q4B32 products to int8 or int16 blocks. Every SIMD kernel has a scalar twin in `scalar`,
+//! [`int8`] or [`int16`], and `tests/kernels.rs` and `tests/kernels_integer.rs` compare them.
 //!
 //! The result for a (row, vector) pair depends only on the instruction set and the column
 //! count — never on how many vectors a call carries, which rows it covers, or how many threads
@@ -29,6 +30,7 @@
 pub(crate) mod attention;
 pub mod bench;
 pub mod int8;
+pub mod int16;
 pub mod kda;
 pub(crate) mod mla;
 pub(crate) mod peak;
@@ -147,6 +149,8 @@ pub(crate) mod avx512_attention;
 mod int8_x86;
 #[cfg(target_arch = "x86_64")]
 mod int8_prefill_x86;
+#[cfg(target_arch = "x86_64")]
+mod int16_x86;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 
@@ -154,7 +158,7 @@ use crate::format::dtype::DType;
 pub use crate::sys::CpuList;
 use crate::sys::Floats;
 pub use int8::Int8Isa;
-use int8::{Acts, Int8Path, Int8RowsFn};
+use int8::{ActScratch, Acts, IntPath, IntRowsFn};
 pub use pool::Pool;
 pub use scalar::RowsFn;
 pub use tuning::{Prefetch, TokenGroups};
@@ -315,7 +319,9 @@ pub struct Kernels {
     /// where an instruction set has them (AVX2, AVX-512); else the per-head ones, head by head.
     scores_group: Option<ScoresGroupFn>,
     mix_group: Option<MixGroupFn>,
-    int8: Option<Int8Path>,
+    int8: Option<IntPath<i8>>,
+    /// The int16-activation path, when it is on (never with the int8 one).
+    int16: Option<IntPath<i16>>,
     /// Room for a prefill product's split inputs ([`Kernels::with_split_buffer`]), when given.
     split_inputs: Option<SplitInputs>,
     /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
@@ -396,19 +402,34 @@ impl Clone for SplitInputs {
 
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.int8 {
-            None => write!(f, "Kernels({})", self.isa.name()),
-            Some(p) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.name()),
+        match (&self.int8, &self.int16) {
+            (Some(p), _) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.name()),
+            (_, Some(p)) => write!(f, "Kernels({}, int16 {})", self.isa.name(), p.isa.name()),
+            _ => write!(f, "Kernels({})", self.isa.name()),
         }
     }
 }
 
 /// How one product's rows are computed: an f32-activation kernel and the f32 inputs, or an
-/// int8-path kernel and the quantized inputs.
+/// integer-path kernel and the quantized inputs.
 #[derive(Clone, Copy)]
 enum Job<'a> {
     F32(RowsFn, &'a [f32]),
-    Int8(Int8RowsFn, Acts<'a>),
+    Int8(IntRowsFn<i8>, Acts<'a>),
+    Int16(IntRowsFn<i16>, Acts<'a, i16>),
+}
+
+/// An integer path's activation buffer, locked for one product or group.
+enum Quantizing<'a> {
+    Int8(std::sync::MutexGuard<'a, ActScratch<i8>>),
+    Int16(std::sync::MutexGuard<'a, ActScratch<i16>>),
+}
+
+/// Inputs quantized by an integer path.
+#[derive(Clone, Copy)]
+enum IntActs<'a> {
+    Int8(Acts<'a>),
+    Int16(Acts<'a, i16>),
 }
 
 impl Job<'_> {
@@ -423,6 +444,7 @@ impl Job<'_> {
             match self {
                 Job::F32(f, x) => f(w, r0, r1, x, n, y, ys),
                 Job::Int8(f, a) => f(w, r0, r1, a, n, y, ys),
+                Job::Int16(f, a) => f(w, r0, r1, a, n, y, ys),
             }
         }
     }
@@ -486,6 +508,7 @@ impl Kernels {
             scores_group: None,
             mix_group: None,
             int8: None,
+            int16: None,
             split_inputs: None,
             prefetch: Prefetch::TileAfterNext,
             token_groups: TokenGroups::FitL2,
@@ -513,6 +536,7 @@ impl Kernels {
                 scores_group: Some(avx2_attention::scores_group),
                 mix_group: Some(avx2_attention::mix_group),
                 int8: None,
+            int16: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -530,6 +554,7 @@ impl Kernels {
                 scores_group: Some(avx512_attention::scores_group),
                 mix_group: Some(avx512_attention::mix_group),
                 int8: None,
+            int16: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -547,6 +572,7 @@ impl Kernels {
                 scores_group: None,
                 mix_group: None,
                 int8: None,
+            int16: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -635,7 +661,18 @@ impl Kernels {
     /// size allocate nothing.
     pub fn with_int8_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int8: Some(Int8Path::new(isa, values)), ..self }
+        Kernels { int8: Some(IntPath::int8(isa, values)), int16: None, ..self }
+    }
+
+    /// These kernels with the int16-activation path on ([`int16`]): products with Q8B32 and
+    /// Q4B32 weights quantize their inputs to 16-bit blocks (a rounding of at most 1/65534 of
+    /// each block's largest value) and multiply them as exact integers, with the AVX-512 VNNI
+    /// kernels where the int8 path would use them and the scalar twins elsewhere; other dtypes
+    /// keep f32 activations. Replaces the int8 path. `values` as for
+    /// [`Kernels::with_int8_activations`].
+    pub fn with_int16_activations(self, values: usize) -> Kernels {
+        let isa = Int8Isa::for_isa(self.isa);
+        Kernels { int16: Some(IntPath::int16(isa, values)), int8: None, ..self }
     }
 
     /// These kernels with a buffer for `values` inputs (the model passes
@@ -671,7 +708,10 @@ impl Kernels {
         // A poisoned lock only means a panic elsewhere interrupted a split, which the next one
         // overwrites: the buffer is still held.
         let split = self.split_inputs.as_ref().map_or(0, |b| b.buf.lock().unwrap_or_else(std::sync::PoisonError::into_inner).heap_bytes());
-        self.scratch().map_or(0, |s| s.bytes() as u64) + split
+        self.scratch().map_or(0, |s| match s {
+            Quantizing::Int8(s) => s.bytes(),
+            Quantizing::Int16(s) => s.bytes(),
+        } as u64) + split
     }
 
     /// True when the AMX tiles ([`Isa::Amx`]) take `w` for a group of `n` vectors (of at most
@@ -679,7 +719,7 @@ impl Kernels {
     /// 32-column blocks, [`TILE_MIN_VECTORS`] vectors or more.
     pub fn tiles_take(&self, w: &MatRef, n: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
-        return self.isa == Isa::Amx && !self.int8_covers(w.dtype) && amx::takes(w, n);
+        return self.isa == Isa::Amx && !self.int_covers(w.dtype) && amx::takes(w, n);
         #[cfg(not(target_arch = "x86_64"))]
         return {
             let _ = (w, n);
@@ -691,7 +731,7 @@ impl Kernels {
     /// beforehand: the tiles, or the AVX-512 Q4B32 GEMM (by parity; two or more vectors, one
     /// being split by the kernel itself, on the stack).
     fn takes_split(&self, w: &MatRef, n: usize) -> bool {
-        self.tiles_take(w, n) || (self.splits_inputs() && w.dtype == DType::Q4B32 && !self.int8_covers(w.dtype) && n >= 2)
+        self.tiles_take(w, n) || (self.splits_inputs() && w.dtype == DType::Q4B32 && !self.int_covers(w.dtype) && n >= 2)
     }
 
     /// f32 values the split inputs of a group of `n` vectors of `w` take.
@@ -766,34 +806,59 @@ impl Kernels {
         self.int8.as_ref().map(|p| p.isa)
     }
 
-    /// The job for `w`'s rows: the int8 kernel with `acts` when the path covers the dtype,
-    /// else the f32 kernel with `x`.
-    fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<Acts<'a>>, what: &str) -> Job<'a> {
-        match (self.int8.as_ref().and_then(|p| p.kernel(w.dtype)), acts) {
-            (Some(f), Some(a)) => {
-                assert_eq!(a.cols, w.cols, "{what}: products of one group must share the input width");
+    /// The int16 path's kernels, when it is on (scalar, or AVX-512 VNNI).
+    pub fn int16_isa(&self) -> Option<Int8Isa> {
+        self.int16.as_ref().map(|p| p.isa)
+    }
+
+    /// The job for `w`'s rows: the integer path's kernel with `acts` when the path covers the
+    /// dtype, else the f32 kernel with `x`.
+    fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<IntActs<'a>>, what: &str) -> Job<'a> {
+        let int8 = self.int8.as_ref().and_then(|p| p.kernel(w.dtype));
+        let int16 = self.int16.as_ref().and_then(|p| p.kernel(w.dtype));
+        let cols = match acts {
+            Some(IntActs::Int8(a)) => a.cols,
+            Some(IntActs::Int16(a)) => a.cols,
+            None => w.cols,
+        };
+        match (acts, int8, int16) {
+            (Some(IntActs::Int8(a)), Some(f), _) => {
+                assert_eq!(cols, w.cols, "{what}: products of one group must share the input width");
                 Job::Int8(f, a)
+            }
+            (Some(IntActs::Int16(a)), _, Some(f)) => {
+                assert_eq!(cols, w.cols, "{what}: products of one group must share the input width");
+                Job::Int16(f, a)
             }
             _ => Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x),
         }
     }
 
-    /// True when the int8 path is on and covers `dtype`.
-    fn int8_covers(&self, dtype: DType) -> bool {
-        self.int8.as_ref().is_some_and(|p| p.kernel(dtype).is_some())
+    /// True when an integer path (int8 or int16) is on and covers `dtype`.
+    fn int_covers(&self, dtype: DType) -> bool {
+        self.int8.as_ref().is_some_and(|p| p.kernel(dtype).is_some()) || self.int16.as_ref().is_some_and(|p| p.kernel(dtype).is_some())
     }
 
     /// Quantizes `n` vectors of `cols` inputs into the locked buffer `s`.
-    fn quantize<'a>(&self, s: &'a mut int8::ActScratch, x: &[f32], n: usize, cols: usize) -> Acts<'a> {
-        let f = self.int8.as_ref().map_or(int8::quantize_scalar as int8::QuantizeFn, |p| p.quantize);
-        // SAFETY: the quantizer was chosen for an instruction set this CPU has.
-        unsafe { s.quantize(f, x, n, cols) }
+    fn quantize<'a>(&self, s: &'a mut Quantizing, x: &[f32], n: usize, cols: usize) -> IntActs<'a> {
+        // SAFETY: each quantizer was chosen for an instruction set this CPU has.
+        match s {
+            Quantizing::Int8(s) => {
+                let f = self.int8.as_ref().map_or(int8::quantize_scalar as int8::QuantizeFn, |p| p.quantize);
+                IntActs::Int8(unsafe { s.quantize(f, x, n, cols) })
+            }
+            Quantizing::Int16(s) => IntActs::Int16(unsafe { s.quantize(int16::QUANTIZE, x, n, cols) }),
+        }
     }
 
-    /// Locks the int8 path's activation buffer (a poisoned lock only means a panic elsewhere
-    /// interrupted a quantization, which the next one overwrites).
-    fn scratch(&self) -> Option<std::sync::MutexGuard<'_, int8::ActScratch>> {
-        self.int8.as_ref().map(|p| p.scratch.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    /// Locks the integer path's activation buffer (a poisoned lock only means a panic
+    /// elsewhere interrupted a quantization, which the next one overwrites).
+    fn scratch(&self) -> Option<Quantizing<'_>> {
+        use std::sync::PoisonError;
+        if let Some(p) = &self.int16 {
+            return Some(Quantizing::Int16(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)));
+        }
+        self.int8.as_ref().map(|p| Quantizing::Int8(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)))
     }
 
     /// `y[t][r] = Σ_c w[r][c] · x[t][c]` for the `n` vectors of `x` (n × w.cols) into `y`
@@ -811,7 +876,7 @@ impl Kernels {
             self.with_split_inputs(&mut buf, &w, x, n, |job, t0, tn| self.product(pool, &w, job, tn, &mut y[t0 * rows..]));
             return;
         }
-        let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
+        let mut scratch = if self.int_covers(w.dtype) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "matmul");
         self.product(pool, &w, job, n, y);
@@ -866,10 +931,10 @@ impl Kernels {
         }
         let mut split_buf = split_w.and_then(|w| self.split_buffer(&w, n));
         let split = split_buf.as_deref_mut().zip(split_w).map(|(buf, w)| self.split_job(buf, &w, x, n));
-        // The shared input is quantized once for every int8-path product of the group.
-        let int8_cols = items.iter().find(|(w, _)| self.int8_covers(w.dtype)).map(|(w, _)| w.cols);
-        let mut scratch = int8_cols.and_then(|_| self.scratch());
-        let acts = scratch.as_mut().zip(int8_cols).map(|(s, cols)| self.quantize(s, x, n, cols));
+        // The shared input is quantized once for every integer-path product of the group.
+        let int_cols = items.iter().find(|(w, _)| self.int_covers(w.dtype)).map(|(w, _)| w.cols);
+        let mut scratch = int_cols.and_then(|_| self.scratch());
+        let acts = scratch.as_mut().zip(int_cols).map(|(s, cols)| self.quantize(s, x, n, cols));
         let threads = pool.threads();
         let small = items.iter().map(|(w, _)| w.rows * w.cols * n).sum::<usize>() < PARALLEL_MIN_MACS;
         let job = |w: &MatRef| match split {
@@ -916,7 +981,7 @@ impl Kernels {
             });
             return;
         }
-        let mut scratch = if self.int8_covers(w.dtype) { self.scratch() } else { None };
+        let mut scratch = if self.int_covers(w.dtype) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "rows");
         // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.

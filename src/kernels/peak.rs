@@ -39,6 +39,17 @@ pub fn int8(isa: Int8Isa, iters: usize) -> u64 {
     }
 }
 
+/// Runs `iters` rounds of the integer multiply-add loop of the int16 path on `isa`'s kernels;
+/// returns the (16-bit × 16-bit) multiply-adds done.
+pub fn int16(isa: Int8Isa, iters: usize) -> u64 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in [`fma`].
+        Int8Isa::Avx512Vnni if isa.supported() => unsafe { x86::dpwssd_avx512(iters) },
+        _ => int8_scalar(iters),
+    }
+}
+
 fn fma_scalar(iters: usize) -> u64 {
     let mut a = [1.0f32; CHAINS];
     for _ in 0..iters {
@@ -131,5 +142,22 @@ mod x86 {
         }
         std::hint::black_box(a);
         (iters * CHAINS * 64) as u64
+    }
+
+    /// `vpdpwssd` on 512-bit registers: 32 products of 16-bit integers per instruction.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F/BW/VL and VNNI.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    pub unsafe fn dpwssd_avx512(iters: usize) -> u64 {
+        let mut a = [_mm512_setzero_si512(); CHAINS];
+        let (u, w) = (_mm512_set1_epi16(7), _mm512_set1_epi16(-3));
+        for _ in 0..iters {
+            for v in a.iter_mut() {
+                *v = _mm512_dpwssd_epi32(*v, u, w);
+            }
+        }
+        std::hint::black_box(a);
+        (iters * CHAINS * 32) as u64
     }
 }

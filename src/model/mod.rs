@@ -127,8 +127,11 @@ pub struct ModelInfo {
     pub threads: usize,
     /// Kernel instruction set in use.
     pub isa: &'static str,
-    /// The int8-activation path's kernels (`Options::int8_activations`), when it is on.
-    pub int8_activations: Option<&'static str>,
+    /// How Q8B32 and Q4B32 products take their inputs (`Options::activations`).
+    pub activations: crate::Activations,
+    /// The integer path's kernels (`scalar`, `avx2`, `avx512vnni`) when the activations are
+    /// quantized.
+    pub activation_kernels: Option<&'static str>,
     /// The tokenizer file, if the model has one.
     pub tokenizer: Option<PathBuf>,
     /// Streamed experts (wp-container): bytes of the expert cache's slots (0 when experts are
@@ -254,9 +257,11 @@ impl Model {
         let state = State::new(&cfg, ctx, chunk, threads)?;
         let session = Session::new(&cfg, ctx, identity, None)?;
         let mut kernels = plan::kernels_for(opts).with_split_buffer(State::split_values(&cfg, chunk));
-        if opts.int8_activations {
-            kernels = kernels.with_int8_activations(State::int8_values(&cfg, chunk));
-        }
+        kernels = match opts.activations {
+            crate::Activations::F32 => kernels,
+            crate::Activations::Int8 => kernels.with_int8_activations(State::int8_values(&cfg, chunk)),
+            crate::Activations::Int16 => kernels.with_int16_activations(State::int8_values(&cfg, chunk)),
+        };
         let cfg_vocab = cfg.vocab;
         let mut eos = cfg.eos_tokens.clone();
         eos.extend(generation_eos);
@@ -324,7 +329,12 @@ impl Model {
             context: self.state.ctx,
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
-            int8_activations: self.kernels.int8_isa().map(|i| i.name()),
+            activations: match (self.kernels.int8_isa(), self.kernels.int16_isa()) {
+                (Some(_), _) => crate::Activations::Int8,
+                (_, Some(_)) => crate::Activations::Int16,
+                _ => crate::Activations::F32,
+            },
+            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).map(|i| i.name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
             expert_banks: self.cache_stats().map_or(0, |s| s.banks),

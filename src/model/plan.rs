@@ -96,8 +96,9 @@ pub struct MemoryPlan {
     pub prefill_chunk: usize,
     /// I/O threads reading expert records (0 when no expert streams).
     pub io_threads: usize,
-    /// The int8 path's activation buffer is counted.
-    pub int8_activations: bool,
+    /// How Q8B32 and Q4B32 products take their inputs: an integer path's activation buffer is
+    /// counted.
+    pub activations: crate::Activations,
     /// Resident weights as the engine holds them.
     pub trunk_bytes: u64,
     /// The embedding table read a row per token instead of held (not in `trunk_bytes`; the
@@ -305,7 +306,11 @@ pub(crate) fn kernels_for(opts: &Options) -> Kernels {
 /// the metadata allowance.
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
-    let int8 = if opts.int8_activations { State::int8_scratch_bytes(cfg, chunk) } else { 0 };
+    let int8 = match opts.activations {
+        crate::Activations::F32 => 0,
+        crate::Activations::Int8 => State::int8_scratch_bytes(cfg, chunk),
+        crate::Activations::Int16 => State::int16_scratch_bytes(cfg, chunk),
+    };
     let kernels = kernels_for(opts);
     let split = if kernels.splits_inputs() { Floats::plan_bytes(kernels.split_buffer_len(State::split_values(cfg, chunk))) } else { 0 };
     let threads = (threads.saturating_sub(1) + io_threads) as u64 * THREAD_BYTES;
@@ -336,7 +341,7 @@ impl MemoryPlan {
             threads,
             prefill_chunk: chunk,
             io_threads,
-            int8_activations: opts.int8_activations,
+            activations: opts.activations,
             trunk_bytes: m.trunk_bytes,
             embeddings_on_disk_bytes: m.embeddings_on_disk_bytes,
             state_bytes: session.saturating_mul(sessions as u64),
@@ -461,8 +466,10 @@ impl MemoryPlan {
         if self.io_threads != Options::default().io_threads && self.kind == ModelKind::Container {
             c.push_str(&format!(" --io-threads {}", self.io_threads));
         }
-        if self.int8_activations {
-            c.push_str(" --int8-act");
+        match self.activations {
+            crate::Activations::F32 => {}
+            crate::Activations::Int8 => c.push_str(" --int8-act"),
+            crate::Activations::Int16 => c.push_str(" --int16-act"),
         }
         if self.sessions > 1 {
             c.push_str(&format!(" --sessions {}", self.sessions));
@@ -554,7 +561,7 @@ mod tests {
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
         MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
-            io_threads: 0, int8_activations: false, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
+            io_threads: 0, activations: crate::Activations::F32, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
             tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
             expert_cache_fixed_bytes: 0, expert_records: 1000, open_extra_bytes: 0, embeddings_on_disk_bytes: 0 }
     }

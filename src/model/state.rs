@@ -231,10 +231,15 @@ impl State {
         }
     }
 
-    /// Bytes of the int8 path's activation buffer (`Options::int8_activations`): one prefill
+    /// Bytes of the int8 path's activation buffer (`Options::activations`): one prefill
     /// chunk of the widest product input (hidden, attention output or FFN width).
     pub fn int8_scratch_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
         crate::kernels::int8::scratch_bytes(Self::int8_values(cfg, chunk))
+    }
+
+    /// Bytes of the int16 path's activation buffer, as [`State::int8_scratch_bytes`].
+    pub fn int16_scratch_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
+        crate::kernels::int16::scratch_bytes(Self::int8_values(cfg, chunk))
     }
 
     /// Inputs the kernels' split-input buffer holds ([`crate::kernels::Kernels::with_split_buffer`]):

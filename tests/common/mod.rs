@@ -513,7 +513,8 @@ pub fn assert_plan_equals_memory_used(name: &str, state: impl Fn(&waste::MemoryP
     let option_sets = [
         Options::default(),
         Options { ctx: 7, threads: 3, prefill_chunk: 5, ..Options::default() },
-        Options { ctx: 33, threads: 1, prefill_chunk: 1, int8_activations: true, ..Options::default() },
+        Options { ctx: 33, threads: 1, prefill_chunk: 1, activations: waste::Activations::Int8, ..Options::default() },
+        Options { ctx: 33, threads: 2, prefill_chunk: 3, activations: waste::Activations::Int16, ..Options::default() },
     ];
     let hf = oracle(name).dir.join("model");
     let container = float_container(name, "plan");

@@ -1,9 +1,9 @@
-//! The opt-in int8-activation path (`Kernels::with_int8_activations`, `Options::int8_activations`):
-//! every SIMD int8 kernel equals its scalar twin bit for bit (the integer dot products are
-//! exact and the f32 operations run in the same order), the path stays within the proven
-//! activation-rounding bound of the exact product, and nothing that only changes *when* work
-//! is done — vectors per call, row range, thread count, grouping, prefill chunking — changes
-//! a bit.
+//! The integer-activation paths (`Options::activations`), int8
+//! (`Kernels::with_int8_activations`) and int16 (`Kernels::with_int16_activations`): every SIMD kernel equals its scalar twin bit for bit (the
+//! integer dot products are exact and the f32 operations run in the same order), each path
+//! stays within the proven activation-rounding bound of the exact product, and nothing that
+//! only changes *when* work is done — vectors per call, row range, thread count, grouping,
+//! prefill chunking — changes a bit.
 
 mod common;
 use common::{random_matrix, Rng};
@@ -41,13 +41,43 @@ fn activations(len: usize, rng: &mut Rng) -> Vec<f32> {
     x
 }
 
-/// The int8 path on each instruction set this CPU has (scalar first).
-fn int8_kernels() -> Vec<Kernels> {
-    let all: Vec<Kernels> = Isa::ALL.into_iter().filter_map(Kernels::with_isa).map(|k| k.with_int8_activations(0)).collect();
-    if all.len() == 1 {
-        common::skip("kernels_int8", "this CPU has no SIMD int8 kernels: only the scalar twin is checked");
+/// One integer path: its name, its largest quantized level, and how to turn it on.
+#[derive(Clone, Copy)]
+struct Path {
+    name: &'static str,
+    level: f64,
+    on: fn(Kernels) -> Kernels,
+}
+
+impl Path {
+    /// The path's kernels, as `Kernels` reports them.
+    fn isa(&self, k: &Kernels) -> Option<Int8Isa> {
+        if self.level == 127.0 { k.int8_isa() } else { k.int16_isa() }
     }
-    all
+
+    /// The path on each instruction set this CPU has, each set's kernels once (scalar first).
+    fn kernels(&self) -> Vec<Kernels> {
+        let mut all: Vec<Kernels> = Vec::new();
+        for k in Isa::ALL.into_iter().filter_map(Kernels::with_isa).map(self.on) {
+            if !all.iter().any(|a| self.isa(a) == self.isa(&k)) {
+                all.push(k);
+            }
+        }
+        if all.len() == 1 {
+            common::skip("kernels_integer", &format!("this CPU has no SIMD {} kernels: only the scalar twin is checked", self.name));
+        }
+        all
+    }
+}
+
+const PATHS: [Path; 2] = [
+    Path { name: "int8", level: 127.0, on: |k| k.with_int8_activations(0) },
+    Path { name: "int16", level: 32767.0, on: |k| k.with_int16_activations(0) },
+];
+
+/// Every (path, kernels) pair this CPU runs.
+fn all_kernels() -> Vec<(Path, Kernels)> {
+    PATHS.iter().flat_map(|p| p.kernels().into_iter().map(move |k| (*p, k))).collect()
 }
 
 fn product(k: &Kernels, w: MatRef, x: &[f32], n: usize) -> Vec<f32> {
@@ -76,14 +106,23 @@ fn the_path_is_chosen_per_instruction_set() {
             common::skip("the_path_is_chosen_per_instruction_set", "no AVX-512 VNNI + VBMI: the VNNI kernels are not run here");
         }
     }
+    // int16: the VNNI kernels where int8 has them, the scalar twins elsewhere; one path at a time.
+    assert_eq!(Kernels::select(true).with_int16_activations(64).int16_isa(), Some(Int8Isa::Scalar));
+    let both = Kernels::select(false).with_int8_activations(64).with_int16_activations(64);
+    assert_eq!((both.int8_isa().is_some(), both.int16_isa().is_some()), (false, true));
+    let k = Kernels::select(false);
+    let want = if k.clone().with_int8_activations(64).int8_isa() == Some(Int8Isa::Avx512Vnni) { Int8Isa::Avx512Vnni } else { Int8Isa::Scalar };
+    assert_eq!(k.with_int16_activations(64).int16_isa(), Some(want));
 }
 
-/// The SIMD int8 kernels (AVX-512 VNNI, AVX2) equal the scalar twin bit for bit: each lane's
-/// integer partial is exact, its conversion to f32 is exact (|partial| ≤ 4·128·127), and the
-/// scale product, the fused multiply-adds and the final sum run in the same order.
+/// The SIMD integer kernels (int8: AVX-512 VNNI, AVX2; int16: AVX-512 VNNI) equal the scalar
+/// twin bit for bit: each integer partial is exact, its conversion to f32 is the same rounding
+/// of the same integer, and the scale product, the fused multiply-adds and the final sum run
+/// in the same order.
 #[test]
-fn simd_int8_kernels_equal_the_scalar_twin_bit_for_bit() {
-    let all = int8_kernels();
+fn simd_integer_kernels_equal_the_scalar_twin_bit_for_bit() {
+  for path in PATHS {
+    let all = path.kernels();
     let scalar = &all[0];
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for dtype in WIDTHS {
@@ -98,30 +137,34 @@ fn simd_int8_kernels_equal_the_scalar_twin_bit_for_bit() {
                 for k in &all[1..] {
                     let got = product(k, w, &x, n);
                     for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                        assert_eq!(g.to_bits(), e.to_bits(), "{:?} {dtype} {rows}x{cols} n={n} element {i}: {g} vs scalar {e}",
-                            k.int8_isa());
+                        assert_eq!(g.to_bits(), e.to_bits(), "{} {:?} {dtype} {rows}x{cols} n={n} element {i}: {g} vs scalar {e}",
+                            path.name, path.isa(k));
                     }
                 }
             }
         }
     }
+  }
 }
 
-/// Every int8 kernel against the exact (f64) product of the same weights and the *unquantized*
-/// activations. Quantizing block b rounds each x to a multiple of d_b = max|x|/127 (ties to
-/// even), an error of at most d_b/2 (plus a relative 2⁻²² from the scaled rounding), so the
-/// exact int8-path value differs from the exact product by at most Σ_b (d_b/2)·Σ_k |w_k|. Its
-/// f32 evaluation adds at most (blocks + 5)·2⁻²⁴·Σ|w_k·d_b·q_k| (one rounding for the scale
-/// product, one per fused multiply-add along a lane, three in the final tree) — Higham §3.1.
+/// Every integer kernel against the exact (f64) product of the same weights and the
+/// *unquantized* activations. Quantizing block b rounds each x to a multiple of
+/// d_b = max|x|/L (L = 127 for int8, 32767 for int16; ties to even), an error of at most d_b/2
+/// (plus a relative 2⁻²² from the scaled rounding), so the exact path value differs from the
+/// exact product by at most Σ_b (d_b/2)·Σ_k |w_k|. Its f32 evaluation adds at most
+/// (blocks + 6)·2⁻²⁴·Σ|w_k·d_b·q_k| (one rounding for the scale product, one for an int16
+/// block sum's conversion, one per fused multiply-add along a lane, three in int8's final
+/// tree) — Higham §3.1.
 /// The f32 path is held to its own bound (cols + blocks + 2)·2⁻²⁴·Σ|w·x|, so the two paths
 /// differ by at most the sum. A wrong lane layout, a lost offset correction or a swapped
 /// nibble is off by whole products, far above these bounds for this data.
 #[test]
-fn the_int8_path_stays_within_the_activation_rounding_bound() {
+fn integer_paths_stay_within_the_activation_rounding_bound() {
+  for path in PATHS {
     let f32_path = Kernels::select(false);
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let mut worst = 0.0f64;
-    for k in int8_kernels() {
+    for k in path.kernels() {
         for dtype in WIDTHS {
             for (rows, cols) in [(7, 96), (13, 576), (3, 2048)] {
                 let data = random_matrix(dtype, rows, cols, &mut rng);
@@ -135,7 +178,7 @@ fn the_int8_path_stays_within_the_activation_rounding_bound() {
                     for r in 0..rows {
                         let (mut exact, mut quant, mut mag8, mut mag) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
                         for (b, xb) in xt.chunks(32).enumerate() {
-                            let d = xb.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64 / 127.0;
+                            let d = xb.iter().fold(0.0f32, |m, v| m.max(v.abs())) as f64 / path.level;
                             for (i, &v) in xb.iter().enumerate() {
                                 let wv = weight(dtype, &data, cols, r, b * 32 + i);
                                 exact += wv * v as f64;
@@ -145,12 +188,12 @@ fn the_int8_path_stays_within_the_activation_rounding_bound() {
                             }
                         }
                         let blocks = (cols / 32) as f64;
-                        let bound8 = quant + (blocks + 5.0) * eps * mag8 + 1e-30;
+                        let bound8 = quant + (blocks + 6.0) * eps * mag8 + 1e-30;
                         let bound32 = (cols as f64 + blocks + 2.0) * eps * mag;
                         let (g, f) = (got[t * rows + r] as f64, f32y[t * rows + r] as f64);
-                        assert!((g - exact).abs() <= bound8, "{:?} {dtype} {rows}x{cols} t={t} r={r}: int8 {g}, exact {exact}, bound {bound8:e}",
-                            k.int8_isa());
-                        assert!((g - f).abs() <= bound8 + bound32, "{:?} {dtype}: int8 {g} vs f32 path {f}", k.int8_isa());
+                        assert!((g - exact).abs() <= bound8, "{} {:?} {dtype} {rows}x{cols} t={t} r={r}: {g}, exact {exact}, bound {bound8:e}",
+                            path.name, path.isa(&k));
+                        assert!((g - f).abs() <= bound8 + bound32, "{} {:?} {dtype}: {g} vs f32 path {f}", path.name, path.isa(&k));
                         worst = worst.max((g - exact).abs() / bound8);
                     }
                 }
@@ -158,8 +201,9 @@ fn the_int8_path_stays_within_the_activation_rounding_bound() {
         }
     }
     // The bound is a worst case: random rounding errors cancel, and the test reports how much.
-    println!("int8 path: largest error / bound = {worst:.3}");
-    assert!(worst > 0.0, "the int8 path equals the exact product: the test data exercise no rounding");
+    println!("{} path: largest error / bound = {worst:.3}", path.name);
+    assert!(worst > 0.0, "the {} path equals the exact product: the test data exercise no rounding", path.name);
+  }
 }
 
 /// Non-finite activations come out NaN, as the f32 path's would, rather than as a finite
@@ -167,13 +211,13 @@ fn the_int8_path_stays_within_the_activation_rounding_bound() {
 #[test]
 fn a_non_finite_activation_makes_the_product_nan() {
     let mut rng = Rng(5);
-    for k in int8_kernels() {
+    for (path, k) in all_kernels() {
         for dtype in WIDTHS {
             let data = random_matrix(dtype, 3, 64, &mut rng);
             let w = MatRef { dtype, rows: 3, cols: 64, data: &data };
             let mut x = activations(64, &mut rng);
             x[40] = f32::INFINITY;
-            assert!(product(&k, w, &x, 1).iter().all(|v| v.is_nan()), "{:?} {dtype}", k.int8_isa());
+            assert!(product(&k, w, &x, 1).iter().all(|v| v.is_nan()), "{} {:?} {dtype}", path.name, path.isa(&k));
         }
     }
 }
@@ -181,11 +225,11 @@ fn a_non_finite_activation_makes_the_product_nan() {
 /// A (row, vector) result is the same bits whatever else the call computes: the vector alone
 /// or among others, the row alone or in any row range.
 #[test]
-fn int8_results_do_not_depend_on_vector_count_or_row_range() {
+fn integer_results_do_not_depend_on_vector_count_or_row_range() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    for k in int8_kernels() {
+    for (path, k) in all_kernels() {
         for dtype in WIDTHS {
-          // Shapes on both sides of the prefill kernel's groups (16 rows, 32 vectors, 256
+          // Shapes on both sides of the kernels' groups (16 rows, 8 to 32 vectors, 256 to 1024
           // columns), odd block counts included.
           for (rows, cols, n) in [(19, 320, 9), (37, 1056, 40), (18, 544, 33)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
@@ -194,29 +238,31 @@ fn int8_results_do_not_depend_on_vector_count_or_row_range() {
             let whole = product(&k, w, &x, n);
             for t in 0..n {
                 let one = product(&k, w, &x[t * cols..(t + 1) * cols], 1);
-                assert!(bits_equal(&one, &whole[t * rows..(t + 1) * rows]), "{:?} {dtype}: vector {t} alone differs", k.int8_isa());
+                assert!(bits_equal(&one, &whole[t * rows..(t + 1) * rows]), "{} {:?} {dtype}: vector {t} alone differs", path.name, path.isa(&k));
             }
             for m in [2, 3, 5] {
                 let part = product(&k, w, &x[..m * cols], m);
-                assert!(bits_equal(&part, &whole[..m * rows]), "{:?} {dtype}: first {m} vectors differ", k.int8_isa());
+                assert!(bits_equal(&part, &whole[..m * rows]), "{} {:?} {dtype}: first {m} vectors differ", path.name, path.isa(&k));
             }
             for split in [1, 2, 3, 5, 8, 9, 17] {
                 let mut y = vec![f32::NAN; n * rows];
                 k.rows(w, 0, split, &x, n, &mut y, rows);
                 k.rows(w, split, rows, &x, n, &mut y, rows);
-                assert!(bits_equal(&y, &whole), "{:?} {dtype}: split at row {split} differs", k.int8_isa());
+                assert!(bits_equal(&y, &whole), "{} {:?} {dtype}: split at row {split} differs", path.name, path.isa(&k));
             }
           }
         }
     }
 }
 
-/// The pooled int8 product is bit-identical at 1..4 threads (the input is quantized once, on
-/// the calling thread, and rows are split), and a group equals its products made one by one.
+/// The pooled integer-path product is bit-identical at 1..4 threads (the input is quantized
+/// once, on the calling thread, and rows are split), and a group equals its products made one
+/// by one.
 #[test]
-fn int8_threads_and_groups_do_not_change_the_bits() {
+fn integer_threads_and_groups_do_not_change_the_bits() {
+  for path in PATHS {
     let mut rng = Rng(99);
-    let k = Kernels::select(false).with_int8_activations(7 * 256);
+    let k = (path.on)(Kernels::select(false));
     let pools: Vec<Pool> = (1..=4).map(|t| Pool::new(t).unwrap()).collect();
     let cols = 256;
     let mats: Vec<(DType, usize, Vec<u8>)> = [(DType::Q4B32, 203), (DType::Q8B32, 129), (DType::BF16, 67)]
@@ -240,7 +286,7 @@ fn int8_threads_and_groups_do_not_change_the_bits() {
             for p in &pools[1..] {
                 let mut y = vec![f32::NAN; n * w.rows];
                 k.matmul(p, *w, &x, n, &mut y);
-                assert!(bits_equal(&y, &base), "{} n={n}: {} threads differ", w.dtype, p.threads());
+                assert!(bits_equal(&y, &base), "{} {} n={n}: {} threads differ", path.name, w.dtype, p.threads());
             }
         }
         for p in &pools {
@@ -250,10 +296,11 @@ fn int8_threads_and_groups_do_not_change_the_bits() {
                 k.matmul_group(p, &x, n, &mut items);
             }
             for (w, got) in views.iter().zip(&outs) {
-                assert!(bits_equal(got, &product(&k, *w, &x, n)), "{} n={n}: grouped on {} threads differs", w.dtype, p.threads());
+                assert!(bits_equal(got, &product(&k, *w, &x, n)), "{} {} n={n}: grouped on {} threads differs", path.name, w.dtype, p.threads());
             }
         }
     }
+  }
 }
 
 /// The SIMD activation quantizer writes the scalar one's bytes and scales bit for bit

@@ -1,0 +1,169 @@
+//! The int16-activation path (`Options::activations`) for Q8B32 and Q4B32 weights: each
+//! input vector of a product is quantized once, before the parallel region, to blocks of 32
+//! signed 16-bit integers with an f32 scale, and each weight block meets its activation block
+//! as an exact integer dot product. Against the int8 path ([`super::int8`]) the rounding of an
+//! activation is bounded by 1/65534 of its block's largest |x| instead of 1/254 (issue 13's
+//! accuracy for an integer default); against f32 activations the weights' products become
+//! `vpdpwssd`, 32 multiply-adds per instruction where the f32 FMA does 16.
+//!
+//! The arithmetic, which every instruction set follows exactly (the SIMD kernels equal their
+//! scalar twins bit for bit, and a result does not depend on how many vectors or which rows a
+//! call computes):
+//! - activation block: `d = max|x| / 32767`, `q = round_half_even(x · (32767 / max|x|))`, in
+//!   −32767..=32767 (`d = 0` and `q = 0` for an all-zero block; `d = NaN` when the block holds
+//!   a non-finite value, so the product comes out NaN as the f32 path's would);
+//! - per row and weight block `b`: `S = Σ_k w[k]·q[k]` over the block's 32 positions, an exact
+//!   integer (|S| ≤ 32·128·32767 < 2³¹), whatever order the instructions add in;
+//! - `c = f16_to_f32(w_scale) · d` (one f32 multiply), then `acc = fma(f32(S), c, acc)` — one
+//!   accumulator per row, blocks in order from `acc = 0`; `f32(S)` rounds to nearest, ties to
+//!   even (exact below 2²⁴);
+//! - the result is `acc`.
+//!
+//! One accumulator per row, with no lanes to sum at the end, is what lets the x86 kernels put
+//! *rows* in a register's lanes (sixteen with AVX-512, eight with AVX2) and broadcast the
+//! activations: a block then costs one integer instruction per pair of positions and one
+//! conversion and one fused multiply-add per sixteen rows, the same for one vector or many.
+
+use super::int8::{round_half_even, Acts, Int8Isa, QuantizeFn};
+use super::scalar::F16_TO_F32;
+use super::MatRef;
+use crate::format::dtype::BLOCK;
+
+/// The largest quantized magnitude.
+const LEVEL: f32 = 32767.0;
+
+/// Row kernel of the int16 path: rows `r0..r1` of `w` (Q8B32 or Q4B32) against the `n`
+/// quantized vectors of `x`, writing `y[t * y_stride + r]`.
+///
+/// # Safety
+/// As [`super::RowsFn`], with `x.cols == w.cols`, `x.q.len() >= n * w.cols` and
+/// `x.d.len() >= n * w.cols / 32`.
+pub type Int16RowsFn = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize, y: *mut f32, y_stride: usize);
+
+/// Quantizes one block of 32 activations into `q`, returning its scale `d` (see the module
+/// comment for the rule).
+pub fn quantize_block(x: &[f32], q: &mut [i16]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut finite = true;
+    for &v in x {
+        amax = amax.max(v.abs());
+        finite &= v.is_finite();
+    }
+    if !finite || amax == 0.0 {
+        q.fill(0);
+        return if finite { 0.0 } else { f32::NAN };
+    }
+    let inv = LEVEL / amax;
+    for (o, &v) in q.iter_mut().zip(x) {
+        // |v · inv| ≤ 32767·(1 + 2⁻²³) rounds into −32767..=32767 (the cast saturates anyway).
+        *o = round_half_even(v * inv) as i16;
+    }
+    amax / LEVEL
+}
+
+/// The scalar [`QuantizeFn`], block by block with [`quantize_block`]: it is the only
+/// quantizer (a product's quantization is one pass over its inputs, against one pass over the
+/// weights per input vector).
+///
+/// # Safety
+/// None beyond the signature.
+pub unsafe fn quantize_scalar(x: &[f32], q: &mut [i16], d: &mut [f32]) {
+    for ((xb, qb), d) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)).zip(d) {
+        *d = quantize_block(xb, qb);
+    }
+}
+
+/// The quantizer of every instruction set.
+pub(super) const QUANTIZE: QuantizeFn<i16> = quantize_scalar;
+
+/// The (Q8B32, Q4B32) kernels of the int16 path that go with `isa`: AVX-512 VNNI where the
+/// int8 path would use it, else the scalar twins (no AVX2 or NEON int16 kernels are written).
+pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, Int16RowsFn, Int16RowsFn) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx512Vnni => (isa, super::int16_x86::rows_q8, super::int16_x86::rows_q4),
+        _ => (Int8Isa::Scalar, rows_q8, rows_q4),
+    }
+}
+
+/// One row against one quantized vector, in the module's order; `weight(block, k)` is the
+/// signed value at position `k` of the row's block.
+#[inline]
+fn row_dot(blocks: usize, scale_bits: impl Fn(usize) -> u16, weight: impl Fn(usize, usize) -> i32, q: &[i16], d: &[f32]) -> f32 {
+    let mut acc = 0.0f32;
+    for b in 0..blocks {
+        let c = F16_TO_F32[scale_bits(b) as usize] * d[b];
+        let s: i32 = q[b * BLOCK..(b + 1) * BLOCK].iter().enumerate().map(|(k, &v)| weight(b, k) * v as i32).sum();
+        acc = (s as f32).mul_add(c, acc);
+    }
+    acc
+}
+
+macro_rules! scalar_rows {
+    ($name:ident, $bytes:expr, $weight:expr) => {
+        /// Scalar twin of the int16-path kernels (see [`Int16RowsFn`]).
+        ///
+        /// # Safety
+        /// As [`Int16RowsFn`].
+        pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize, y: *mut f32, y_stride: usize) {
+            let rb = w.row_bytes();
+            let blocks = rb / $bytes;
+            let per = blocks * BLOCK;
+            for r in r0..r1 {
+                let row = &w.data[r * rb..(r + 1) * rb];
+                for t in 0..n {
+                    let v = row_dot(blocks, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
+                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k),
+                        &x.q[t * per..(t + 1) * per], &x.d[t * blocks..(t + 1) * blocks]);
+                    // SAFETY: the caller guarantees this element is ours to write.
+                    unsafe { *y.add(t * y_stride + r) = v };
+                }
+            }
+        }
+    };
+}
+
+scalar_rows!(rows_q8, 34, |blk: &[u8], k: usize| (blk[2 + k] as i8) as i32);
+scalar_rows!(rows_q4, 18, |blk: &[u8], k: usize| super::scalar::q4_at(blk, k) as i32);
+
+/// Bytes an [`super::int8::ActScratch`] of the int16 path for `values` activations holds.
+pub fn scratch_bytes(values: usize) -> u64 {
+    let values = values.div_ceil(BLOCK) * BLOCK;
+    (2 * values + 4 * (values / BLOCK)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_quantization_rounds_to_the_nearest_level() {
+        let mut x: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) / 8.0).collect();
+        let mut q = [0i16; 32];
+        let d = quantize_block(&x, &mut q);
+        assert_eq!(d, 15.5 / 8.0 / LEVEL);
+        assert_eq!((q[0], q[31]), (-32767, 32767));
+        for (v, &k) in x.iter().zip(&q) {
+            assert!((v - d * k as f32).abs() <= d / 2.0 * 1.0001, "{v} -> {k}");
+        }
+        // Ties go to even: 0.5, 1.5 and −2.5 steps of d.
+        x.fill(0.0);
+        x[0] = 32767.0;
+        x[1] = 0.5;
+        x[2] = 1.5;
+        x[3] = -2.5;
+        let d = quantize_block(&x, &mut q);
+        assert_eq!((d, q[1], q[2], q[3]), (1.0, 0, 2, -2));
+        assert_eq!(quantize_block(&[0.0; 32], &mut q), 0.0);
+        assert_eq!(q, [0; 32]);
+        x[5] = f32::NEG_INFINITY;
+        assert!(quantize_block(&x, &mut q).is_nan());
+    }
+
+    #[test]
+    fn block_sums_cannot_overflow() {
+        // The largest |S|: 32 products of −128 (a Q8B32 byte) and −32767.
+        let s: i64 = 32 * 128 * 32767;
+        assert!(s < i32::MAX as i64);
+    }
+}

@@ -1,0 +1,117 @@
+//! `Options::activations` end to end: the Qwen3 oracle fixture quantized at both widths runs
+//! through `Model` with int8 and with int16 activations; its logits are bit-identical whatever
+//! the thread count and prefill chunk, stay near the f32-activation logits, and the memory
+//! plan counts the activation buffer.
+
+mod common;
+
+use common::*;
+use waste::format::quant::Width;
+use waste::tools::quantize::quantize_checkpoint;
+use waste::{plan_memory, Activations, Model, Options};
+
+fn logits(dir: &std::path::Path, prompt: &[u32], opts: &Options) -> Vec<f32> {
+    let mut m = Model::open(dir, opts).unwrap();
+    all_logits(&mut m, prompt).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Bit-identity across threads (1, 2, 3) and prefill chunks (1, 5, 32) — the activations of
+/// each token are quantized on their own, before any parallel region — and nearness to the
+/// f32-activation path. The nearness bounds are empirical, not proven: on these random 4-layer
+/// fixtures the int8 path moves the largest logit difference to 1.7e-2 (Q4B32) and 2.2e-2
+/// (Q8B32) of the largest logit (`docs/BENCHMARKS.md`, "Opt-in int8 activations"), the int16
+/// path to about 1/256 of that (its rounding step is 258 times finer); the bounds leave room
+/// for other instruction sets' f32 paths while still catching a broken path (a wrong scale or
+/// lane layout moves logits by whole units).
+#[test]
+fn integer_activations_run_through_the_model_bit_identically() {
+    let ids = read_json(&fixture("oracles/qwen3_f32/input_ids.json"));
+    let prompt = ids_of(ids.get("prompt_ids").unwrap());
+    let src = fixture("oracles/qwen3_f32/model");
+    for width in [Width::Q8, Width::Q4] {
+        let dir = temp_dir(&format!("integer-{}", width.bits()));
+        let q = dir.join("q");
+        quantize_checkpoint(&src, &q, width).unwrap();
+        let base = Options { threads: 1, ctx: 64, ..Options::default() };
+        let reference = logits(&q, &prompt, &base);
+        assert_eq!(Model::open(&q, &base).unwrap().info().activation_kernels, None);
+        for (path, bound) in [(Activations::Int8, 0.1), (Activations::Int16, 1e-3)] {
+            let on = Options { activations: path, ..base.clone() };
+            let got = logits(&q, &prompt, &on);
+            for (threads, chunk) in [(2, 32), (3, 5), (1, 1), (2, 1)] {
+                let other = logits(&q, &prompt, &Options { threads, prefill_chunk: chunk, ..on.clone() });
+                assert_eq!(bits(&other), bits(&got), "{width:?} {path:?}: {threads} threads, chunk {chunk} differ");
+            }
+            let rel = rel_max_diff(&got, &reference);
+            println!("{width:?}: {} activations vs f32 activations: max |diff| / max |logit| = {rel:.2e}", path.name());
+            assert!(rel > 0.0, "{width:?}: the {path:?} path changed nothing: is it on?");
+            assert!(rel < bound, "{width:?}: the {path:?} path is {rel} from the f32 path");
+
+            let m = Model::open(&q, &on).unwrap();
+            assert_eq!(m.info().activations, path);
+            assert!(m.info().activation_kernels.is_some());
+            let plan = plan_memory(&q, &on).unwrap();
+            assert_eq!(m.memory_used(), plan.resident_bytes(), "{width:?} {path:?}: the plan must count the activation buffer");
+            assert!(plan.resident_bytes() > plan_memory(&q, &base).unwrap().resident_bytes());
+        }
+    }
+}
+
+/// `force_scalar` keeps working with the int8 path: the scalar twins run, and since the f32
+/// kernels around them are the scalar ones too, the logits are those of the scalar reference
+/// to within the int8 path's nearness (and bit-identical across threads).
+#[test]
+fn force_scalar_runs_the_int8_scalar_twins() {
+    let ids = read_json(&fixture("oracles/qwen3_f32/input_ids.json"));
+    let prompt = ids_of(ids.get("prompt_ids").unwrap());
+    let dir = temp_dir("int8-scalar");
+    let q = dir.join("q");
+    quantize_checkpoint(&fixture("oracles/qwen3_f32/model"), &q, Width::Q4).unwrap();
+    let opts = Options { threads: 1, ctx: 64, force_scalar: true, activations: Activations::Int8, ..Options::default() };
+    let m = Model::open(&q, &opts).unwrap();
+    assert_eq!((m.info().isa, m.info().activation_kernels), ("scalar", Some("scalar")));
+    let one = logits(&q, &prompt, &opts);
+    let two = logits(&q, &prompt, &Options { threads: 2, prefill_chunk: 7, ..opts.clone() });
+    assert_eq!(bits(&one), bits(&two));
+    let simd = logits(&q, &prompt, &Options { force_scalar: false, ..opts.clone() });
+    let rel = rel_max_diff(&simd, &one);
+    println!("scalar vs SIMD, int8 activations: {rel:.2e}");
+    assert!(rel < 1e-4, "scalar and SIMD int8 paths differ by {rel}");
+}
+
+/// The CLI switches: `info --int8-act` (`--int16-act`) names the path's kernels, `bench
+/// matmul` says which kernels Q8B32 and Q4B32 ran with, the two switches together are refused,
+/// and `compare Q Q --int8-act` applies the path to the second model only (the first is the
+/// f32-activation reference), so its logit difference is the int8 path's alone — zero
+/// without the switch.
+#[test]
+fn the_activation_switches_reach_the_commands() {
+    let dir = temp_dir("int8-cli");
+    let q = dir.join("q");
+    quantize_checkpoint(&fixture("oracles/qwen3_f32/model"), &q, Width::Q8).unwrap();
+    let q = q.to_str().unwrap();
+    for (switch, name) in [("--int8-act", "int8"), ("--int16-act", "int16")] {
+        let (status, out, err) = waste(&["info", q, switch]);
+        assert_eq!(status, 0, "{err}");
+        assert!(out.contains(&format!("{name} activations (")), "{out}");
+        let (status, out, err) = waste(&["bench", "matmul", "--rows", "33", "--cols", "64", "--bytes", "64K", "--passes", "1", switch]);
+        assert_eq!(status, 0, "{err}");
+        assert!(out.contains(&format!("{name} activations")), "{out}");
+    }
+    let (status, _, err) = waste(&["info", q, "--int8-act", "--int16-act"]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("give one"), "{err}");
+    let max_of = |out: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with("COMPARE logits")).unwrap_or_else(|| panic!("no logits line in {out}"));
+        line.split_whitespace().find_map(|f| f.strip_prefix("max=")).unwrap().parse().unwrap()
+    };
+    let ids = "1,23,57,105,167,243";
+    let (_, plain, err) = waste(&["compare", q, q, "--ids", ids, "-n", "3", "--threads", "1"]);
+    assert_eq!(max_of(&plain), 0.0, "{err}");
+    let (_, int8, err) = waste(&["compare", q, q, "--ids", ids, "-n", "3", "--threads", "1", "--int8-act"]);
+    assert!(max_of(&int8) > 0.0, "{int8}{err}");
+}
