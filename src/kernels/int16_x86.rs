@@ -21,6 +21,7 @@
 //!
 //! Stack use: up to 130 KiB per call (the few-vector form's permuted activations).
 
+use super::avx2::prefetch_span;
 use super::int8::Acts;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -319,7 +320,12 @@ unsafe fn few<const T: usize>(f: Format, w: &MatRef, r0: usize, r1: usize, x: &A
             }
             // Row g + j, or the last row of the range for lanes past it (read, never stored).
             let rows: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * f.bytes));
+            // The next group's sixteen rows are contiguous: each block step asks for its share
+            // of their lines at this chunk's columns (`avx2::prefetch_span`, as the f32 decode
+            // tiles' tile-after-next scheme).
+            let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * f.bytes * LANES);
             for b in 0..kb {
+                prefetch_span(next.wrapping_add(b * f.bytes * LANES), f.bytes * LANES);
                 let at = |j: usize| rows[j].wrapping_add(b * f.bytes);
                 // SAFETY: the live rows' block b0 + b is within the matrix.
                 let scales = unsafe { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, offsets, at(0).cast()))) };
