@@ -25,7 +25,8 @@ const GATE_PROMPT: &[u32] = &[1, 17, 42, 99, 3, 200];
 /// Seed 000, "The continuous integration does not need the download": a checkpoint with the
 /// shape of a development model whose every block of 32 carries ±levels (scale exactly 1),
 /// quantized by the tool's own code, decodes the same tokens as the float one with logits
-/// within 1e-3 (the only difference left is the order of the f32 sums).
+/// within 1e-3 (the only difference left is the order of the f32 sums); with int16
+/// activations the same tokens.
 fn gate(name: &str, config: &str, width: Width, source: DType, norm: f32) {
     gate_with(name, config, width, source, norm, GATE_PROMPT);
 }
@@ -57,6 +58,14 @@ fn gate_with(name: &str, config: &str, width: Width, source: DType, norm: f32, p
     distinct.sort_unstable();
     distinct.dedup();
     assert!(distinct.len() > 1, "{name}: degenerate decode {:?}", r.tokens_float);
+    // The int16-activation path decodes the same tokens, but its logits are 1.3e-3 to 2.6e-3
+    // from the float model's on these gates — above the seed's 1e-3, which is why it is not
+    // the default (issue 13: the default passes this gate). Held to 1e-2 here, and printed.
+    let mut q16 = Model::open(&q, &Options { activations: waste::Activations::Int16, ..opts() }).unwrap();
+    let r16 = compare(&mut fm, &mut q16, prompt, 8).unwrap();
+    println!("{name}, int16 activations: {}", r16.lines()[2]);
+    assert!(r16.matches(), "{name} int16: tokens differ: {:?} vs {:?}", r16.tokens_float, r16.tokens_quant);
+    assert!(r16.max_diff < 1e-2 && r16.prefill_max < 1e-2, "{name} int16: logits differ by {} (prefill {})", r16.max_diff, r16.prefill_max);
 }
 
 #[test]
