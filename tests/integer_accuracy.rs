@@ -21,12 +21,11 @@ use waste::{Activations, Options};
 
 /// One fixture per family whose matrices can be stored as Q8B32/Q4B32 (columns a multiple of
 /// 32), and whether its experts can too (Qwen3-Next's are 16 columns wide: they stay f32).
-/// Two families have no such fixture: Qwen2-MoE (a 48-column shared expert) and gpt-oss (its
-/// 2-D expert biases stop `convert` with a quantized trunk) — docs/BENCHMARKS.md says so.
-const FAMILIES: [(&str, bool); 11] = [
+/// Qwen2-MoE has no such fixture (a 48-column shared expert) — docs/BENCHMARKS.md says so.
+const FAMILIES: [(&str, bool); 12] = [
     ("llama3_f32", true), ("qwen2_f32", true), ("qwen3_f32", true), ("mixtral_f32", true), ("olmoe_f32", true),
     ("qwen3_moe_f32", true), ("deepseek_v2_lite_f32", true), ("deepseek_v3_plain_f32", true), ("glm4_moe_f32", true),
-    ("kimi_linear_decode_f32", true), ("qwen3_next_f32", false),
+    ("kimi_linear_decode_f32", true), ("qwen3_next_f32", false), ("gpt_oss_f32", true),
 ];
 
 fn logits(dir: &std::path::Path, prompt: &[u32], activations: Activations) -> Vec<f32> {

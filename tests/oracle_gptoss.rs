@@ -200,3 +200,29 @@ fn gptoss_native_mxfp4_experts_match_and_are_bit_stable() {
     assert!(e.to_string().contains("mxfp4"), "{e}");
     let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
+
+/// `waste convert` with its defaults (q4 trunk and experts, q8 embeddings, head and router)
+/// and with a q8 trunk takes a gpt-oss checkpoint: the 2-D expert biases, which a quantized
+/// file cannot hold as f32, go to an f32 trunk file of their own, and the containers run. The
+/// q8 one stays near the reference (the tiny random model's q4 weights move its logits too far
+/// for a bound: 0.48 of the largest logit).
+#[test]
+fn gptoss_converts_with_a_quantized_trunk() {
+    use waste::tools::convert::{convert, ConvertOptions, Encoding};
+    let o = oracle("gpt_oss_f32");
+    let base = temp_dir("gptoss-quantized-convert");
+    for (label, trunk) in [("q4", Encoding::Q4), ("q8", Encoding::Q8)] {
+        let out = base.join(format!("{label}.waste"));
+        convert(&ConvertOptions { trunk, experts: trunk, ..ConvertOptions::new(o.dir.join("model"), &out) }, &mut |_| {}).unwrap();
+        let st = waste::format::safetensors::SafeTensors::open(&out.join("trunk-f32.safetensors")).unwrap();
+        let names: Vec<&str> = st.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert!(!names.is_empty() && names.iter().all(|n| n.contains(".mlp.experts.") && n.ends_with("_bias")), "{names:?}");
+        let got = prompt_logits(&mut open_model_threads(&out, 2, 32), &o.prompt, false);
+        let rel = rel_max_diff(&got, &o.logits);
+        println!("gpt_oss_f32, {label} container against the reference: {rel:.3e}");
+        if trunk == Encoding::Q8 {
+            assert!(rel < 0.05, "the q8 container is {rel} from the reference");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}

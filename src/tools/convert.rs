@@ -389,8 +389,10 @@ fn classify(cfg: &ModelConfig, src: &Checkpoint, opts: &ConvertOptions) -> Resul
         }
         let (encoding, dtype) = match t.shape.len() {
             1 => (opts.trunk, DType::F32),
-            // gpt-oss's expert biases [experts, width]: small vectors, kept in f32 like the others.
-            2 if is_expert_bias(cfg, &t.name) => (opts.trunk, DType::F32),
+            // gpt-oss's expert biases [experts, width]: small vectors, kept in f32 like the others
+            // — in an f32 file when the trunk is quantized, whose format stores every 2-D tensor
+            // quantized (seed 000).
+            2 if is_expert_bias(cfg, &t.name) => (if opts.trunk.dtype().is_quantized() { Encoding::F32 } else { opts.trunk }, DType::F32),
             2 => {
                 let enc = if is_embedding_like(&t.name) { opts.embedding_encoding() } else { opts.trunk };
                 if enc.dtype().row_bytes(t.shape[1]).is_none() {
