@@ -331,3 +331,30 @@ fn the_simd_quantizer_equals_the_scalar_one() {
         common::skip("the_simd_quantizer_equals_the_scalar_one", "no SIMD quantizer on this CPU");
     }
 }
+
+/// `rows_alone` — an MoE participant computing whole products on its own — quantizes into
+/// the caller's room when it holds the inputs, and takes turns at the kernels' buffer when it
+/// does not: the same bits as `rows` either way, for every vector count.
+#[test]
+fn integer_rows_alone_equal_rows_with_and_without_room() {
+    let mut rng = Rng(0x51_7CC1_B727_220A);
+    for (path, k) in all_kernels() {
+        for dtype in WIDTHS {
+            let (rows, cols) = (37, 320);
+            let data = random_matrix(dtype, rows, cols, &mut rng);
+            let w = MatRef { dtype, rows, cols, data: &data };
+            for n in [1, 3, 8, 40] {
+                let x = activations(n * cols, &mut rng);
+                let want = product(&k, w, &x, n);
+                for room in [n * cols, 0] {
+                    let mut split = vec![f32::NAN; room];
+                    let mut y = vec![f32::NAN; n * rows];
+                    k.rows_alone(w, &x, n, &mut y, &mut split);
+                    assert!(bits_equal(&y, &want), "{} {:?} {dtype} n={n} room={room}", path.name, path.isa(&k));
+                    // The room was used exactly when it was given.
+                    assert_eq!(split.iter().any(|v| !v.is_nan()), room > 0, "{} {dtype} n={n} room={room}", path.name);
+                }
+            }
+        }
+    }
+}

@@ -181,6 +181,35 @@ impl<Q: Copy + Default> ActScratch<Q> {
     }
 }
 
+/// The integer types activations are quantized to: plain integers of at most 4-byte
+/// alignment, any bit pattern valid (what [`carve`] relies on).
+pub trait Quantum: Copy + Default + private::Sealed {}
+impl Quantum for i8 {}
+impl Quantum for i16 {}
+mod private {
+    pub trait Sealed {}
+    impl Sealed for i8 {}
+    impl Sealed for i16 {}
+}
+
+/// Carves a caller's f32 `room` into the scales and the quantized values of `blocks` blocks of
+/// 32 activations (scales first, then the values in the rest, reinterpreted), when it holds
+/// them: a pool participant computing whole products alone quantizes into its own room
+/// instead of taking turns at the kernels' buffer.
+pub(super) fn carve<Q: Quantum>(room: &mut [f32], blocks: usize) -> Option<(&mut [Q], &mut [f32])> {
+    let values = blocks.checked_mul(BLOCK)?;
+    let value_floats = values.checked_mul(std::mem::size_of::<Q>())?.div_ceil(4);
+    if room.len() < blocks.checked_add(value_floats)? {
+        return None;
+    }
+    let (d, rest) = room.split_at_mut(blocks);
+    let rest = &mut rest[..value_floats];
+    // SAFETY: `Q` is i8 or i16 (sealed): its alignment divides f32's, every bit pattern is a
+    // valid value, and `values` of them fit the `value_floats` f32s borrowed exclusively here.
+    let q = unsafe { std::slice::from_raw_parts_mut(rest.as_mut_ptr().cast::<Q>(), values) };
+    Some((q, d))
+}
+
 /// Bytes an [`ActScratch`] for `values` activations holds (for the memory plan).
 pub fn scratch_bytes(values: usize) -> u64 {
     let values = values.div_ceil(BLOCK) * BLOCK;

@@ -851,6 +851,25 @@ impl Kernels {
         }
     }
 
+    /// Quantizes `n` vectors of `cols` inputs into a caller's own `room` (see
+    /// [`int8::carve`]), when an integer path is on and the room holds them.
+    fn quantize_into<'a>(&self, room: &'a mut [f32], x: &[f32], n: usize, cols: usize) -> Option<IntActs<'a>> {
+        let values = n.checked_mul(cols)?;
+        let blocks = values / crate::format::dtype::BLOCK;
+        let x = x.get(..blocks * crate::format::dtype::BLOCK)?;
+        // SAFETY (both arms): the quantizers were chosen for an instruction set this CPU has;
+        // the slices hold `blocks` whole blocks.
+        if let Some(p) = &self.int16 {
+            let (q, d) = int8::carve::<i16>(room, blocks)?;
+            unsafe { (p.quantize)(x, q, d) };
+            return Some(IntActs::Int16(Acts { q, d, cols }));
+        }
+        let p = self.int8.as_ref()?;
+        let (q, d) = int8::carve::<i8>(room, blocks)?;
+        unsafe { (p.quantize)(x, q, d) };
+        Some(IntActs::Int8(Acts { q, d, cols }))
+    }
+
     /// Locks the integer path's activation buffer (a poisoned lock only means a panic
     /// elsewhere interrupted a quantization, which the next one overwrites).
     fn scratch(&self) -> Option<Quantizing<'_>> {
@@ -995,16 +1014,25 @@ impl Kernels {
     /// `split` should hold a group's (`min(n, SPLIT_VECTORS)` vectors: n × cols values by
     /// parity, half as many again for the tiles, whose groups are whole pairs of 16 vectors;
     /// shorter, the products take turns at the kernels' buffer or split per call: slower).
+    /// An integer path quantizes into `split` instead when it holds the quantized inputs (a
+    /// quarter to a half of its f32 room), and otherwise takes turns at the kernels' buffer.
     /// Same bits as [`Kernels::matmul`] and [`Kernels::rows`]. Panics as [`Kernels::rows`].
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
-        let alone = self.takes_split(&w, n) && split.len() >= self.split_len(&w, SPLIT_VECTORS.min(n));
-        if !alone {
-            // Other dtypes and instruction sets use no buffer; the int8 path quantizes into
-            // its own one and takes turns at it.
-            return self.rows(w, 0, w.rows, x, n, y, w.rows);
-        }
         assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "rows_alone: buffers too short");
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows_alone: weight data too short");
+        if self.int_covers(w.dtype) {
+            if let Some(acts) = self.quantize_into(split, x, n, w.cols) {
+                let job = self.job(&w, x, Some(acts), "rows_alone");
+                // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
+                return unsafe { job.run(&w, 0, w.rows, n, y.as_mut_ptr(), w.rows) };
+            }
+        }
+        let alone = self.takes_split(&w, n) && split.len() >= self.split_len(&w, SPLIT_VECTORS.min(n));
+        if !alone {
+            // Other dtypes and instruction sets use no buffer; an integer path whose inputs do
+            // not fit `split` quantizes into the kernels' buffer and takes turns at it.
+            return self.rows(w, 0, w.rows, x, n, y, w.rows);
+        }
         let out = y.as_mut_ptr();
         self.with_split_inputs(split, &w, x, n, |job, t0, tn| {
             // SAFETY: bounds asserted above (vectors t0..t0+tn of y); `y` is exclusively
