@@ -327,6 +327,21 @@ fn the_simd_quantizer_equals_the_scalar_one() {
         assert!(d.iter().zip(&d0).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "{isa:?}: {d:?}");
         checked += 1;
     }
+    // The int16 quantizer of the VNNI kernels, the same blocks.
+    let run16 = |isa| {
+        let (mut q, mut d) = (vec![0x5555i16; x.len()], vec![-1.0f32; x.len() / 32]);
+        waste::kernels::int16::quantize_with(isa, &x, &mut q, &mut d);
+        (q, d)
+    };
+    let (q0, d0) = run16(Int8Isa::Scalar);
+    assert!(d0[37].is_nan() && d0[38].is_nan() && d0[2] == 0.0, "{d0:?}");
+    assert_eq!(&q0[32 * 2..32 * 3], &[0; 32]);
+    if Int8Isa::Avx512Vnni.supported() {
+        let (q, d) = run16(Int8Isa::Avx512Vnni);
+        assert_eq!(q, q0, "int16");
+        assert!(d.iter().zip(&d0).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "int16: {d:?}");
+        checked += 1;
+    }
     if checked == 0 {
         common::skip("the_simd_quantizer_equals_the_scalar_one", "no SIMD quantizer on this CPU");
     }

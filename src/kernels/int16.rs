@@ -61,9 +61,7 @@ pub fn quantize_block(x: &[f32], q: &mut [i16]) -> f32 {
     amax / LEVEL
 }
 
-/// The scalar [`QuantizeFn`], block by block with [`quantize_block`]: it is the only
-/// quantizer (a product's quantization is one pass over its inputs, against one pass over the
-/// weights per input vector).
+/// The scalar [`QuantizeFn`], block by block with [`quantize_block`].
 ///
 /// # Safety
 /// None beyond the signature.
@@ -73,17 +71,24 @@ pub unsafe fn quantize_scalar(x: &[f32], q: &mut [i16], d: &mut [f32]) {
     }
 }
 
-/// The quantizer of every instruction set.
-pub(super) const QUANTIZE: QuantizeFn<i16> = quantize_scalar;
-
-/// The (Q8B32, Q4B32) kernels of the int16 path that go with `isa`: AVX-512 VNNI where the
-/// int8 path would use it, else the scalar twins (no AVX2 or NEON int16 kernels are written).
-pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, Int16RowsFn, Int16RowsFn) {
+/// The quantizer and the (Q8B32, Q4B32) kernels of the int16 path that go with `isa`: AVX-512
+/// VNNI where the int8 path would use it, else the scalar twins (no AVX2 or NEON int16
+/// kernels are written).
+pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<i16>, Int16RowsFn, Int16RowsFn) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx512Vnni => (isa, super::int16_x86::rows_q8, super::int16_x86::rows_q4),
-        _ => (Int8Isa::Scalar, rows_q8, rows_q4),
+        Int8Isa::Avx512Vnni => (isa, super::int16_x86::quantize, super::int16_x86::rows_q8, super::int16_x86::rows_q4),
+        _ => (Int8Isa::Scalar, quantize_scalar, rows_q8, rows_q4),
     }
+}
+
+/// Quantizes whole blocks of `x` with the int16 quantizer of `isa` (which this CPU must
+/// support, else the scalar one runs): for tests that compare the two.
+pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i16], d: &mut [f32]) {
+    let blocks = (x.len() / BLOCK).min(q.len() / BLOCK).min(d.len());
+    let f = if isa.supported() { kernels(isa).1 } else { quantize_scalar as QuantizeFn<i16> };
+    // SAFETY: the slices are cut to whole blocks that all three hold; the ISA was checked.
+    unsafe { f(&x[..blocks * BLOCK], &mut q[..blocks * BLOCK], &mut d[..blocks]) }
 }
 
 /// One row against one quantized vector, in the module's order; `weight(block, k)` is the

@@ -430,3 +430,38 @@ fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     unsafe { std::arch::asm!("vpdpwssd {acc}, {a}, {b}", acc = inout(zmm_reg) acc, a = in(zmm_reg) a, b = in(zmm_reg) b, options(pure, nomem, nostack, preserves_flags)) };
     acc
 }
+
+/// The int16 quantizer ([`super::int16::quantize_block`]'s rule, bit for bit): per block of
+/// 32, the largest |x| by a reduction, `x · (32767 / max)` rounded to nearest even by the
+/// conversion (the default rounding mode, as the scalar's magic-number addition), narrowed.
+///
+/// # Safety
+/// As [`super::int8::QuantizeFn`]; the CPU has AVX-512 F/BW/VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn quantize(x: &[f32], q: &mut [i16], d: &mut [f32]) {
+    let blocks = (x.len() / 32).min(q.len() / 32).min(d.len());
+    let magnitude = _mm512_set1_epi32(0x7FFF_FFFF);
+    for (b, scale) in d.iter_mut().take(blocks).enumerate() {
+        // SAFETY: block b of x and q is in bounds (checked by `blocks`).
+        let (v0, v1) = unsafe { (_mm512_loadu_ps(x.as_ptr().add(32 * b)), _mm512_loadu_ps(x.as_ptr().add(32 * b + 16))) };
+        let out = q[32 * b..32 * b + 32].as_mut_ptr();
+        // x − x is NaN exactly where x is infinite or NaN.
+        let bad = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(_mm512_sub_ps(v0, v0), _mm512_sub_ps(v1, v1));
+        let abs = |v: __m512| _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), magnitude));
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(abs(v0), abs(v1)));
+        if bad != 0 || amax == 0.0 {
+            // SAFETY: 32 values at `out`.
+            unsafe { std::ptr::write_bytes(out, 0, 32) };
+            *scale = if bad != 0 { f32::NAN } else { 0.0 };
+            continue;
+        }
+        let inv = _mm512_set1_ps(32767.0 / amax);
+        let (i0, i1) = (_mm512_cvtps_epi32(_mm512_mul_ps(v0, inv)), _mm512_cvtps_epi32(_mm512_mul_ps(v1, inv)));
+        // SAFETY: 32 values at `out`.
+        unsafe {
+            _mm256_storeu_si256(out.cast(), _mm512_cvtepi32_epi16(i0));
+            _mm256_storeu_si256(out.add(16).cast(), _mm512_cvtepi32_epi16(i1));
+        }
+        *scale = amax / 32767.0;
+    }
+}

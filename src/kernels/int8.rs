@@ -325,8 +325,8 @@ impl IntPath<i16> {
     /// The int16 path with the kernels that go with `isa` ([`super::int16`]), with room for
     /// `values` activations.
     pub fn int16(isa: Int8Isa, values: usize) -> IntPath<i16> {
-        let (isa, q8, q4) = super::int16::kernels(isa);
-        IntPath { isa, quantize: super::int16::QUANTIZE, q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+        let (isa, quantize, q8, q4) = super::int16::kernels(isa);
+        IntPath { isa, quantize, q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
 }
 

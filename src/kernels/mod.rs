@@ -847,7 +847,10 @@ impl Kernels {
                 let f = self.int8.as_ref().map_or(int8::quantize_scalar as int8::QuantizeFn, |p| p.quantize);
                 IntActs::Int8(unsafe { s.quantize(f, x, n, cols) })
             }
-            Quantizing::Int16(s) => IntActs::Int16(unsafe { s.quantize(int16::QUANTIZE, x, n, cols) }),
+            Quantizing::Int16(s) => {
+                let f = self.int16.as_ref().map_or(int16::quantize_scalar as int8::QuantizeFn<i16>, |p| p.quantize);
+                IntActs::Int16(unsafe { s.quantize(f, x, n, cols) })
+            }
         }
     }
 
