@@ -73,6 +73,9 @@ pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize,
 unsafe fn rows(f: Format, w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize, y: *mut f32, ys: usize) {
     let rb = w.row_bytes();
     let blocks = rb / f.bytes;
+    if n == 0 || r0 >= r1 {
+        return;
+    }
     if blocks == 0 || rb > (i32::MAX as usize) / LANES {
         // No columns (every result is 0), or rows too long for the gathers' 32-bit offsets:
         // the scalar twin gives the same bits.
