@@ -24,13 +24,10 @@
 //! activations: a block then costs one integer instruction per pair of positions and one
 //! conversion and one fused multiply-add per sixteen rows, the same for one vector or many.
 
-use super::int8::{round_half_even, Acts, Int8Isa, QuantizeFn};
+use super::int8::{quantize_block_to, scalar_rows_by, Acts, Int8Isa, QuantizeFn};
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use crate::format::dtype::BLOCK;
-
-/// The largest quantized magnitude.
-const LEVEL: f32 = 32767.0;
 
 /// Row kernel of the int16 path: rows `r0..r1` of `w` (Q8B32 or Q4B32) against the `n`
 /// quantized vectors of `x`, writing `y[t * y_stride + r]`.
@@ -41,24 +38,9 @@ const LEVEL: f32 = 32767.0;
 pub type Int16RowsFn = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize, y: *mut f32, y_stride: usize);
 
 /// Quantizes one block of 32 activations into `q`, returning its scale `d` (see the module
-/// comment for the rule).
+/// comment for the rule, and [`super::int8::quantize_block_to`], which both paths share).
 pub fn quantize_block(x: &[f32], q: &mut [i16]) -> f32 {
-    let mut amax = 0.0f32;
-    let mut finite = true;
-    for &v in x {
-        amax = amax.max(v.abs());
-        finite &= v.is_finite();
-    }
-    if !finite || amax == 0.0 {
-        q.fill(0);
-        return if finite { 0.0 } else { f32::NAN };
-    }
-    let inv = LEVEL / amax;
-    for (o, &v) in q.iter_mut().zip(x) {
-        // |v · inv| ≤ 32767·(1 + 2⁻²³) rounds into −32767..=32767 (the cast saturates anyway).
-        *o = round_half_even(v * inv) as i16;
-    }
-    amax / LEVEL
+    quantize_block_to(x, q)
 }
 
 /// The scalar [`QuantizeFn`], block by block with [`quantize_block`].
@@ -111,18 +93,12 @@ macro_rules! scalar_rows {
         /// # Safety
         /// As [`Int16RowsFn`].
         pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: usize, y: *mut f32, y_stride: usize) {
-            let rb = w.row_bytes();
-            let blocks = rb / $bytes;
-            let per = blocks * BLOCK;
-            for r in r0..r1 {
-                let row = &w.data[r * rb..(r + 1) * rb];
-                for t in 0..n {
-                    let v = row_dot(blocks, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
-                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k),
-                        &x.q[t * per..(t + 1) * per], &x.d[t * blocks..(t + 1) * blocks]);
-                    // SAFETY: the caller guarantees this element is ours to write.
-                    unsafe { *y.add(t * y_stride + r) = v };
-                }
+            // SAFETY: forwarded contract.
+            unsafe {
+                scalar_rows_by(w, r0, r1, x, n, y, y_stride, $bytes, |row, q, d| {
+                    row_dot(row.len() / $bytes, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
+                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), q, d)
+                })
             }
         }
     };
@@ -139,32 +115,6 @@ pub fn scratch_bytes(values: usize) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    #[test]
-    fn block_quantization_rounds_to_the_nearest_level() {
-        let mut x: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) / 8.0).collect();
-        let mut q = [0i16; 32];
-        let d = quantize_block(&x, &mut q);
-        assert_eq!(d, 15.5 / 8.0 / LEVEL);
-        assert_eq!((q[0], q[31]), (-32767, 32767));
-        for (v, &k) in x.iter().zip(&q) {
-            assert!((v - d * k as f32).abs() <= d / 2.0 * 1.0001, "{v} -> {k}");
-        }
-        // Ties go to even: 0.5, 1.5 and −2.5 steps of d.
-        x.fill(0.0);
-        x[0] = 32767.0;
-        x[1] = 0.5;
-        x[2] = 1.5;
-        x[3] = -2.5;
-        let d = quantize_block(&x, &mut q);
-        assert_eq!((d, q[1], q[2], q[3]), (1.0, 0, 2, -2));
-        assert_eq!(quantize_block(&[0.0; 32], &mut q), 0.0);
-        assert_eq!(q, [0; 32]);
-        x[5] = f32::NEG_INFINITY;
-        assert!(quantize_block(&x, &mut q).is_nan());
-    }
-
     #[test]
     fn block_sums_cannot_overflow() {
         // The largest |S|: 32 products of −128 (a Q8B32 byte) and −32767.

@@ -121,6 +121,13 @@ pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i8], d: &mut [f32]) {
 /// Quantizes one block of 32 activations into `q`, returning its scale `d` (see the module
 /// comment for the rule).
 pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    quantize_block_to(x, q)
+}
+
+/// The block rule of both integer paths, for the largest level `L` of `Q` (127, 32767):
+/// `d = max|x| / L`, `q = round_half_even(x · (L / max|x|))`; `d = 0` and `q = 0` for an
+/// all-zero block, `d = NaN` and `q = 0` when the block holds a non-finite value.
+pub fn quantize_block_to<Q: Quantum>(x: &[f32], q: &mut [Q]) -> f32 {
     let mut amax = 0.0f32;
     let mut finite = true;
     for &v in x {
@@ -128,15 +135,15 @@ pub fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
         finite &= v.is_finite();
     }
     if !finite || amax == 0.0 {
-        q.fill(0);
+        q.fill(Q::default());
         return if finite { 0.0 } else { f32::NAN };
     }
-    let inv = 127.0 / amax;
+    let inv = Q::LEVEL / amax;
     for (o, &v) in q.iter_mut().zip(x) {
-        // |v · inv| ≤ 127·(1 + 2⁻²³): it rounds into −127..=127 (the cast saturates anyway).
-        *o = round_half_even(v * inv) as i8;
+        // |v · inv| ≤ L·(1 + 2⁻²³): it rounds into −L..=L (the cast saturates anyway).
+        *o = Q::from_level(round_half_even(v * inv));
     }
-    amax / 127.0
+    amax / Q::LEVEL
 }
 
 /// The quantized-activation buffer of a [`super::Kernels`] with an integer path on (int8, or
@@ -183,9 +190,24 @@ impl<Q: Copy + Default> ActScratch<Q> {
 
 /// The integer types activations are quantized to: plain integers of at most 4-byte
 /// alignment, any bit pattern valid (what [`carve`] relies on).
-pub trait Quantum: Copy + Default + private::Sealed {}
-impl Quantum for i8 {}
-impl Quantum for i16 {}
+pub trait Quantum: Copy + Default + private::Sealed {
+    /// The largest quantized magnitude.
+    const LEVEL: f32;
+    /// A rounded level (an integer in −LEVEL..=LEVEL) as this type.
+    fn from_level(v: f32) -> Self;
+}
+impl Quantum for i8 {
+    const LEVEL: f32 = 127.0;
+    fn from_level(v: f32) -> i8 {
+        v as i8
+    }
+}
+impl Quantum for i16 {
+    const LEVEL: f32 = 32767.0;
+    fn from_level(v: f32) -> i16 {
+        v as i16
+    }
+}
 mod private {
     pub trait Sealed {}
     impl Sealed for i8 {}
@@ -367,6 +389,28 @@ fn row_dot(blocks: usize, scale_bits: impl Fn(usize) -> u16, weight: impl Fn(usi
     sum_lanes(&acc)
 }
 
+/// The scalar twins' loop, both integer paths: rows `r0..r1` of `w` (blocks of `bytes`)
+/// against the `n` quantized vectors of `x`, each (row, vector) by `dot(row, q, d)` on the
+/// row's bytes and the vector's values and scales.
+///
+/// # Safety
+/// As [`Int8RowsFn`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scalar_rows_by<Q>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Q>, n: usize, y: *mut f32, y_stride: usize,
+                                      bytes: usize, dot: impl Fn(&[u8], &[Q], &[f32]) -> f32) {
+    let rb = w.row_bytes();
+    let blocks = rb / bytes;
+    let per = blocks * BLOCK;
+    for r in r0..r1 {
+        let row = &w.data[r * rb..(r + 1) * rb];
+        for t in 0..n {
+            let v = dot(row, &x.q[t * per..(t + 1) * per], &x.d[t * blocks..(t + 1) * blocks]);
+            // SAFETY: the caller guarantees this element is ours to write.
+            unsafe { *y.add(t * y_stride + r) = v };
+        }
+    }
+}
+
 macro_rules! scalar_rows {
     ($name:ident, $bytes:expr, $lanes:expr, $weight:expr) => {
         /// Scalar twin of the int8-path kernels (see [`Int8RowsFn`]).
@@ -374,18 +418,12 @@ macro_rules! scalar_rows {
         /// # Safety
         /// As [`Int8RowsFn`].
         pub unsafe fn $name(w: &MatRef, r0: usize, r1: usize, x: &Acts, n: usize, y: *mut f32, y_stride: usize) {
-            let rb = w.row_bytes();
-            let blocks = rb / $bytes;
-            let per = blocks * BLOCK;
-            for r in r0..r1 {
-                let row = &w.data[r * rb..(r + 1) * rb];
-                for t in 0..n {
-                    let v = row_dot(blocks, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
-                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), &$lanes,
-                        &x.q[t * per..(t + 1) * per], &x.d[t * blocks..(t + 1) * blocks]);
-                    // SAFETY: the caller guarantees this element is ours to write.
-                    unsafe { *y.add(t * y_stride + r) = v };
-                }
+            // SAFETY: forwarded contract.
+            unsafe {
+                scalar_rows_by(w, r0, r1, x, n, y, y_stride, $bytes, |row, q, d| {
+                    row_dot(row.len() / $bytes, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
+                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), &$lanes, q, d)
+                })
             }
         }
     };
@@ -410,29 +448,38 @@ mod tests {
         assert_eq!(Q4_LANES[7], [25, 27, 29, 31]);
     }
 
-    #[test]
-    fn block_quantization_rounds_to_the_nearest_level() {
+    /// The block rule at both widths: the extremes at ±L, every value within half a step,
+    /// ties to even, zero and non-finite blocks.
+    fn rounds_to_the_nearest_level<Q: Quantum + Into<i32> + std::fmt::Debug + PartialEq>() {
+        let level = Q::LEVEL;
         let mut x: Vec<f32> = (0..32).map(|i| (i as f32 - 15.5) / 8.0).collect();
-        let mut q = [0i8; 32];
-        let d = quantize_block(&x, &mut q);
-        assert_eq!(d, 15.5 / 8.0 / 127.0);
-        assert_eq!((q[0], q[31]), (-127, 127));
+        let mut q = [Q::default(); 32];
+        let d = quantize_block_to(&x, &mut q);
+        assert_eq!(d, 15.5 / 8.0 / level);
+        assert_eq!((q[0].into(), q[31].into()), (-(level as i32), level as i32));
         for (v, &k) in x.iter().zip(&q) {
+            let k: i32 = k.into();
             assert!((v - d * k as f32).abs() <= d / 2.0 * 1.0001, "{v} -> {k}");
         }
-        // Ties go to even: 0.5 and 1.5 steps of d.
+        // Ties go to even: 0.5, 1.5 and −2.5 steps of d.
         x.fill(0.0);
-        x[0] = 127.0;
+        x[0] = level;
         x[1] = 0.5;
         x[2] = 1.5;
         x[3] = -2.5;
-        let d = quantize_block(&x, &mut q);
-        assert_eq!((d, q[1], q[2], q[3]), (1.0, 0, 2, -2));
-        assert_eq!(quantize_block(&[0.0; 32], &mut q), 0.0);
-        assert_eq!(q, [0; 32]);
+        let d = quantize_block_to(&x, &mut q);
+        assert_eq!((d, q[1].into(), q[2].into(), q[3].into()), (1.0, 0, 2, -2));
+        assert_eq!(quantize_block_to(&[0.0; 32], &mut q), 0.0);
+        assert_eq!(q, [Q::default(); 32]);
         x[5] = f32::INFINITY;
-        assert!(quantize_block(&x, &mut q).is_nan());
+        assert!(quantize_block_to(&x, &mut q).is_nan());
         x[5] = f32::NAN;
-        assert!(quantize_block(&x, &mut q).is_nan());
+        assert!(quantize_block_to(&x, &mut q).is_nan());
+    }
+
+    #[test]
+    fn block_quantization_rounds_to_the_nearest_level() {
+        rounds_to_the_nearest_level::<i8>();
+        rounds_to_the_nearest_level::<i16>();
     }
 }
