@@ -238,7 +238,8 @@ pub fn scratch_bytes(values: usize) -> u64 {
     (values + 4 * (values / BLOCK)) as u64
 }
 
-/// Which kernels the int8 path runs.
+/// Which kernels an integer path runs: the int8 path (all three), or the int16 one
+/// ([`super::int16`]: the scalar twins or AVX-512 VNNI).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Int8Isa {
     /// The scalar twins below.
