@@ -262,6 +262,11 @@ impl Model {
             crate::Activations::Int8 => kernels.with_int8_activations(State::int8_values(&cfg, chunk)),
             crate::Activations::Int16 => kernels.with_int16_activations(State::int8_values(&cfg, chunk)),
         };
+        if kernels.int16_isa() == Some(crate::kernels::Int8Isa::Scalar) && kernels.isa() != crate::kernels::Isa::Scalar {
+            notes.push(format!("int16 activations run on the scalar twins on this CPU (their SIMD kernels need AVX-512 VNNI; \
+                the f32 kernels here are {}): Q8B32 and Q4B32 products will be several times slower than with f32 activations",
+                kernels.isa().name()));
+        }
         let cfg_vocab = cfg.vocab;
         let mut eos = cfg.eos_tokens.clone();
         eos.extend(generation_eos);
