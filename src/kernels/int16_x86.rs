@@ -11,10 +11,12 @@
 //! vectors share each load of a tile register. The accumulators wait in the output between
 //! chunks (an f32 stored and loaded back is the same f32).
 //!
-//! The widening reads four bytes of each of the sixteen rows with one gather, which gives
-//! four Q4B32 pairs or two Q8B32 pairs per lane; a pair's two 16-bit weights are moved to the
-//! top of their halves by two rotations and a blend, and one arithmetic shift per half
-//! sign-extends them.
+//! The widening loads four rows' payloads per register (one per 128-bit lane) and transposes
+//! 32-bit lanes, which gives per register four bytes of every row — four Q4B32 pairs or two
+//! Q8B32 pairs per lane; a pair's two 16-bit weights are moved to the top of their halves by
+//! shifts or rotations and a blend, and one arithmetic shift per half sign-extends them. The
+//! rows' scales come with one gather per block, and each block asks for its share of the next
+//! row group's lines.
 //!
 //! Up to [`FEW`] vectors take the few-vector form instead ([`few`]), whose results are the same
 //! bits (the block sums are exact integers; everything after them is the same operations).
