@@ -432,6 +432,16 @@ enum IntActs<'a> {
     Int16(Acts<'a, i16>),
 }
 
+impl IntActs<'_> {
+    /// Values per vector.
+    fn cols(&self) -> usize {
+        match self {
+            IntActs::Int8(a) => a.cols,
+            IntActs::Int16(a) => a.cols,
+        }
+    }
+}
+
 impl Job<'_> {
     /// Rows `r0..r1` against the `n` vectors into `y[t * ys + r]`.
     ///
@@ -816,20 +826,12 @@ impl Kernels {
     fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<IntActs<'a>>, what: &str) -> Job<'a> {
         let int8 = self.int8.as_ref().and_then(|p| p.kernel(w.dtype));
         let int16 = self.int16.as_ref().and_then(|p| p.kernel(w.dtype));
-        let cols = match acts {
-            Some(IntActs::Int8(a)) => a.cols,
-            Some(IntActs::Int16(a)) => a.cols,
-            None => w.cols,
-        };
+        if let Some(a) = acts.filter(|_| int8.is_some() || int16.is_some()) {
+            assert_eq!(a.cols(), w.cols, "{what}: products of one group must share the input width");
+        }
         match (acts, int8, int16) {
-            (Some(IntActs::Int8(a)), Some(f), _) => {
-                assert_eq!(cols, w.cols, "{what}: products of one group must share the input width");
-                Job::Int8(f, a)
-            }
-            (Some(IntActs::Int16(a)), _, Some(f)) => {
-                assert_eq!(cols, w.cols, "{what}: products of one group must share the input width");
-                Job::Int16(f, a)
-            }
+            (Some(IntActs::Int8(a)), Some(f), _) => Job::Int8(f, a),
+            (Some(IntActs::Int16(a)), _, Some(f)) => Job::Int16(f, a),
             _ => Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x),
         }
     }
