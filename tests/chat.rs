@@ -142,11 +142,13 @@ impl Collected {
         let sink = text.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
-            while let Ok(n) = r.read(&mut buf) {
-                if n == 0 {
-                    break;
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n])),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         Collected(text)

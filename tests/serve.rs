@@ -258,13 +258,25 @@ fn a_conversation_stays_warm_and_replies_as_a_cold_server_does() {
 fn slots_keep_two_conversations_warm() {
     let model = chat_model("slots");
     let s = Server::start(&model, &["--slots", "2"]);
-    let turn = |msgs: &[(&str, &str)]| usage(&s.connect().post("/v1/chat/completions", &chat_body(msgs, r#""max_tokens":4,"temperature":0"#)).json());
+    // Each turn's connection: its local address names its line in the server's log.
+    let mut peers = Vec::new();
+    let mut turn = |msgs: &[(&str, &str)]| {
+        let mut c = s.connect();
+        peers.push(c.stream.local_addr().unwrap().to_string());
+        usage(&c.post("/v1/chat/completions", &chat_body(msgs, r#""max_tokens":4,"temperature":0"#)).json())
+    };
     let a1 = turn(&[("user", "Tell me about a frog.")]);
     let b1 = turn(&[("user", "Write about the sea and the big blue whale.")]);
     let a2 = turn(&[("user", "Tell me about a frog."), ("assistant", "x"), ("user", "More.")]);
     let b2 = turn(&[("user", "Write about the sea and the big blue whale."), ("assistant", "y"), ("user", "More.")]);
     assert!(a2.2 + 3 >= a1.0 && b2.2 + 3 >= b1.0, "each conversation continues its own slot: {a1:?} {a2:?} {b1:?} {b2:?}");
-    let slots: Vec<String> = s.wait_log_lines("POST /v1/chat/completions 200", 4).iter().map(|l| l.split("slot ").nth(1).unwrap().split(' ').next().unwrap().to_string()).collect();
+    // A request is logged just after it is answered, so the lines may come in another order
+    // than the requests (a thread descheduled between its answer and its line).
+    let lines = s.wait_log_lines("POST /v1/chat/completions 200", 4);
+    let slots: Vec<String> = peers.iter().map(|p| {
+        let line = lines.iter().find(|l| l.contains(&format!(" {p} POST "))).unwrap_or_else(|| panic!("no line for {p}: {lines:?}"));
+        line.split("slot ").nth(1).unwrap().split(' ').next().unwrap().to_string()
+    }).collect();
     assert_eq!(slots, ["0", "1", "0", "1"]);
 }
 

@@ -164,8 +164,11 @@ impl Server {
         kb * 1024
     }
 
+    /// A connection whose failures show this server's log.
     pub fn connect(&self) -> Http {
-        Http::connect(&self.addr)
+        let mut c = Http::connect(&self.addr);
+        c.server_log = Some(Arc::clone(&self.log));
+        c
     }
 }
 
@@ -222,13 +225,17 @@ impl Response {
 pub struct Http {
     pub stream: TcpStream,
     buf: Vec<u8>,
+    /// The server's stderr, for the message of a request that got no response.
+    server_log: Option<Arc<Mutex<String>>>,
+    /// How the last read ended when it ended the stream: "end of stream" or the error.
+    ended: String,
 }
 
 impl Http {
     pub fn connect(addr: &str) -> Http {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        Http { stream, buf: Vec::new() }
+        Http { stream, buf: Vec::new(), server_log: None, ended: String::new() }
     }
 
     pub fn send(&mut self, bytes: &[u8]) -> &mut Http {
@@ -248,7 +255,15 @@ impl Http {
         req.push_str("\r\n");
         req.push_str(body);
         self.send(req.as_bytes());
-        self.response().unwrap_or_else(|| panic!("no response to {method} {path}"))
+        match self.response() {
+            Some(r) => r,
+            None => {
+                // The log line of a request is written just after it is answered.
+                std::thread::sleep(Duration::from_millis(300));
+                let log = self.server_log.as_ref().map_or(String::new(), |l| l.lock().unwrap().clone());
+                panic!("no response to {method} {path} ({}, {} bytes unread); the server's log:\n{log}", self.ended, self.buf.len())
+            }
+        }
     }
 
     pub fn get(&mut self, path: &str) -> Response {
@@ -259,14 +274,27 @@ impl Http {
         self.request("POST", path, &[], body)
     }
 
-    /// Reads more bytes; false at end of stream (or a reset).
+    /// Reads more bytes; false at end of stream (or a reset, or the read timeout). A read
+    /// that a signal interrupted is retried: on a socket with a receive timeout Linux answers
+    /// EINTR even where the handler asked for restarts (signal(7)), and on a loaded machine
+    /// this harness's read did see it (the server had answered; the test said "no response").
     fn more(&mut self) -> bool {
         let mut b = [0u8; 8192];
-        match self.stream.read(&mut b) {
-            Ok(0) | Err(_) => false,
-            Ok(n) => {
-                self.buf.extend_from_slice(&b[..n]);
-                true
+        loop {
+            match self.stream.read(&mut b) {
+                Ok(0) => {
+                    self.ended = "end of stream".into();
+                    return false;
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&b[..n]);
+                    return true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.ended = e.to_string();
+                    return false;
+                }
             }
         }
     }
