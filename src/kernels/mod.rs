@@ -487,6 +487,19 @@ unsafe impl Sync for OutPtr {}
 /// the calling thread: waking the workers costs about a microsecond, the work a few.
 pub(crate) const PARALLEL_MIN_MACS: usize = 16 * 1024;
 
+/// A parallel product's rows go out in this many pieces per participant, taken by whoever is
+/// free ([`pool::Pieces`]), so that a thread the OS delays does not hold up the region.
+const PIECES_PER_THREAD: usize = 4;
+/// Row pieces start at multiples of this, a multiple of every kernel's row tile (8 rows in the
+/// decode tiles, 6 in the AVX-512 GEMM's, 16 in the integer kernels' lanes and the AMX tiles),
+/// so that only a matrix's last piece ends in a partial tile.
+const PIECE_ROWS: usize = 48;
+
+/// Pieces for a product of `rows` rows on `threads` participants.
+fn row_pieces(rows: usize, threads: usize) -> pool::Pieces {
+    pool::Pieces::new((threads * PIECES_PER_THREAD).min(rows.div_ceil(PIECE_ROWS)).max(1))
+}
+
 impl Kernels {
     /// The best kernels for this CPU, or the scalar reference when `force_scalar`.
     pub fn select(force_scalar: bool) -> Kernels {
@@ -918,16 +931,17 @@ impl Kernels {
             unsafe { job.run(w, 0, w.rows, n, out.0, w.rows) };
             return;
         }
-        pool.run(&|part| {
-            if part >= threads {
-                return;
-            }
-            let r = pool::chunk(w.rows, threads, part);
+        let pieces = row_pieces(w.rows, threads);
+        pool.run(&|_| {
             // Capture the whole `OutPtr` (which is Send), not its raw-pointer field.
             #[allow(clippy::redundant_locals)]
             let out = out;
-            // SAFETY: each participant writes only its own rows r of every vector t.
-            unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
+            while let Some(i) = pieces.take() {
+                let r = pool::aligned_chunk(w.rows, pieces.count(), i, PIECE_ROWS);
+                // SAFETY: each piece's rows r of every vector t are written by the one
+                // participant that took it.
+                unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
+            }
         });
     }
 
@@ -977,11 +991,20 @@ impl Kernels {
         for (slot, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
             *slot = Some((*w, job(w), OutPtr(y.as_mut_ptr())));
         }
-        pool.run(&|part| {
-            for (w, job, out) in jobs.iter().flatten() {
-                let r = pool::chunk(w.rows, threads, part);
-                // SAFETY: each participant writes only its own rows r of each output; the
-                // buffers were checked above and outlive the region.
+        // The products' pieces in one sequence: product k's pieces follow product k − 1's.
+        let counts: [usize; GROUP_MAX] = std::array::from_fn(|k| jobs[k].as_ref().map_or(0, |(w, _, _)| row_pieces(w.rows, threads).count()));
+        let pieces = pool::Pieces::new(counts.iter().sum());
+        pool.run(&|_| {
+            while let Some(mut i) = pieces.take() {
+                let mut k = 0;
+                while i >= counts[k] {
+                    i -= counts[k];
+                    k += 1;
+                }
+                let Some((w, job, out)) = &jobs[k] else { continue };
+                let r = pool::aligned_chunk(w.rows, counts[k], i, PIECE_ROWS);
+                // SAFETY: each piece's rows r of its output are written by the one participant
+                // that took it; the buffers were checked above and outlive the region.
                 unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
             }
         });

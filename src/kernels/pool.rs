@@ -301,9 +301,70 @@ pub fn chunk(n: usize, parts: usize, part: usize) -> std::ops::Range<usize> {
     start..start + len
 }
 
+/// Pieces `0..count` of a region's work, handed to its participants one at a time: whoever
+/// is free takes the next. A participant the OS delays (another process on its CPU, on a
+/// laptop the usual case) then holds up only the piece it is on, where a fixed share per
+/// participant would make every region wait for it. Which participant computes a piece never
+/// changes what the piece computes.
+pub(crate) struct Pieces {
+    next: AtomicUsize,
+    count: usize,
+}
+
+impl Pieces {
+    pub(crate) fn new(count: usize) -> Pieces {
+        Pieces { next: AtomicUsize::new(0), count }
+    }
+
+    /// The next piece nobody has taken, if any.
+    pub(crate) fn take(&self) -> Option<usize> {
+        // Relaxed: the region's start and end order everything the pieces read and write.
+        let i = self.next.fetch_add(1, Relaxed);
+        (i < self.count).then_some(i)
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+}
+
+/// The `piece`-th of `pieces` contiguous ranges of `0..n` whose inner boundaries are
+/// multiples of `align` (the last range takes the remainder; ranges may be empty when `n` is
+/// short).
+pub(crate) fn aligned_chunk(n: usize, pieces: usize, piece: usize, align: usize) -> std::ops::Range<usize> {
+    let units = n.div_ceil(align.max(1));
+    let r = chunk(units, pieces, piece);
+    (r.start * align).min(n)..(r.end * align).min(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_are_each_taken_once_by_whoever_is_free() {
+        let pool = Pool::new(3).unwrap();
+        for count in [0, 1, 5, 64] {
+            let pieces = Pieces::new(count);
+            let hits: Vec<AtomicUsize> = (0..count).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(&|_| {
+                while let Some(i) = pieces.take() {
+                    hits[i].fetch_add(1, Relaxed);
+                }
+            });
+            assert!(hits.iter().all(|h| h.load(Relaxed) == 1), "{count} pieces");
+        }
+    }
+
+    #[test]
+    fn aligned_chunks_cover_the_range_at_aligned_boundaries() {
+        for (n, pieces, align) in [(2048, 8, 48), (100, 8, 48), (7, 3, 1), (0, 4, 16), (50, 4, 16)] {
+            let ranges: Vec<_> = (0..pieces).map(|p| aligned_chunk(n, pieces, p, align)).collect();
+            let all: Vec<usize> = ranges.iter().cloned().flatten().collect();
+            assert_eq!(all, (0..n).collect::<Vec<_>>());
+            assert!(ranges.iter().all(|r| r.start % align == 0 || r.start == n), "{ranges:?}");
+        }
+    }
 
     #[test]
     fn every_participant_runs_once_per_region() {
