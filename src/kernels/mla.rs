@@ -93,11 +93,14 @@ pub fn attend_latent(k: &Kernels, pool: &Pool, s: LatentShape, scale: f32, q: &[
     let (out_ptr, score_ptr) = (Ptr(out.as_mut_ptr()), Ptr(scores.as_mut_ptr()));
     let items = n * s.heads;
     let threads = if items * (pos0 + n) * w < super::PARALLEL_MIN_MACS { 1 } else { pool.threads() };
+    let pieces = pool::Pieces::of_items(items, threads);
     let work = |part: usize| {
         let (out_ptr, score_ptr) = (out_ptr, score_ptr);
         // SAFETY: participant `part` owns score row `part` (scores holds threads × ctx floats).
         let row = unsafe { std::slice::from_raw_parts_mut(score_ptr.0.add(part * ctx), ctx) };
-        for item in pool::chunk(items, threads, part) {
+        // Items by piece, whoever is free (see `attention::attend`).
+        let mine = std::iter::from_fn(|| pieces.take()).flat_map(|i| pool::chunk(items, pieces.count(), i));
+        for item in mine {
             let (t, h) = (item / s.heads, item % s.heads);
             let p = pos0 + t;
             let qh = &q[(t * s.heads + h) * w..(t * s.heads + h + 1) * w];

@@ -326,6 +326,14 @@ impl Pieces {
     pub(crate) fn count(&self) -> usize {
         self.count
     }
+
+    /// Pieces of `items` independent items of unequal cost — attention's (token, head) items,
+    /// whose cost grows with the token's position, so that equal halves of a causal prompt's
+    /// tokens would give one thread three times the other's work — for `threads`
+    /// participants: up to sixteen each, so the last ones taken are small.
+    pub(crate) fn of_items(items: usize, threads: usize) -> Pieces {
+        Pieces::new(items.min(threads * 16).max(1))
+    }
 }
 
 /// The `piece`-th of `pieces` contiguous ranges of `0..n` whose inner boundaries are
