@@ -667,7 +667,7 @@ fn streamed_containers_read_their_embeddings_a_row_at_a_time() {
     let mut m = open(&dir, Options::default());
     let reference = prompt_logits(&mut m, &o.prompt, false);
     damage(token);
-    let e = m.eval(&o.prompt[..1]).err().expect("a damaged row read after the open").to_string();
+    let e = m.eval(&o.prompt[..1]).expect_err("a damaged row read after the open").to_string();
     assert!(e.contains(name) && e.contains(&format!("row {token}, block 1")) && e.contains("NaN"), "{e}");
     let e = Model::open(&dir, &Options::default()).err().expect("a damaged row at open").to_string();
     assert!(e.contains(name) && e.contains(&format!("row {token}, block 1")), "{e}");

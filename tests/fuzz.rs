@@ -295,7 +295,7 @@ fn fuzz_expert_banks() {
         // reach the records.
         n += 1;
         let mut bytes = input.to_vec();
-        if n % 4 != 0 {
+        if !n.is_multiple_of(4) {
             bytes.resize(seed_len, 0);
         }
         std::fs::write(&bank, &bytes).unwrap();
@@ -433,7 +433,7 @@ fn fuzz_cli_arguments() {
     let allowed = ["run", "info", "plan", "tokenize", "detokenize", "eval", "template", "version", "help", "--help"];
     finish(engine::run("cli", seeds, Shape::Text, engine::seconds(SHORT), |input| {
         let mut args: Vec<std::ffi::OsString> = input.split(|&b| b == 0)
-            .map(|a| std::os::unix::ffi::OsStrExt::from_bytes(a)).map(|s: &std::ffi::OsStr| s.to_os_string()).collect();
+            .map(std::os::unix::ffi::OsStrExt::from_bytes).map(|s: &std::ffi::OsStr| s.to_os_string()).collect();
         if !args.first().and_then(|a| a.to_str()).is_some_and(|a| allowed.contains(&a)) {
             return (Ok(()), 0, true);
         }
@@ -581,7 +581,7 @@ fn fuzz_usage() {
         // shape and count checks behind it.
         n += 1;
         let mut bytes = input.to_vec();
-        if n % 2 == 0 && bytes.len() >= 4 {
+        if n.is_multiple_of(2) && bytes.len() >= 4 {
             let body = bytes.len() - 4;
             let crc = waste::format::crc32::crc32(&bytes[..body]);
             bytes[body..].copy_from_slice(&crc.to_le_bytes());

@@ -108,7 +108,7 @@ fn every_scale_and_code_decodes_exactly_inside_every_kernel() {
             let pos = (2 * c as usize + s as usize) % 32;
             let mut block = [0u8; 17];
             block[0] = s;
-            block[1 + pos / 2] = if pos % 2 == 0 { c } else { c << 4 };
+            block[1 + pos / 2] = if pos.is_multiple_of(2) { c } else { c << 4 };
             data.extend_from_slice(&block);
             let weight = if s == 0xFF { f32::NAN } else { (e2m1(c) * 2f64.powi(s as i32 - 127)) as f32 };
             want.push((s, pos, weight));

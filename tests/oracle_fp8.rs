@@ -49,7 +49,7 @@ fn fp8_checkpoints_match_the_reference_from_the_hf_directory() {
         m.reset();
         assert_eq!(greedy(&mut m, &o.prompt, o.greedy.len()), o.greedy, "{name}: greedy continuation");
         // The memory plan counts the decoded f32 weights the open holds.
-        let plan = waste::plan_memory(&o.dir.join("model"), &Options { threads: 1, ..Options::default() }).unwrap();
+        let plan = waste::plan_memory(o.dir.join("model"), &Options { threads: 1, ..Options::default() }).unwrap();
         assert_plan_matches(&plan, &m, name);
     }
 }
@@ -184,7 +184,7 @@ fn refused_both_ways(dir: &Path, what: &[&str]) {
     let e = Model::open(dir, &Options::default()).err().expect("open should refuse");
     let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::Fp8, ..ConvertOptions::new(dir, dir.with_extension("waste")) };
     let c = convert(&opts, &mut |_| {})
-        .err().expect("convert should refuse");
+        .expect_err("convert should refuse");
     for msg in [e.to_string(), c.to_string()] {
         for w in what {
             assert!(msg.contains(w), "`{w}` not in: {msg}");
@@ -268,11 +268,11 @@ fn the_fp8_encoding_is_for_fp8_experts_only() {
     let o = oracle("deepseek_v3_f32");
     let out = temp_dir("fp8-float").join("model.waste");
     let e = convert(&ConvertOptions { trunk: Encoding::F32, experts: Encoding::Fp8, ..ConvertOptions::new(o.dir.join("model"), &out) }, &mut |_| {})
-        .err().expect("a float source has no FP8 experts to keep");
+        .expect_err("a float source has no FP8 experts to keep");
     assert!(e.to_string().contains("model.layers.1.mlp.experts.0.gate_proj.weight") && e.to_string().contains("F32"), "{e}");
     let fp8 = oracle("kimi_k2_fp8");
     let e = convert(&ConvertOptions { trunk: Encoding::Fp8, ..ConvertOptions::new(fp8.dir.join("model"), &out) }, &mut |_| {})
-        .err().expect("--trunk fp8 should be refused");
+        .expect_err("--trunk fp8 should be refused");
     assert!(e.to_string().contains("experts only"), "{e}");
     // F8B32 is a record encoding, not a safetensors dtype.
     let header = br#"{"w":{"dtype":"F8B32","shape":[1,32],"data_offsets":[0,36]}}"#;
@@ -419,7 +419,7 @@ fn a_column_block_below_32_falls_back_to_f32_experts() {
     assert!(m.info().weight_bytes >= kept.info().weight_bytes + (weights as f64 * (4.0 - 1.125)) as u64,
         "{} vs {}", m.info().weight_bytes, kept.info().weight_bytes);
     let opts = ConvertOptions { trunk: Encoding::F32, experts: Encoding::Fp8, ..ConvertOptions::new(&dir, base.join("out.waste")) };
-    let e = convert(&opts, &mut |_| {}).err().expect("16-column blocks cannot be F8B32");
+    let e = convert(&opts, &mut |_| {}).expect_err("16-column blocks cannot be F8B32");
     assert!(e.to_string().contains("weight_block_size[1] is 16"), "{e}");
     let _ = std::fs::remove_dir_all(&base);
 }

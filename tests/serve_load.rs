@@ -281,6 +281,6 @@ fn largest_mappings(pid: u32) -> String {
             name = l.to_string();
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|e| std::cmp::Reverse(e.0));
     out.iter().take(25).map(|(kb, n)| format!("{kb:>8} kB {n}")).collect::<Vec<_>>().join("\n")
 }

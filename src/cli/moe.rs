@@ -49,7 +49,7 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
     let mut last_file = String::new();
     let start = std::time::Instant::now();
     let mut show = |p: &Progress| {
-        let pct = if p.total == 0 { 100 } else { p.done * 100 / p.total };
+        let pct = (p.done * 100).checked_div(p.total).unwrap_or(100);
         if tty {
             let bar = "#".repeat((pct / 4) as usize);
             err!("\r[{bar:<25}] {pct:>3}%  {:>8.1} / {:.1} MiB  {:<24}", p.done as f64 / 1048576.0, p.total as f64 / 1048576.0, p.file);

@@ -881,7 +881,7 @@ mod tests {
             let mla = base.mla.is_some();
             let Json::Object(members) = &root else { panic!("{name}: not an object") };
             for (i, (key, value)) in members.iter().enumerate() {
-                if !value.as_u64().is_some_and(|v| v > 0) {
+                if value.as_u64().is_none_or(|v| v == 0) {
                     continue;
                 }
                 let mut zeroed = members.clone();

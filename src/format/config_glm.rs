@@ -32,7 +32,7 @@ pub(super) fn finish(f: &Fields, mut cfg: ModelConfig) -> Result<ModelConfig> {
     // Glm4MoeConfig's defaults where the common reader's differ: 8 KV heads (not one per query
     // head) and a context of 131072.
     if f.get("num_key_value_heads").is_none() {
-        if cfg.heads % 8 != 0 {
+        if !cfg.heads.is_multiple_of(8) {
             return Err(Error::config(f.path, "num_key_value_heads", format!(
                 "missing, and its default 8 does not divide num_attention_heads {}", cfg.heads)));
         }

@@ -10,6 +10,7 @@ use super::dtype::DType;
 use super::json::{self, Json};
 use super::dtype::{shape_problem, Width, META_BLOCK, META_SCALE};
 use crate::error::{Error, ErrorKind, Result};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -153,17 +154,19 @@ fn parse_header(path: &Path, header: &[u8], data_start: u64, file_size: u64, lim
                     kept as u64
                 })
             }
-        } else if by_name.contains_key(&name) {
-            Err(Error::format(path, format!("tensor `{name}` appears twice in the header")))
         } else {
-            parse_entry(path, &name, &entry, data_start, data_size).map(|t| {
-                // What the entry keeps: its TensorInfo, name (twice, with the index) and shape,
-                // each block with its allocator header, and its share of the index's table.
-                let kept = std::mem::size_of::<TensorInfo>() as u64 * 2 + 2 * name.len() as u64 + 8 * t.shape.len() as u64 + 96;
-                by_name.insert(name, tensors.len());
-                tensors.push(t);
-                kept
-            })
+            match by_name.entry(name) {
+                Entry::Occupied(e) => Err(Error::format(path, format!("tensor `{}` appears twice in the header", e.key()))),
+                Entry::Vacant(slot) => parse_entry(path, slot.key(), &entry, data_start, data_size).map(|t| {
+                    // What the entry keeps: its TensorInfo, name (twice, with the index) and
+                    // shape, each block with its allocator header, and its share of the index's
+                    // table.
+                    let kept = std::mem::size_of::<TensorInfo>() as u64 * 2 + 2 * slot.key().len() as u64 + 8 * t.shape.len() as u64 + 96;
+                    slot.insert(tensors.len());
+                    tensors.push(t);
+                    kept
+                }),
+            }
         };
         entry_result.map_err(|e| {
             let message = e.message().to_string();

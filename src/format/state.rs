@@ -289,7 +289,7 @@ impl StateReader {
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut result = Ok(());
         for part in v.chunks_mut((CHUNK / size).max(1)) {
-            scratch.resize(part.len() * size, 0);
+            scratch.resize(std::mem::size_of_val(part), 0);
             result = self.bytes(&mut scratch);
             if result.is_err() {
                 break;

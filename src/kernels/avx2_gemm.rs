@@ -357,8 +357,8 @@ unsafe fn tile<const RR: usize, const TT: usize>(panel: *const Panel, xs: Inputs
             let w: [__m256; RR] = std::array::from_fn(|i| _mm256_load_ps(p.add(i * K_CHUNK + 8 * s)));
             for t in 0..TT {
                 let xv = _mm256_load_ps(x.add(t * K_CHUNK + 8 * s));
-                for i in 0..RR {
-                    a[i][t] = _mm256_fmadd_ps(w[i], xv, a[i][t]);
+                for (ai, wi) in a.iter_mut().zip(&w) {
+                    ai[t] = _mm256_fmadd_ps(*wi, xv, ai[t]);
                 }
             }
         }

@@ -164,6 +164,8 @@ unsafe fn tile<const R: usize, const T: usize>(f: Format, w: &MatRef, xs: &[[XPa
     for (i, row) in a.iter_mut().enumerate() {
         row.copy_from_slice(&acc[at.rq + i][at.tq..at.tq + T]);
     }
+    // `p` picks both the blocks and each vector's pair in `xs`.
+    #[allow(clippy::needless_range_loop)]
     for p in 0..at.pairs {
         let b = at.b0 + 2 * p;
         let both = b + 1 < at.blocks;

@@ -151,8 +151,8 @@ fn row_q4(row: &[u8], x: &[f32]) -> f32 {
     for (b, xb) in row.chunks_exact(18).zip(x.chunks_exact(BLOCK)) {
         let scale = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
         let mut acc = 0.0f32;
-        for k in 0..BLOCK {
-            acc += q4_at(b, k) as f32 * xb[k];
+        for (k, &xk) in xb.iter().enumerate() {
+            acc += q4_at(b, k) as f32 * xk;
         }
         s += acc * scale;
     }

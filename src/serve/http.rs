@@ -460,11 +460,7 @@ fn parse_head(raw: &[u8]) -> Result<Head, HttpError> {
                 chunked = true;
             }
             // HTTP/1.0 connections are closed after one response whatever they ask.
-            "connection" => {
-                if value.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")) {
-                    head.keep_alive = false;
-                }
-            }
+            "connection" if value.split(',').any(|t| t.trim().eq_ignore_ascii_case("close")) => head.keep_alive = false,
             "authorization" => head.authorization = Some(value.to_string()),
             "expect" => {
                 if !value.eq_ignore_ascii_case("100-continue") {

@@ -608,8 +608,8 @@ mod tests {
     #[test]
     fn percent_formatting() {
         let f = |fmt: &str, args: Value| percent_format(&PStr::markup(fmt), &args).map(|p| p.as_str().to_string());
-        assert_eq!(f("%s-%d-%05.2f|%-4s|%x", Value::tuple(vec![Value::markup_str("a"), Value::int(7), Value::Float(3.14159, Origin::Markup),
-            Value::markup_str("b"), Value::int(255)], Origin::Markup)).must(), "a-7-03.14|b   |ff");
+        assert_eq!(f("%s-%d-%05.2f|%-4s|%x", Value::tuple(vec![Value::markup_str("a"), Value::int(7), Value::Float(1.23456, Origin::Markup),
+            Value::markup_str("b"), Value::int(255)], Origin::Markup)).must(), "a-7-01.23|b   |ff");
         assert_eq!(f("100%%", Value::tuple(vec![], Origin::Markup)).must(), "100%");
         assert_eq!(f("%s %s", Value::int(1)).unwrap_err(), "not enough arguments for format string");
         assert_eq!(f("%s", Value::tuple(vec![Value::int(1), Value::int(2)], Origin::Markup)).unwrap_err(),

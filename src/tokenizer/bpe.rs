@@ -247,12 +247,15 @@ struct Node {
     alive: bool,
 }
 
+/// A candidate merge in [`Scratch`]'s heap: the `(rank, start)` key, then the left node, the
+/// right node, the right node's end, and the merged id.
+type Candidate = (u64, usize, usize, usize, u32);
+
 /// Reusable buffers for [`merge`].
 #[derive(Default)]
 pub struct Scratch {
     nodes: Vec<Node>,
-    /// `(rank, start)` key, then left node, right node, the right node's end, merged id.
-    heap: BinaryHeap<Reverse<(u64, usize, usize, usize, u32)>>,
+    heap: BinaryHeap<Reverse<Candidate>>,
     parts: Vec<Part>,
     keys: QuadHeap,
     buckets: RankBuckets,

@@ -582,8 +582,8 @@ impl HfTokenizer {
                 if let Some(id) = self.model_table.find(&b[i..end]) {
                     w.init.push(Sym { start: i, end, id, mergeable: true });
                 } else if self.byte_fallback && b[i..end].iter().all(|&x| self.byte_ids[x as usize].is_some()) {
-                    for k in i..end {
-                        let id = self.byte_ids[b[k] as usize].unwrap_or(0);
+                    for (k, &byte) in b.iter().enumerate().take(end).skip(i) {
+                        let id = self.byte_ids[byte as usize].unwrap_or(0);
                         w.init.push(Sym { start: k, end: k + 1, id, mergeable: false });
                     }
                 } else if let Some(unk) = self.unk {
