@@ -143,7 +143,12 @@ pub fn digest_file(path: &Path) -> Result<[u8; 32]> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(path, "read", e))?;
+        let n = match f.read(&mut buf) {
+            Ok(n) => n,
+            // A caught signal can interrupt a read from a network or FUSE file system.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(path, "read", e)),
+        };
         if n == 0 {
             return Ok(h.finish());
         }

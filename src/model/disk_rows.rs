@@ -101,9 +101,13 @@ impl DiskRows {
         let span = need.div_ceil(ALIGN as usize) * ALIGN as usize;
         let mut got = 0;
         while got < need {
-            let n = self.file.read_at(&mut buf[got..span], first + got as u64).map_err(|e| {
-                Error::io(&self.path, &format!("read {span} bytes at offset {first} (tensor `{}`, row {r})", self.tensor.name), e)
-            })?;
+            let n = match self.file.read_at(&mut buf[got..span], first + got as u64) {
+                Ok(n) => n,
+                // A caught signal (the CLI's, without SA_RESTART) can interrupt a read from a
+                // network or FUSE file system: read again, as `read_exact_at` does.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(&self.path, &format!("read {span} bytes at offset {first} (tensor `{}`, row {r})", self.tensor.name), e)),
+            };
             if n == 0 {
                 return Err(Error::format(&self.path, format!(
                     "tensor `{}`: the file ends at byte {} inside row {r} (at byte {start})", self.tensor.name, first + got as u64)));

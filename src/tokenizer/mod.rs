@@ -416,10 +416,7 @@ enum FileKind {
 }
 
 fn file_kind(path: &Path) -> FileKind {
-    use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
-    let head = &head[..n];
+    let head = &file_head(path);
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let ext = path.extension().and_then(|n| n.to_str()).unwrap_or("");
     if ext == "json" || (ext != "bin" && head.first() == Some(&b'{')) {
@@ -476,10 +473,17 @@ fn is_rank_text(bytes: &[u8]) -> bool {
 }
 
 fn looks_like_ranks(path: &Path) -> bool {
+    is_rank_text(&file_head(path))
+}
+
+/// The first 256 bytes of a file (fewer when it is shorter; none when it cannot be read):
+/// enough to tell the tokenizer formats apart. `read_to_end` goes on after a short read or
+/// an interrupted one, where a single `read` may stop early.
+fn file_head(path: &Path) -> Vec<u8> {
     use std::io::Read;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)).unwrap_or(0);
-    is_rank_text(&head[..n])
+    let mut head = Vec::with_capacity(256);
+    let _ = std::fs::File::open(path).and_then(|f| f.take(256).read_to_end(&mut head));
+    head
 }
 
 /// The kind, the file and the vocabulary size (the tables are too large to print).
