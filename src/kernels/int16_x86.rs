@@ -99,7 +99,7 @@ unsafe fn rows(f: Format, w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: us
     }
     let mut tile = [_mm512_setzero_si512(); CHUNK_BLOCKS * 16];
     let mut scales = [_mm512_setzero_ps(); CHUNK_BLOCKS];
-    let acts = Inputs { q: x.q.as_ptr(), d: x.d.as_ptr(), cols: blocks * 32, blocks };
+    let acts = Inputs { q: x.q.as_ptr(), d: x.d.as_ptr(), blocks };
     let mut g = r0;
     while g < r1 {
         let live = (r1 - g).min(LANES);
@@ -115,7 +115,7 @@ unsafe fn rows(f: Format, w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: us
             let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * f.bytes * LANES);
             // SAFETY: those rows' blocks b0..b0+kb lie within the matrix (the caller's contract).
             unsafe { widen(f, &rows, next, mask, offsets, kb, &mut tile, &mut scales) };
-            let chunk = Chunk { tile: &tile, scales: &scales, kb, b0, first: b0 == 0, mask };
+            let chunk = Chunk { tile: &tile, scales: &scales, kb, b0, mask };
             let mut t = 0;
             while t < n {
                 let tn = (n - t).min(TOKENS);
@@ -141,12 +141,18 @@ unsafe fn rows(f: Format, w: &MatRef, r0: usize, r1: usize, x: &Acts<i16>, n: us
     }
 }
 
-/// The quantized vectors, as raw pointers.
+/// The quantized vectors, as raw pointers: `blocks` blocks of 32 values each.
 struct Inputs {
     q: *const i16,
     d: *const f32,
-    cols: usize,
     blocks: usize,
+}
+
+impl Inputs {
+    /// Values per vector.
+    fn cols(&self) -> usize {
+        self.blocks * 32
+    }
 }
 
 /// One widened chunk: its blocks `b0..b0 + kb`, and which of the rows are live.
@@ -155,7 +161,6 @@ struct Chunk<'a> {
     scales: &'a [__m512; CHUNK_BLOCKS],
     kb: usize,
     b0: usize,
-    first: bool,
     mask: __mmask16,
 }
 
@@ -168,7 +173,7 @@ struct Chunk<'a> {
 #[inline]
 unsafe fn vectors<const T: usize>(c: &Chunk, x: &Inputs, t0: usize, y: *mut f32, ys: usize) {
     let mut acc = [_mm512_setzero_ps(); T];
-    if !c.first {
+    if c.b0 > 0 {
         for (t, a) in acc.iter_mut().enumerate() {
             // SAFETY: the caller's contract; masked lanes are not read.
             *a = unsafe { _mm512_maskz_loadu_ps(c.mask, y.add((t0 + t) * ys)) };
@@ -177,12 +182,12 @@ unsafe fn vectors<const T: usize>(c: &Chunk, x: &Inputs, t0: usize, y: *mut f32,
     for b in 0..c.kb {
         let mut sums = [_mm512_setzero_si512(); T];
         // SAFETY: block b0 + b of vector t0 exists (the caller's contract).
-        let q = unsafe { x.q.add(t0 * x.cols + (c.b0 + b) * 32) };
+        let q = unsafe { x.q.add(t0 * x.cols() + (c.b0 + b) * 32) };
         for p in 0..16 {
             let pairs = c.tile[b * 16 + p];
             for (t, s) in sums.iter_mut().enumerate() {
                 // SAFETY: positions 2p, 2p + 1 of the block of vector t0 + t.
-                let xq = unsafe { (q.add(t * x.cols + 2 * p) as *const i32).read_unaligned() };
+                let xq = unsafe { (q.add(t * x.cols() + 2 * p) as *const i32).read_unaligned() };
                 *s = _mm512_dpwssd_epi32(*s, pairs, _mm512_set1_epi32(xq));
             }
         }
