@@ -24,7 +24,7 @@
 //! activations: a block then costs one integer instruction per pair of positions and one
 //! conversion and one fused multiply-add per sixteen rows, the same for one vector or many.
 
-use super::int8::{quantize_block_to, scalar_rows_by, Acts, Int8Isa, QuantizeFn};
+use super::int8::{quantize_block_to, quantize_blocks, scalar_rows_by, Acts, Int8Isa, QuantizeFn};
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use crate::format::dtype::BLOCK;
@@ -67,10 +67,9 @@ pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<i16>, Int16RowsFn, I
 /// Quantizes whole blocks of `x` with the int16 quantizer of `isa` (which this CPU must
 /// support, else the scalar one runs): for tests that compare the two.
 pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i16], d: &mut [f32]) {
-    let blocks = (x.len() / BLOCK).min(q.len() / BLOCK).min(d.len());
     let f = if isa.supported() { kernels(isa).1 } else { quantize_scalar as QuantizeFn<i16> };
-    // SAFETY: the slices are cut to whole blocks that all three hold; the ISA was checked.
-    unsafe { f(&x[..blocks * BLOCK], &mut q[..blocks * BLOCK], &mut d[..blocks]) }
+    // SAFETY: the ISA was checked.
+    unsafe { quantize_blocks(f, x, q, d) }
 }
 
 /// One row against one quantized vector, in the module's order; `weight(block, k)` is the

@@ -112,9 +112,18 @@ pub unsafe fn quantize_scalar(x: &[f32], q: &mut [i8], d: &mut [f32]) {
 /// Quantizes whole blocks of `x` with the quantizer of `isa` (which this CPU must support,
 /// else the scalar one runs): for tests that compare the two.
 pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i8], d: &mut [f32]) {
-    let blocks = (x.len() / BLOCK).min(q.len() / BLOCK).min(d.len());
     let f = if isa.supported() { isa.quantizer() } else { quantize_scalar as QuantizeFn };
-    // SAFETY: the slices are cut to whole blocks that all three hold; the ISA was checked.
+    // SAFETY: the ISA was checked.
+    unsafe { quantize_blocks(f, x, q, d) }
+}
+
+/// Runs quantizer `f` over the whole blocks that `x`, `q` and `d` all hold.
+///
+/// # Safety
+/// The CPU has `f`'s instruction set.
+pub(super) unsafe fn quantize_blocks<Q>(f: QuantizeFn<Q>, x: &[f32], q: &mut [Q], d: &mut [f32]) {
+    let blocks = (x.len() / BLOCK).min(q.len() / BLOCK).min(d.len());
+    // SAFETY: the slices are cut to whole blocks that all three hold; the ISA is the caller's.
     unsafe { f(&x[..blocks * BLOCK], &mut q[..blocks * BLOCK], &mut d[..blocks]) }
 }
 
@@ -327,6 +336,18 @@ pub(super) struct IntPath<Q> {
 /// # Safety
 /// As [`Int8RowsFn`].
 pub type IntRowsFn<Q> = unsafe fn(w: &MatRef, r0: usize, r1: usize, x: &Acts<Q>, n: usize, y: *mut f32, y_stride: usize);
+
+impl<Q: Quantum> IntPath<Q> {
+    /// Quantizes the whole blocks of `x` (`cols` values per vector) into a caller's own
+    /// `room` ([`carve`]), when it holds them.
+    pub fn quantize_into<'a>(&self, room: &'a mut [f32], x: &[f32], cols: usize) -> Option<Acts<'a, Q>> {
+        let blocks = x.len() / BLOCK;
+        let (q, d) = carve::<Q>(room, blocks)?;
+        // SAFETY: the quantizer was chosen for an instruction set this CPU has.
+        unsafe { quantize_blocks(self.quantize, x, q, d) };
+        Some(Acts { q, d, cols })
+    }
+}
 
 impl<Q: Copy + Default> Clone for IntPath<Q> {
     /// A copy with its own scratch of the same size (a scratch is never shared).

@@ -872,20 +872,11 @@ impl Kernels {
     /// Quantizes `n` vectors of `cols` inputs into a caller's own `room` (see
     /// [`int8::carve`]), when an integer path is on and the room holds them.
     fn quantize_into<'a>(&self, room: &'a mut [f32], x: &[f32], n: usize, cols: usize) -> Option<IntActs<'a>> {
-        let values = n.checked_mul(cols)?;
-        let blocks = values / crate::format::dtype::BLOCK;
-        let x = x.get(..blocks * crate::format::dtype::BLOCK)?;
-        // SAFETY (both arms): the quantizers were chosen for an instruction set this CPU has;
-        // the slices hold `blocks` whole blocks.
+        let x = x.get(..n.checked_mul(cols)?)?;
         if let Some(p) = &self.int16 {
-            let (q, d) = int8::carve::<i16>(room, blocks)?;
-            unsafe { (p.quantize)(x, q, d) };
-            return Some(IntActs::Int16(Acts { q, d, cols }));
+            return p.quantize_into(room, x, cols).map(IntActs::Int16);
         }
-        let p = self.int8.as_ref()?;
-        let (q, d) = int8::carve::<i8>(room, blocks)?;
-        unsafe { (p.quantize)(x, q, d) };
-        Some(IntActs::Int8(Acts { q, d, cols }))
+        self.int8.as_ref()?.quantize_into(room, x, cols).map(IntActs::Int8)
     }
 
     /// Locks the integer path's activation buffer (a poisoned lock only means a panic
@@ -987,25 +978,27 @@ impl Kernels {
         }
         // A fixed array: decode allocates nothing per step.
         assert!(items.len() <= GROUP_MAX, "matmul_group: at most {GROUP_MAX} products");
-        let mut jobs: [Option<(MatRef, Job, OutPtr)>; GROUP_MAX] = [None; GROUP_MAX];
+        // Each product with its count of row pieces.
+        let mut jobs: [Option<(MatRef, Job, OutPtr, usize)>; GROUP_MAX] = [None; GROUP_MAX];
         for (slot, (w, y)) in jobs.iter_mut().zip(items.iter_mut()) {
-            *slot = Some((*w, job(w), OutPtr(y.as_mut_ptr())));
+            *slot = Some((*w, job(w), OutPtr(y.as_mut_ptr()), row_pieces(w.rows, threads).count()));
         }
         // The products' pieces in one sequence: product k's pieces follow product k − 1's.
-        let counts: [usize; GROUP_MAX] = std::array::from_fn(|k| jobs[k].as_ref().map_or(0, |(w, _, _)| row_pieces(w.rows, threads).count()));
-        let pieces = pool::Pieces::new(counts.iter().sum());
+        let pieces = pool::Pieces::new(jobs.iter().flatten().map(|j| j.3).sum());
         pool.run(&|_| {
             while let Some(mut i) = pieces.take() {
-                let mut k = 0;
-                while i >= counts[k] {
-                    i -= counts[k];
-                    k += 1;
+                for (w, job, out, count) in jobs.iter().flatten() {
+                    if i >= *count {
+                        i -= count;
+                        continue;
+                    }
+                    let r = pool::aligned_chunk(w.rows, *count, i, PIECE_ROWS);
+                    // SAFETY: each piece's rows r of its output are written by the one
+                    // participant that took it; the buffers were checked above and outlive the
+                    // region.
+                    unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
+                    break;
                 }
-                let Some((w, job, out)) = &jobs[k] else { continue };
-                let r = pool::aligned_chunk(w.rows, counts[k], i, PIECE_ROWS);
-                // SAFETY: each piece's rows r of its output are written by the one participant
-                // that took it; the buffers were checked above and outlive the region.
-                unsafe { job.run(w, r.start, r.end, n, out.0, w.rows) };
             }
         });
     }
