@@ -130,6 +130,14 @@ pub struct Options {
     pub prefill_chunk: usize,
     /// Use the scalar reference kernels even where SIMD ones exist.
     pub force_scalar: bool,
+    /// The instruction set the kernels use: `None`, the default, takes the best this CPU has;
+    /// `Some` names one the CPU must have ([`Model::open`] refuses it otherwise, with
+    /// [`ErrorKind::Unsupported`]) — so that an AVX-512 machine runs the AVX2 kernels an
+    /// AVX2-only laptop runs, with the same bits, to reproduce its results or to measure them.
+    /// `Some(Isa::Scalar)` is `force_scalar`; `force_scalar` with another instruction set is
+    /// refused as contradictory. The integer paths ([`Options::activations`]) follow it: their
+    /// VNNI kernels only where the AVX-512 ones run.
+    pub isa: Option<kernels::Isa>,
     /// Multiply Q4B32 weights with prefill chunks on the Intel AMX tiles where the CPU has
     /// them ([`kernels::Isa::Amx`]; on by default): products exact in f32 as on the FMA
     /// kernels, their sums added in another order, so a prompt's logits differ from those of
@@ -196,7 +204,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, tiles: true, activations: Activations::F32, budget: None, cache_bytes: 0,
+        Options { threads: 0, cpus: None, ctx: 0, prefill_chunk: 0, force_scalar: false, isa: None, tiles: true, activations: Activations::F32, budget: None, cache_bytes: 0,
             io_threads: 4, verify: false, direct_io: true, lookahead: true, purgeable_slots: false, huge_pages: true, sessions: 1, hotlist: true, usage_file: None }
     }
 }
@@ -253,6 +261,15 @@ impl Options {
         }
         if self.prefill_chunk > 4096 {
             return Err(Error::arg(format!("prefill_chunk: {} is out of range 0..=4096", self.prefill_chunk)));
+        }
+        match self.isa {
+            Some(isa) if self.force_scalar && isa != kernels::Isa::Scalar => {
+                return Err(Error::arg(format!("force_scalar and isa {} name two different kernels: give one", isa.name())));
+            }
+            Some(isa) if !isa.supported() => {
+                return Err(Error::unsupported(format!("isa: this CPU (or this build's target) cannot run the {} kernels", isa.name())));
+            }
+            _ => {}
         }
         Ok(())
     }

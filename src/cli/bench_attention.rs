@@ -5,7 +5,6 @@ use super::commands::Failure;
 use super::out::outln;
 use super::HELP_OPT;
 use waste::kernels::bench::{self, AttentionBench};
-use waste::kernels::Isa;
 
 pub const BENCH_ATTENTION: Command = Command {
     name: "bench attention",
@@ -42,10 +41,7 @@ fn options(a: &Args) -> Result<AttentionBench, Failure> {
         o.keys = list.split(',').map(|k| k.trim().parse::<usize>().ok().filter(|&k| k > 0).ok_or_else(|| Failure::Usage(format!(
             "option `--keys`: `{k}` is not a positive count")))).collect::<Result<_, _>>()?;
     }
-    if let Some(name) = a.value("isa") {
-        o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
-            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, amx, neon")))?);
-    }
+    o.isa = super::commands::isa(a)?;
     Ok(o)
 }
 

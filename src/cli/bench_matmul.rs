@@ -61,10 +61,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     if let Some(b) = a.size("bytes", 4096, 1 << 40)? {
         o.bytes = b as usize;
     }
-    if let Some(name) = a.value("isa") {
-        o.isa = Some(Isa::from_name(name).ok_or_else(|| Failure::Usage(format!(
-            "option `--isa`: `{name}` is not one of scalar, avx2, avx512, amx, neon")))?);
-    }
+    o.isa = super::commands::isa(a)?;
     if let Some(name) = a.value("prefetch") {
         o.prefetch = Some(Prefetch::from_name(name).ok_or_else(|| Failure::Usage(format!(
             "option `--prefetch`: `{name}` is not one of tile-after-next, own-rows")))?);

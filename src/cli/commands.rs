@@ -83,6 +83,12 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    o.isa = isa(a)?;
+    if let (true, Some(i)) = (o.force_scalar, o.isa) {
+        if i != waste::kernels::Isa::Scalar {
+            return Err(Failure::Usage(format!("--scalar and --isa {} choose between two kernels: give one", i.name())));
+        }
+    }
     o.tiles = !a.flag("no-tiles");
     o.activations = match (a.flag("int8-act"), a.flag("int16-act")) {
         (true, true) => return Err(Failure::Usage("--int8-act and --int16-act choose between two paths: give one".into())),
@@ -108,6 +114,16 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.sessions = n;
     }
     Ok(o)
+}
+
+/// `--isa NAME`: the one parser of it (the model commands, `plan` and the kernel benches).
+pub(super) fn isa(a: &Args) -> Result<Option<waste::kernels::Isa>, Failure> {
+    use waste::kernels::Isa;
+    let Some(name) = a.value("isa") else { return Ok(None) };
+    Isa::from_name(name).map(Some).ok_or_else(|| {
+        let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+        Failure::Usage(format!("option `--isa`: `{name}` is not one of {}", names.join(", ")))
+    })
 }
 
 /// `--budget SIZE`: the one parser of it (`plan` and the model commands alike).

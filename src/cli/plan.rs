@@ -28,6 +28,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         val("io-threads", "N", "threads reading expert records (default 4)"),
         val("sessions", "N", "conversations held at once (a server's slots): each keeps its state for the whole context (default 1)"),
         flag("scalar", "accepted for a run's command line; does not change the plan"),
+        val("isa", "NAME", "plan for these kernels (scalar, avx2, avx512, amx, neon): only the AVX-512 and AMX ones hold a split-input buffer"),
         flag("no-tiles", "count the AVX-512 kernels' split-input buffer instead of the AMX tiles' (half as large again)"),
         flag("verify", "accepted for a run's command line; does not change the plan"),
         flag("lookahead", "accepted for a run's command line; does not change the plan"),

@@ -290,11 +290,12 @@ pub fn metadata_bytes(layers: usize) -> u64 {
     METADATA_BYTES + METADATA_BYTES_PER_LAYER * layers as u64
 }
 
-/// The kernels a model opened with `opts` multiplies with (before their buffers): the best this
-/// CPU has, or the scalar reference (`force_scalar`), without the AMX tiles when `opts.tiles`
-/// is off.
+/// The kernels a model opened with `opts` multiplies with (before their buffers): those of
+/// `opts.isa`, else the best this CPU has, or the scalar reference (`force_scalar`), without
+/// the AMX tiles when `opts.tiles` is off. An instruction set the CPU lacks is refused by
+/// [`Options::validate`]; a plan made without it counts the best kernels instead.
 pub(crate) fn kernels_for(opts: &Options) -> Kernels {
-    let k = Kernels::select(opts.force_scalar);
+    let k = opts.isa.and_then(Kernels::with_isa).unwrap_or_else(|| Kernels::select(opts.force_scalar));
     if opts.tiles { k } else { k.without_tiles() }
 }
 
