@@ -29,7 +29,10 @@
 # time instead of this tree's, e.g. an older build for a before/after table; this tree's
 # binary still makes the models), PRIO (a command prefix for every timed run of both engines,
 # e.g. "chrt -f 10" on a machine other jobs share: as root, SCHED_FIFO keeps their threads off
-# the CPUs while one engine runs; the kernel's RT throttling still leaves them 5 %).
+# the CPUs while one engine runs; the kernel's RT throttling still leaves them 5 %), ISA (avx2:
+# both engines held to AVX2 on an AVX-512 machine, waste by `--isa avx2` and llama.cpp built
+# without AVX-512 into target/llamacpp/build-avx2 — a stand-in for an AVX2-only host, with
+# this CPU's cores, caches and memory).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,12 +47,18 @@ LLAMA_ARGS=${LLAMA_ARGS:-}
 PRIO=${PRIO:-}
 WASTE=$ROOT/target/release/waste
 TIMED=${WASTE_BIN:-$WASTE}
-BENCH=$LL/build/bin/llama-bench
+ISA=${ISA:-}
+if [ -n "$ISA" ]; then
+    # Both engines held to one instruction set: waste's kernels by --isa, llama.cpp built for it.
+    WASTE_ARGS="$WASTE_ARGS --isa $ISA"
+    export LLAMA_ISA=$ISA
+fi
 PY=$LL/venv/bin/python
 
 say() { echo "duel: $*" >&2; }
 # build_llamacpp DIR TOOL... (tools/bench/llamacpp.sh)
 source "$ROOT/tools/bench/llamacpp.sh"
+BENCH=$(llamacpp_build "$LL")/bin/llama-bench
 
 make_models() {
     mkdir -p "$MODELS" "$LL/models"
@@ -108,7 +117,8 @@ if "avx512_vnni" in flags:
     isa += " VNNI"
 read = load("read.json")["read"][-1]["gb_per_s"]
 w = load("w-%s-128-1.json" % kinds[0])
-print(f"host: {cpu} ({os.cpu_count()} CPUs, {isa}); waste {commit}, kernels {w['isa']}, {threads} threads"
+llama_isa = os.environ.get("LLAMA_ISA") or "native"
+print(f"host: {cpu} ({os.cpu_count()} CPUs, {isa}); waste {commit}, kernels {w['isa']}; llama.cpp built {llama_isa}; {threads} threads"
       f"{', run under ' + repr(prio) if prio else ''}; read bandwidth {read:.1f} GB/s; median of {rounds} rounds (rounds in parentheses)")
 print()
 print("| weights | figure | waste tok/s | llama.cpp tok/s | waste / llama.cpp |")
