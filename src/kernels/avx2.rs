@@ -222,19 +222,9 @@ pub(crate) unsafe fn scale_bits(p: *const u8) -> f32 {
     F16_TO_F32[bits as usize]
 }
 
-/// 8-lane integers `v` in 0..2²³ as f32, with `bias` subtracted: `v | 2²³` read as f32 is
-/// exactly 2²³ + v, and the subtraction (of a value in that binade) is exact. This keeps the
-/// conversion off the multiply pipes, which the scale products and the fused multiply-adds
-/// need (on Zen 3 `vcvtdq2ps` shares them).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn magic_to_f32(v: __m256i, bias: f32) -> __m256 {
-    _mm256_sub_ps(_mm256_castsi256_ps(v), _mm256_set1_ps(8_388_608.0 + bias))
-}
-
 /// Q8B32: 32 signed bytes after the scale, sign-extended, converted and times the scale, in
 /// position order (8 bytes per `vpmovsxbd` straight from memory: measured 15 % faster here
-/// than [`magic_to_f32`], which pays off only where the nibbles need masking anyway).
+/// than making floats from the bytes with an exponent's bits and a subtraction).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn decode_q8(p: *const u8) -> [__m256; 4] {
@@ -248,23 +238,72 @@ pub(crate) unsafe fn decode_q8(p: *const u8) -> [__m256; 4] {
     }
 }
 
-/// Q4B32: the 16 payload bytes widened to 32-bit lanes (bytes 0..8, then 8..16); a lane's low
-/// nibble is the even position, its high nibble the odd one (seed 000, "The payload"), and a
-/// two's-complement nibble flipped in bit 3 is `q + 8`. So the block comes out by parity
-/// within each half: positions (0, 2, .., 14), (1, 3, .., 15), (16, .., 30), (17, .., 31),
-/// times the scale; [`x_q4`] loads the inputs in that order.
+/// Q4B32: the block's 32 levels times its scale, by parity within each half: positions (0, 2,
+/// .., 14), (1, 3, .., 15), (16, .., 30), (17, .., 31) — a payload byte's low nibble is the
+/// even position, its high nibble the odd one (seed 000, "The payload"); [`x_q4`] loads the
+/// inputs in that order.
+///
+/// Each value is made exactly without a conversion or a per-vector multiply: the payload,
+/// broadcast to both 128-bit lanes, has its nibbles flipped in bit 3 (a two's-complement
+/// nibble `q` becomes `u = q + 8`, 0..15) and a magic byte blended into a dword neither lane
+/// reads; one `vpshufb` per half puts payload byte `j` at bits 15..8 of lane `j` and the magic
+/// at bits 31..24. Masked, a lane is the f32 2¹⁵ + u (the even nibble, bits 11..8 under the
+/// exponent 15) or 2¹¹ + u (the odd one, bits 15..12 under the exponent 11), and
+/// `fma(2ᵉ + u, d, −(2ᵉ + 8)·d)` is `q·d` exactly: the product is exact inside the FMA, the
+/// offset is exact ([`Q4_OFFSETS`]), and so is their sum, an integer of 4 bits times d. The
+/// same values as widening, masking, converting and multiplying each nibble, in 16 operations
+/// per block against 22 (docs/BENCHMARKS.md, 2026-12-05: 30 % more blocks per second in L2) —
+/// but for the sign of a zero: under a zero scale every level gives +0. No sum can tell: every
+/// accumulator starts at +0, and +0 plus a zero of either sign is +0.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn decode_q4(p: *const u8) -> [__m256; 4] {
-    // SAFETY: the caller guarantees the 18-byte block at p.
+    // Lane j (dword j % 4 of 128-bit half j / 4) of the first shuffle: payload byte j at bits
+    // 15..8, the magic byte (payload dword 1 of half 0, dword 0 of half 1: the dwords the
+    // half does not read) at bits 31..24, zeros elsewhere; the second takes bytes 8..16.
+    const Z: i8 = -128;
+    #[rustfmt::skip]
+    const FIRST: [i8; 32] = [Z, 0, Z, 4, Z, 1, Z, 4, Z, 2, Z, 4, Z, 3, Z, 4,
+                             Z, 4, Z, 0, Z, 5, Z, 0, Z, 6, Z, 0, Z, 7, Z, 0];
+    #[rustfmt::skip]
+    const SECOND: [i8; 32] = [Z, 8, Z, 4, Z, 9, Z, 4, Z, 10, Z, 4, Z, 11, Z, 4,
+                              Z, 12, Z, 0, Z, 13, Z, 0, Z, 14, Z, 0, Z, 15, Z, 0];
+    // SAFETY: the caller guarantees the 18-byte block at p; the tables are indexed by a u16.
     unsafe {
-        let s = _mm256_set1_ps(scale_bits(p));
-        let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(2) as *const __m128i));
-        let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p.add(10) as *const __m128i));
-        let (m, magic) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x4B00_0008));
-        let f = |v: __m256i| _mm256_mul_ps(magic_to_f32(_mm256_xor_si256(v, magic), 8.0), s);
-        [f(_mm256_and_si256(lo, m)), f(_mm256_srli_epi32::<4>(lo)), f(_mm256_and_si256(hi, m)), f(_mm256_srli_epi32::<4>(hi))]
+        let bits = u16::from_le((p as *const u16).read_unaligned()) as usize;
+        let s = _mm256_set1_ps(F16_TO_F32[bits]);
+        let [even, odd] = Q4_OFFSETS[bits];
+        let (even, odd) = (_mm256_set1_ps(even), _mm256_set1_ps(odd));
+        let payload = _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(2) as *const __m128i));
+        // The magic byte 0x47 (the exponent byte of 2¹⁵) arrives flipped like the nibbles.
+        let magic = _mm256_set1_epi32(0x4747_4747 ^ 0x8888_8888u32 as i32);
+        let v = _mm256_xor_si256(_mm256_blend_epi32::<0b0001_0010>(payload, magic), _mm256_set1_epi8(0x88u8 as i8));
+        let first = _mm256_shuffle_epi8(v, _mm256_loadu_si256(FIRST.as_ptr() as *const __m256i));
+        let second = _mm256_shuffle_epi8(v, _mm256_loadu_si256(SECOND.as_ptr() as *const __m256i));
+        // 0x47 & 0xfd = 0x45: the exponent byte of 2¹¹.
+        let (keep_even, keep_odd) = (_mm256_set1_epi32(0xff00_0f00u32 as i32), _mm256_set1_epi32(0xfd00_f000u32 as i32));
+        let level = |lanes: __m256i, keep: __m256i, offset: __m256| {
+            _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(lanes, keep)), s, offset)
+        };
+        [level(first, keep_even, even), level(first, keep_odd, odd), level(second, keep_even, even), level(second, keep_odd, odd)]
     }
+}
+
+/// Per binary16 scale `d` (indexed by its bits), the offsets of [`decode_q4`]: −(2¹⁵ + 8)·d for
+/// the even nibbles and −(2¹¹ + 8)·d for the odd ones — integers of 13 and 9 bits times an
+/// 11-bit significand, so exact in f32. Built at compile time; 512 KiB, of which a model's
+/// scales touch the few KiB of their exponent range.
+pub(crate) static Q4_OFFSETS: [[f32; 2]; 65536] = q4_offsets();
+
+const fn q4_offsets() -> [[f32; 2]; 65536] {
+    let mut t = [[0f32; 2]; 65536];
+    let mut h = 0usize;
+    while h < 65536 {
+        let d = super::scalar::f16_bits_to_f32(h as u16);
+        t[h] = [-32776.0 * d, -2056.0 * d];
+        h += 1;
+    }
+    t
 }
 
 /// Vector `k` of [`decode_q4`] computed from memory on its own (its half widened again, one
@@ -541,4 +580,46 @@ pub unsafe fn sum(a: &[f32]) -> f32 {
         s = _mm256_add_ps(s, unsafe { _mm256_loadu_ps(pad.as_ptr()) });
     }
     hsum8(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`decode_q4`] and [`decode_q4_part`] against the definition, `q·d` in f32 (the scalar
+    /// `row_to_f32`), bit for bit but for a zero's sign (see `decode_q4`): every binary16 scale
+    /// that is a number (subnormals, zeros and both signs included), each with payloads that
+    /// put every nibble value in both positions of every byte.
+    #[test]
+    fn q4_blocks_decode_to_their_levels_times_the_scale_exactly() {
+        if !super::super::Isa::Avx2.supported() {
+            println!("SKIP: q4_blocks_decode_to_their_levels_times_the_scale_exactly: this CPU has no AVX2, FMA and F16C");
+            return;
+        }
+        let mut block = [0u8; 18];
+        let mut want = [0f32; 32];
+        // decode_q4's order: by parity within each half.
+        let position = |k: usize| (k / 16) * 16 + 2 * (k % 8) + (k / 8) % 2;
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a == 0.0 && b == 0.0);
+        for bits in (0..=u16::MAX).filter(|b| (b >> 10) & 0x1f != 0x1f) {
+            block[..2].copy_from_slice(&bits.to_le_bytes());
+            for shift in 0..16u8 {
+                for (j, byte) in block[2..].iter_mut().enumerate() {
+                    *byte = ((j as u8 + shift) & 15) | (((j as u8 + 7 * shift + 3) & 15) << 4);
+                }
+                let w = MatRef { data: &block, dtype: crate::format::dtype::DType::Q4B32, rows: 1, cols: 32 };
+                super::super::scalar::row_to_f32(&w, 0, &mut want);
+                // SAFETY: AVX2, FMA and F16C are present (checked above); the block is 18 bytes;
+                // a __m256 is eight f32.
+                let (whole, parts): ([[f32; 8]; 4], [[f32; 8]; 4]) = unsafe {
+                    (std::mem::transmute(decode_q4(block.as_ptr())), std::array::from_fn(|v| std::mem::transmute(decode_q4_part(block.as_ptr(), v))))
+                };
+                for k in 0..32 {
+                    let (got, part, expect) = (whole[k / 8][k % 8], parts[k / 8][k % 8], want[position(k)]);
+                    assert!(same(got, expect), "scale bits {bits:#06x}, payload {:?}, lane {k}: {got} against {expect}", &block[2..]);
+                    assert!(same(part, expect), "decode_q4_part, scale bits {bits:#06x}, lane {k}: {part} against {expect}");
+                }
+            }
+        }
+    }
 }

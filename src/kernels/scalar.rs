@@ -264,7 +264,7 @@ const fn f16_table() -> [f32; 65536] {
 
 /// IEEE 754 binary16 → binary32, exactly (subnormals normalised, infinities and NaN payloads
 /// kept, NaNs quieted as the hardware conversion does).
-const fn f16_bits_to_f32(h: u16) -> f32 {
+pub(crate) const fn f16_bits_to_f32(h: u16) -> f32 {
     let sign = ((h & 0x8000) as u32) << 16;
     let exp = ((h >> 10) & 0x1f) as u32;
     let man = (h & 0x3ff) as u32;
