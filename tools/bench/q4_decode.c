@@ -29,6 +29,13 @@
 //   f  e made right: nibbles xor 8 (unsigned levels 0..15), the -8 offset folded into the
 //      block's first FMA from -8 x the block's inputs, summed lane-wise once per vector
 //   g  f for the even nibbles, b for the odd ones
+//   h  a's values made another way (the engine's step since 2026-12-05): the payload broadcast
+//      to both lanes, its nibbles flipped in bit 3 and a magic byte blended in, one vpshufb per
+//      half putting byte j at bits 15..8 of lane j and the magic at bits 31..24, a mask per
+//      nibble (2^15 + u, 2^11 + u as floats), one FMA with the scale against -(2^e + 8) x the
+//      scale, here two multiplies per block
+//   i  h with the two offsets read from tables indexed by the scale's bits (as the engine)
+// a, h and i print the same hash of all the rows' outputs: the same bits.
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -223,6 +230,41 @@ VARIANT2(avx2_g, 1, {
     acc[i][0] = _mm256_fmadd_ps(t, _mm256_set1_ps(scale2(p)), acc[i][0]);
 })
 
+static float CLO[65536], CHI[65536];
+
+#define SHUFFLE_SETUP \
+    const __m256i flip = _mm256_set1_epi8((char)0x88), magicd = _mm256_set1_epi32(0x47474747 ^ 0x88888888); \
+    const __m256i ia = _mm256_setr_epi8(-128, 0, -128, 4, -128, 1, -128, 4, -128, 2, -128, 4, -128, 3, -128, 4, \
+                                        -128, 4, -128, 0, -128, 5, -128, 0, -128, 6, -128, 0, -128, 7, -128, 0); \
+    const __m256i ib = _mm256_setr_epi8(-128, 8, -128, 4, -128, 9, -128, 4, -128, 10, -128, 4, -128, 11, -128, 4, \
+                                        -128, 12, -128, 0, -128, 13, -128, 0, -128, 14, -128, 0, -128, 15, -128, 0); \
+    const __m256i mlo = _mm256_set1_epi32((int)0xFF000F00), mhi = _mm256_set1_epi32((int)0xFD00F000);
+#define SHUFFLE_LEVELS(CLO_, CHI_) \
+    __m256 s = _mm256_set1_ps(scale2(p)); \
+    __m256i src = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2))); \
+    src = _mm256_xor_si256(_mm256_blend_epi32(src, magicd, 0x12), flip); \
+    __m256i sa = _mm256_shuffle_epi8(src, ia), sb = _mm256_shuffle_epi8(src, ib); \
+    __m256 clo = CLO_, chi = CHI_; \
+    __m256 q0 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(sa, mlo)), s, clo); \
+    __m256 q1 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(sa, mhi)), s, chi); \
+    __m256 q2 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(sb, mlo)), s, clo); \
+    __m256 q3 = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(sb, mhi)), s, chi); \
+    acc[i][0] = _mm256_fmadd_ps(q3, x3, _mm256_fmadd_ps(q2, x2, _mm256_fmadd_ps(q1, x1, _mm256_fmadd_ps(q0, x0, acc[i][0]))));
+
+VARIANT2(avx2_h, 1, {
+    SHUFFLE_SETUP
+    (void)lo; (void)hi;
+    SHUFFLE_LEVELS(_mm256_mul_ps(s, _mm256_set1_ps(-32776.0f)), _mm256_mul_ps(s, _mm256_set1_ps(-2056.0f)))
+})
+
+VARIANT2(avx2_i, 1, {
+    SHUFFLE_SETUP
+    (void)lo; (void)hi;
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    SHUFFLE_LEVELS(_mm256_set1_ps(CLO[bits]), _mm256_set1_ps(CHI[bits]))
+})
+
 // NX for f (all four parts unsigned) or g (parts 0 and 2).
 static void offsets(const float *x, int all) {
     for (int b = 0; b < BLOCKS; b++)
@@ -249,6 +291,8 @@ int main(int argc, char **argv) {
         uint16_t bits = i;
         memcpy(&h, &bits, 2);
         f16_to_f32[i] = (float)h;
+        CLO[i] = -32776.0f * (float)h;
+        CHI[i] = -2056.0f * (float)h;
     }
     size_t n = (size_t)rows * ROW_BYTES;
     uint8_t *w = aligned_alloc(64, (n + 63) / 64 * 64);
@@ -262,12 +306,12 @@ int main(int argc, char **argv) {
     float *x = aligned_alloc(64, COLS * 4), *y = malloc(rows * 4);
     for (int i = 0; i < COLS; i++) x[i] = rand() / (float)RAND_MAX - 0.5f;
     void (*wide[])(const uint8_t *, const float *, int, float *) = {step_a, step_b, step_c, step_d, step_f};
-    void (*narrow[])(const uint8_t *, const float *, int, float *) = {avx2_a, avx2_b, avx2_c, avx2_d, avx2_e, avx2_f, avx2_g};
+    void (*narrow[])(const uint8_t *, const float *, int, float *) = {avx2_a, avx2_b, avx2_c, avx2_d, avx2_e, avx2_f, avx2_g, avx2_h, avx2_i};
     void (**steps)(const uint8_t *, const float *, int, float *) = avx2 ? narrow : wide;
-    const char *names = avx2 ? "abcdefg" : "abcdf";
+    const char *names = avx2 ? "abcdefghi" : "abcdf";
     for (int round = 0; round < 3; round++)
         for (int v = 0; names[v]; v++) {
-            if (avx2 && v >= 5) offsets(x, v == 5);
+            if (avx2 && (v == 5 || v == 6)) offsets(x, v == 5);
             double best = 1e30;
             for (int p = 0; p < passes; p++) {
                 double t = now();
@@ -275,7 +319,13 @@ int main(int argc, char **argv) {
                 t = now() - t;
                 if (t < best) best = t;
             }
-            printf("%c %6.2f GB/s  y[1] = %.9g\n", names[v], n / best / 1e9, y[1]);
+            uint64_t hash = 0;
+            for (int r = 0; r < rows; r++) {
+                uint32_t u;
+                memcpy(&u, &y[r], 4);
+                hash = hash * 1000003 + u;
+            }
+            printf("%c %6.2f GB/s  y[1] = %.9g  hash %016llx\n", names[v], n / best / 1e9, y[1], (unsigned long long)hash);
         }
     return 0;
 }
