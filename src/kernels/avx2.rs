@@ -310,7 +310,8 @@ const fn q4_offsets() -> [[f32; 2]; 65536] {
 /// magic constant serving as both the integer and the float bias), so that a tile using each
 /// vector as soon as it is made holds one of them and three constants, not four and four: the
 /// few-vector tiles of [`super::avx2_few`], whose 2 × 4 accumulators fill the rest of the 16
-/// registers. The same values as [`decode_q4`], hence the same products.
+/// registers. The same values as [`decode_q4`] (but for a zero's sign, see there), hence the
+/// same sums.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn decode_q4_part(p: *const u8, k: usize) -> __m256 {
