@@ -610,11 +610,16 @@ mod tests {
                 }
                 let w = MatRef { data: &block, dtype: crate::format::dtype::DType::Q4B32, rows: 1, cols: 32 };
                 super::super::scalar::row_to_f32(&w, 0, &mut want);
+                let (mut whole, mut parts) = ([[0f32; 8]; 4], [[0f32; 8]; 4]);
                 // SAFETY: AVX2, FMA and F16C are present (checked above); the block is 18 bytes;
-                // a __m256 is eight f32.
-                let (whole, parts): ([[f32; 8]; 4], [[f32; 8]; 4]) = unsafe {
-                    (std::mem::transmute(decode_q4(block.as_ptr())), std::array::from_fn(|v| std::mem::transmute(decode_q4_part(block.as_ptr(), v))))
-                };
+                // each store writes one row of eight f32.
+                unsafe {
+                    let q = decode_q4(block.as_ptr());
+                    for v in 0..4 {
+                        _mm256_storeu_ps(whole[v].as_mut_ptr(), q[v]);
+                        _mm256_storeu_ps(parts[v].as_mut_ptr(), decode_q4_part(block.as_ptr(), v));
+                    }
+                }
                 for k in 0..32 {
                     let (got, part, expect) = (whole[k / 8][k % 8], parts[k / 8][k % 8], want[position(k)]);
                     assert!(same(got, expect), "scale bits {bits:#06x}, payload {:?}, lane {k}: {got} against {expect}", &block[2..]);
