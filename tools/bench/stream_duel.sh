@@ -90,6 +90,8 @@ TOK=$DIR/$TAG-tokenizer
 say() { echo "stream-duel: $*" >&2; }
 # build_llamacpp DIR TOOL... (tools/bench/llamacpp.sh)
 source "$ROOT/tools/bench/llamacpp.sh"
+# Where build_llamacpp puts the tools (build/, or build-avx2/ with LLAMA_ISA=avx2).
+LLBIN=$(llamacpp_build "$LL")/bin
 
 build_ramvamp() {
     [ -x "$RV/bin/ramvamp" ] && [ -x "$RV/bin/ramvamp-repack" ] && return
@@ -138,7 +140,7 @@ EOF
     fi
     if [ ! -f "$RVMP/manifest.json" ]; then
         if [ ! -f "$RVGGUF" ]; then
-            "$LL/build/bin/llama-quantize" --allow-requantize \
+            "$LLBIN/llama-quantize" --allow-requantize \
                 --token-embedding-type q4_k --output-tensor-type q6_k \
                 --tensor-type attn_q=q4_k --tensor-type attn_k=q8_0 --tensor-type attn_v=q4_k \
                 --tensor-type attn_output=q5_k --tensor-type ffn_gate_exps=q4_k \
@@ -157,7 +159,7 @@ CHECK_IDS="1000,2000,3000,4000,5000,6000,7000,8000"
 check_text() { "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" ids-to-text "$CHECK_IDS"; }
 to_ids() { "$PY" "$ROOT/tools/bench/waste_moe_to_gguf.py" text-to-ids 151936 | cut -d, -f1-8; }
 llama_tokens() { # GGUF -> llama.cpp's 8 greedy tokens after the check prompt
-    "$LL/build/bin/llama-completion" -m "$1" -p "$(check_text)" -n 8 --temp 0 --ignore-eos -no-cnv \
+    "$LLBIN/llama-completion" -m "$1" -p "$(check_text)" -n 8 --temp 0 --ignore-eos -no-cnv \
         --no-display-prompt --no-warmup -t "$THREADS" -c 64 --simple-io 2>/dev/null | to_ids
 }
 
@@ -270,9 +272,9 @@ EOF
             "$PY" "$HELP" run --out "$out/waste_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$WASTE" bench "$MODEL" --prompt-tokens "$PROMPT" -n "$GEN" --ctx "$CTX" --threads "$THREADS" $wb "${warm[@]}" --json
             "$PY" "$HELP" run --out "$out/llama_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup "${repack[@]}" -o jsonl
+                "$LLBIN/llama-bench" -m "$GGUF" -t "$THREADS" -p 0 -n "$GEN" -r 1 --no-warmup "${repack[@]}" -o jsonl
             "$PY" "$HELP" run --out "$out/llama_${s}_${r}_pp.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
-                "$LL/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 --no-warmup "${repack[@]}" -o jsonl
+                "$LLBIN/llama-bench" -m "$GGUF" -t "$THREADS" -p "$PROMPT" -n 0 -r 1 --no-warmup "${repack[@]}" -o jsonl
             "$PY" "$HELP" run --out "$out/ramvamp_${s}_$r.json" --timeout "$TIMEOUT" "${lim[@]}" "${ev[@]}" -- \
                 "$RV/bin/ramvamp" generate --model "$RVMP" --prompt "$text" --max-new "$GEN" --greedy \
                 --threads "$THREADS" --context "$CTX" --cache-bytes "$cache" --skip-hashes
