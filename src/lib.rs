@@ -264,7 +264,7 @@ impl Options {
         }
         match self.isa {
             Some(isa) if self.force_scalar && isa != kernels::Isa::Scalar => {
-                return Err(Error::arg(format!("force_scalar and isa {} name two different kernels: give one", isa.name())));
+                return Err(Error::arg(format!("force_scalar (the scalar kernels) and isa {} name two different kernels: give one", isa.name())));
             }
             Some(isa) if !isa.supported() => {
                 return Err(Error::unsupported(format!("isa: this CPU (or this build's target) cannot run the {} kernels", isa.name())));

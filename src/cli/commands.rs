@@ -83,12 +83,8 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.prefill_chunk = c;
     }
     o.force_scalar = a.flag("scalar");
+    // `--scalar` with `--isa` naming another set is refused by `Options::validate`.
     o.isa = isa(a)?;
-    if let (true, Some(i)) = (o.force_scalar, o.isa) {
-        if i != waste::kernels::Isa::Scalar {
-            return Err(Failure::Usage(format!("--scalar and --isa {} choose between two kernels: give one", i.name())));
-        }
-    }
     o.tiles = !a.flag("no-tiles");
     o.activations = match (a.flag("int8-act"), a.flag("int16-act")) {
         (true, true) => return Err(Failure::Usage("--int8-act and --int16-act choose between two paths: give one".into())),

@@ -55,8 +55,7 @@ pub fn attend(k: &Kernels, pool: &Pool, s: AttnShape, q: &[f32], keys: &[f32], v
         // SAFETY: participant `part` owns score row `part` (scores holds threads × row_len floats).
         let row = unsafe { std::slice::from_raw_parts_mut(score_ptr.0.add(part * row_len), row_len) };
         // Items by piece, whoever is free: a causal prompt's later tokens cost more.
-        let mine = std::iter::from_fn(|| pieces.take()).flat_map(|i| pool::chunk(items, pieces.count(), i));
-        for item in mine {
+        for item in pieces.items(items) {
             // Item (t, h0): token t, heads h0 .. h0 + per_item, all of key-value head h0 / group.
             let (t, h0) = (item * per_item / s.heads, item * per_item % s.heads);
             let p = pos0 + t;

@@ -217,9 +217,19 @@ macro_rules! block_tile {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn scale_bits(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees two readable bytes.
-    let bits = u16::from_le(unsafe { (p as *const u16).read_unaligned() });
-    F16_TO_F32[bits as usize]
+    // SAFETY: the caller's contract.
+    F16_TO_F32[unsafe { scale_index(p) }]
+}
+
+/// The bits of the binary16 scale at the start of a block: the index of its tables
+/// ([`F16_TO_F32`], [`Q4_OFFSETS`]).
+///
+/// # Safety
+/// Two bytes are readable at `p`.
+#[inline]
+unsafe fn scale_index(p: *const u8) -> usize {
+    // SAFETY: the caller's contract.
+    u16::from_le(unsafe { (p as *const u16).read_unaligned() }) as usize
 }
 
 /// Q8B32: 32 signed bytes after the scale, sign-extended, converted and times the scale, in
@@ -270,7 +280,7 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> [__m256; 4] {
                               Z, 12, Z, 0, Z, 13, Z, 0, Z, 14, Z, 0, Z, 15, Z, 0];
     // SAFETY: the caller guarantees the 18-byte block at p; the tables are indexed by a u16.
     unsafe {
-        let bits = u16::from_le((p as *const u16).read_unaligned()) as usize;
+        let bits = scale_index(p);
         let s = _mm256_set1_ps(F16_TO_F32[bits]);
         let [even, odd] = Q4_OFFSETS[bits];
         let (even, odd) = (_mm256_set1_ps(even), _mm256_set1_ps(odd));

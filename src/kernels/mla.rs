@@ -99,8 +99,7 @@ pub fn attend_latent(k: &Kernels, pool: &Pool, s: LatentShape, scale: f32, q: &[
         // SAFETY: participant `part` owns score row `part` (scores holds threads × ctx floats).
         let row = unsafe { std::slice::from_raw_parts_mut(score_ptr.0.add(part * ctx), ctx) };
         // Items by piece, whoever is free (see `attention::attend`).
-        let mine = std::iter::from_fn(|| pieces.take()).flat_map(|i| pool::chunk(items, pieces.count(), i));
-        for item in mine {
+        for item in pieces.items(items) {
             let (t, h) = (item / s.heads, item % s.heads);
             let p = pos0 + t;
             let qh = &q[(t * s.heads + h) * w..(t * s.heads + h + 1) * w];

@@ -327,6 +327,12 @@ impl Pieces {
         self.count
     }
 
+    /// The items of the pieces this participant takes, when `items` items were cut into
+    /// [`Pieces::of_items`]' pieces: a participant's whole share, piece by piece.
+    pub(crate) fn items(&self, items: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::from_fn(|| self.take()).flat_map(move |i| chunk(items, self.count, i))
+    }
+
     /// Pieces of `items` independent items of unequal cost — attention's (token, head) items,
     /// whose cost grows with the token's position, so that equal halves of a causal prompt's
     /// tokens would give one thread three times the other's work — for `threads`
