@@ -10,7 +10,7 @@
 //! Ignored by `make test`: `make boot-test` first builds the static binary and `mkcpio`, and
 //! gets QEMU and the kernel (`tools/boot-setup.sh`), then runs it.
 
-mod common;
+use crate::common;
 use common::freestanding::{golden_story, program, static_binary};
 use common::*;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! (the half its few settings were not chosen on) it keeps the hit rates `docs/BENCHMARKS.md`
 //! records. Hit rates are deterministic, so they are asserted; speeds are not.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::cache::policy::Policy;
 use waste::cache::replay::{belady, belady_range, replay, replay_range, Trace};

@@ -3,7 +3,7 @@
 //! Ctrl-C stops a reply and the chat goes on; conversations save and load; a model without a
 //! template is refused naming the field.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! `tests/fixtures/chat_templates` (rendered by `make_golden.py` there, under transformers'
 //! rules) renders byte for byte, and raises the same message where jinja2 raises.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use waste::format::json::Json;

@@ -1,7 +1,7 @@
 //! The command line as a user meets it: closed pipes, arguments that are not UTF-8, `--`,
 //! the run summary and why generation stopped, range and size messages, help.
 
-mod common;
+use crate::common;
 use common::*;
 use std::ffi::OsString;
 use std::process::{Command, Stdio};

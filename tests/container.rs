@@ -3,7 +3,7 @@
 //! damaged containers are refused naming the layer and expert; an interrupted conversion
 //! resumes to byte-identical output.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use waste::tools::convert::{convert, ConvertOptions, Encoding};

@@ -2,7 +2,7 @@
 //! platform), and the binding of every pool participant, read back with `sched_getaffinity`
 //! (SKIP, printed, where the platform cannot bind; there a list must be refused).
 
-mod common;
+use crate::common;
 use std::sync::Mutex;
 use waste::kernels::Pool;
 use waste::{CpuList, ErrorKind, Model, Options};

@@ -1,7 +1,7 @@
 //! The design card: the crate depends on `libc` and `half`, nothing else — no dev- or
 //! build-dependencies either. Checked on the real dependency graph.
 
-mod common;
+use crate::common;
 
 #[test]
 fn dependencies_are_libc_and_half_only() {

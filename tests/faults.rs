@@ -5,7 +5,7 @@
 //! the old file, resumable state that finishes byte-identical, or nothing — never a file that
 //! opens wrong. Cases the machine cannot run print `SKIP:`.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! same workload misses less from its first tokens — with the same logits, bit for bit; a
 //! damaged or foreign usage file is ignored with a note, never trusted.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::{Model, Options};

@@ -13,7 +13,7 @@
 //! experts tokens are routed to, and whole expert outputs differ (Kimi Linear Q4B32: 0.55).
 //! The figures printed are those `docs/BENCHMARKS.md` quotes.
 
-mod common;
+use crate::common;
 
 use common::*;
 use waste::tools::convert::{convert, ConvertOptions, Encoding};

@@ -3,7 +3,7 @@
 //! the thread count and prefill chunk, stay near the f32-activation logits, and the memory
 //! plan counts the activation buffer.
 
-mod common;
+use crate::common;
 
 use common::*;
 use waste::format::quant::Width;

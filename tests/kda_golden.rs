@@ -3,8 +3,8 @@
 //! 16 — the forget gate from its raw input, the L2 norms, the recurrence's outputs and its
 //! final state.
 
-mod common;
-mod quant_util;
+use crate::common;
+use crate::quant_util;
 use common::*;
 use quant_util::{f32s, parse_npy, read_stored_zip};
 use waste::kernels::kda::{recurrence, KdaShape};

@@ -4,7 +4,7 @@
 //! only changes *when* work is done: the number of vectors per call, the row range a call
 //! covers, and the thread count.
 
-mod common;
+use crate::common;
 use common::{assert_independent_of_vector_count_and_row_range, bit_identical, kernel_product, random_matrix, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Isa, Kernels, MatRef, Pool, Prefetch, TokenGroups};

@@ -5,7 +5,7 @@
 //! only changes *when* work is done — vectors per call, row range, thread count, grouping,
 //! prefill chunking — changes a bit.
 
-mod common;
+use crate::common;
 use common::{random_matrix, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Int8Isa, Isa, Kernels, MatRef, Pool};

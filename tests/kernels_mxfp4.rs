@@ -4,7 +4,7 @@
 //! every kernel, an MXFP4 row giving the bits of the same weights stored as BF16, and the
 //! bit-identity of everything that only changes *when* work is done.
 
-mod common;
+use crate::common;
 use common::{assert_independent_of_vector_count_and_row_range, kernel_product, skip, Rng};
 use waste::format::dtype::DType;
 use waste::kernels::{Isa, Kernels, MatRef};

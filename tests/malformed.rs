@@ -1,7 +1,7 @@
 //! Bad input never panics: every malformed checkpoint, header or config below is refused with
 //! an error that names the file and the tensor or field (and, for JSON, the byte offset).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::format::json::{self, Json};

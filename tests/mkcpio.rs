@@ -3,7 +3,7 @@
 //! the `newc` format — header fields, the 4-byte alignment of names and data, the directories
 //! above each name before it, the trailer — and its refusals. SKIP when rustc cannot be run.
 
-mod common;
+use crate::common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! bit-identity of the mechanisms that only change when work is done (chunked prefill versus
 //! token at a time, thread count).
 
-mod common;
+use crate::common;
 use common::*;
 use waste::{Model, Options};
 

@@ -4,7 +4,7 @@
 //! `mlp_only_layers` layer, no top-k renormalisation) from its HF directory and from a float
 //! container, and the Llama 3 model on a 300-token prompt, where RoPE angles are large.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::tools::convert::{convert, ConvertOptions, Encoding};
 use waste::Model;

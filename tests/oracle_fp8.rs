@@ -6,7 +6,7 @@
 //! e4m3 decoder against torch's table of all 256 codes; the F8B32 kernels against their scalar
 //! twin and an f64 product; NaN codes, missized scales and misused encodings refused by name.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::format::dtype::DType;

@@ -7,7 +7,7 @@
 //! cache; token-at-a-time decode matches transformers' cached decode; chunking, threads and
 //! cache size never change a bit; the memory plan is what `Model::open` holds.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{QkNorm, Routing};

@@ -4,7 +4,7 @@
 //! full attention (window 8 over 24 tokens), YaRN with its attention factor, biases everywhere,
 //! top-k-then-softmax routing and the clamped SwiGLU all enter these logits.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::{Model, Options};
 

@@ -5,7 +5,7 @@
 //! run the AVX2 kernels an AVX2-only laptop runs — its GEMM, attention and MoE paths — against
 //! transformers.
 
-mod common;
+use crate::common;
 
 use common::*;
 use waste::format::quant::Width;

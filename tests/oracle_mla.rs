@@ -8,7 +8,7 @@
 //! Kimi's routing weights are the unbiased sigmoid scores (transformers and vLLM; spec §4.7):
 //! these fixtures are transformers', not Moonshot's remote code.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{Mixer, MlaRope, Routing};

@@ -3,7 +3,7 @@
 //! OLMoE (whole-projection q/k norm, no renormalisation), from their Hugging Face directories
 //! with every expert resident.
 
-mod common;
+use crate::common;
 use common::*;
 
 const TOL: f32 = 2e-5;

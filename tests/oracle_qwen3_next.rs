@@ -9,7 +9,7 @@
 //! chunking, threads and cache size never change a bit; the memory plan is what `Model::open`
 //! holds, the recurrent and convolution state included.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::Path;
 use waste::format::config::{Arch, QkNorm};

@@ -3,7 +3,7 @@
 //! stated margin); `waste plan` through the built binary (table, JSON keys, budgets, the
 //! options of a run, the floor error); and usable RAM inside a real cgroup.
 
-mod common;
+use crate::common;
 use common::cgroup::*;
 use common::*;
 use std::path::{Path, PathBuf};

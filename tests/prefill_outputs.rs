@@ -4,7 +4,7 @@
 //! computation (`eval_each`, which needs every row) on every kind of mixer and FFN: the last
 //! logits, and the next token's, which read the keys and values the shortened layer wrote.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::{Model, Options};
 

@@ -2,8 +2,8 @@
 //! from blocks, the bytes the quantizer writes against the seed's formula and against GGML's
 //! Q8_0, and every refusal of the reader with the tensor, field, row and block it names.
 
-mod common;
-mod quant_util;
+use crate::common;
+use crate::quant_util;
 
 use common::*;
 use quant_util::*;

@@ -3,8 +3,8 @@
 //! fixtures run through `Model` and equal their dequantized float twins; sharded input,
 //! side files, and the `quantize` / `compare` commands.
 
-mod common;
-mod quant_util;
+use crate::common;
+use crate::quant_util;
 
 use common::*;
 use quant_util::*;

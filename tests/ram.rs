@@ -5,7 +5,7 @@
 //! and `tests/boot.rs` check those for real). The real-cgroup test is in
 //! `tests/plan.rs` (it runs `waste plan` inside one).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use waste::host::{CgroupVersion, RamProbe, RamReading, RamSource};

@@ -3,7 +3,7 @@
 //! slot count it gives exactly the hits and misses the engine counted; `--route-trace` makes a
 //! model route as a trace says, and recording that run gives the trace back.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::cache::replay::Trace;
 use waste::{Model, Options};

@@ -4,7 +4,7 @@
 //! ones, the 503 while loading, the 429 of a full queue, cancellation by disconnecting, and
 //! the clean stop on SIGTERM. Everything on the loopback interface.
 
-mod common;
+use crate::common;
 use common::server::*;
 use common::*;
 use waste::format::json::{self, Json};

@@ -5,7 +5,7 @@
 //! server still answers and its resident set has not grown past a bound. Bounded: every
 //! socket has a read timeout, the server's own deadlines are 1 s (head, body) and 2 s (idle).
 
-mod common;
+use crate::common;
 use common::server::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;

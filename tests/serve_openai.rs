@@ -6,7 +6,7 @@
 //! argmax step by step (`waste eval`, for chat). Prints `SKIP:` only when the package cannot be
 //! installed (no python3, or the registry refuses).
 
-mod common;
+use crate::common;
 use common::server::*;
 use common::*;
 use std::path::{Path, PathBuf};

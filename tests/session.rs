@@ -4,7 +4,7 @@
 //! disturbing each other, a generation's last token stays in the session and the next prompt
 //! reuses what the session holds, and every session counts against the budget.
 
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! `sysinfo(2)` and the thread count from `sched_getaffinity`. SKIP when the binary is missing
 //! or stale, or (for the chroot) when not root.
 
-mod common;
+use crate::common;
 use common::freestanding::{golden_story, is_root, program, static_binary};
 use common::*;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! greedy sample: prompt ids, every continuation id, and the decoded text character for
 //! character. Also the CLI that `make run` drives.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::{GenerateParams, Model, Options};
 

@@ -1,7 +1,7 @@
 //! `waste template` as a user meets it: the prompt printed exactly, pieces as JSON, template
 //! files and built-ins, stdin, and the errors (exit 2 naming the argument, exit 1 one line).
 
-mod common;
+use crate::common;
 use common::*;
 use std::io::Write;
 use std::process::{Command, Stdio};

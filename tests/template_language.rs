@@ -3,7 +3,7 @@
 //! `tools/jinja_language_golden.py` under transformers' chat-template environment) render byte
 //! for byte, or fail where jinja2 fails — with the same message for runtime errors.
 
-mod common;
+use crate::common;
 use common::*;
 use waste::format::json::Json;
 use waste::template::{pieces_text, ChatTemplate, Clock, DateTime, RenderOptions};

@@ -3,7 +3,7 @@
 //! and without such strings in the content the ids are exactly what Hugging Face gets for the
 //! prompt (`tokenize_markup` of the whole text).
 
-mod common;
+use crate::common;
 use common::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

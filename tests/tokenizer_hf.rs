@@ -1,7 +1,7 @@
 //! Hugging Face `tokenizer.json` tokenizers against the `tokenizers` library: DeepSeek-V3's
 //! byte-level BPE on 276 texts (tools/deepseek_golden.py), in markup and content mode.
 
-mod common;
+use crate::common;
 
 use waste::Tokenizer;
 

@@ -4,7 +4,7 @@
 //! markup kept apart from content (every special of every vocabulary), streaming decode identical to whole decode, Kimi's `tiktoken.model`,
 //! bad vocabulary files, and the CLI.
 
-mod common;
+use crate::common;
 
 use common::fixture;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! `tiktoken_golden.json` for r50k, p50k, cl100k, o200k and Whisper's multilingual file, ids
 //! and pre-token splits (Kimi's pattern included), plus round trips and injection.
 
-mod common;
+use crate::common;
 
 use common::fixture;
 use waste::format::json::Json;

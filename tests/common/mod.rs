@@ -20,12 +20,16 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A scratch directory unique to this test. The first call in a process also removes the
-/// scratch directories of test processes that have exited, so runs do not fill the disk.
+/// A new scratch directory, unique to this call: the tests of many files share one process
+/// (tests/suite.rs), so the process id alone would let two files' `temp_dir("model")` meet.
+/// The first call in a process also removes the scratch directories of test processes that
+/// have exited, so runs do not fill the disk.
 pub fn temp_dir(name: &str) -> PathBuf {
     static SWEEP: std::sync::Once = std::sync::Once::new();
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     SWEEP.call_once(sweep_stale_dirs);
-    let d = std::env::temp_dir().join(format!("waste-test-{}-{name}", std::process::id()));
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = std::env::temp_dir().join(format!("waste-test-{}-{call}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
