@@ -204,30 +204,34 @@ fn streamed_generation_survives_a_real_cgroup_at_budget_plus_64_mib() {
 
 /// The plan counts `THREAD_BYTES` per compute worker: the peak RSS of `waste bench` with 17
 /// threads, less that with 1 and less what the extra threads' buffers are, is under it per
-/// thread. The model is SmolLM2-135M-shaped and the prompt 128 tokens, so that every worker
-/// runs the prefill GEMM, whose buffers are the largest on a worker's stack.
+/// thread, with the kernels of every instruction set the machine has (each GEMM keeps its own
+/// buffers on the stack). The model is SmolLM2-135M-shaped and the prompt 128 tokens, so that
+/// every worker runs the prefill GEMM, whose buffers are the largest on a worker's stack.
 #[test]
 fn a_thread_costs_less_than_the_plan_counts() {
     const EXTRA: u64 = 16;
     let model = temp_dir("thread-bytes").join("m");
     let cfg = waste::tools::random::preset("smollm2-135m").unwrap();
     waste::tools::random::write_checkpoint(&model, &cfg, waste::format::dtype::DType::BF16, 3).unwrap();
-    let bench = |threads: u64| -> (u64, u64) {
+    let bench = |threads: u64, isa: &str| -> (u64, u64) {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_waste"));
         cmd.args(["bench", model.to_str().unwrap(), "--threads", &threads.to_string(), "--ctx", "256", "--prompt-tokens", "128",
-            "-n", "4", "--json"]);
+            "-n", "4", "--json", "--isa", isa]);
         let r = run_measured(cmd);
         assert_eq!(r.code, 0, "{}", r.stderr);
         let doc: Json = json::parse(r.stdout.as_bytes()).unwrap();
+        assert_eq!(doc.get("isa").and_then(Json::as_str), Some(isa), "{}", r.stdout);
         (r.peak_rss, doc.get("memory_used_bytes").and_then(Json::as_u64).unwrap())
     };
-    let ((rss1, used1), (rss_n, used_n)) = (bench(1), bench(1 + EXTRA));
     let constant = waste::kernels::pool::THREAD_BYTES;
-    // What the extra threads' own buffers (score rows) add, besides the constant.
-    let buffers = (used_n - used1) - EXTRA * constant;
-    let per_thread = rss_n.saturating_sub(rss1 + buffers) / EXTRA;
-    println!("one compute thread: {per_thread} bytes of RSS (the plan counts {constant})");
-    assert!(per_thread <= constant, "a thread costs {per_thread} bytes, the plan counts {constant}");
+    for isa in waste::kernels::Isa::ALL.into_iter().filter(|i| i.supported()).map(|i| i.name()) {
+        let ((rss1, used1), (rss_n, used_n)) = (bench(1, isa), bench(1 + EXTRA, isa));
+        // What the extra threads' own buffers (score rows) add, besides the constant.
+        let buffers = (used_n - used1) - EXTRA * constant;
+        let per_thread = rss_n.saturating_sub(rss1 + buffers) / EXTRA;
+        println!("{isa}: one compute thread: {per_thread} bytes of RSS (the plan counts {constant})");
+        assert!(per_thread <= constant, "{isa}: a thread costs {per_thread} bytes, the plan counts {constant}");
+    }
     let _ = std::fs::remove_dir_all(model.parent().unwrap());
 }
 

@@ -171,7 +171,7 @@ fn results_do_not_depend_on_vector_count_or_row_range() {
     for k in all {
         for dtype in DTYPES {
             // Shapes on both sides of the GEMMs' row groups (AVX2 24, AVX-512 16), vector groups
-            // (AVX2 32, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
+            // (AVX2 64, AVX-512 128), AVX2 spans (96) and column chunks (AVX2 256, AVX-512
             // 2048), with dense column tails; and on both sides of the inputs' size (vectors ×
             // columns × 4 bytes) below which a few vectors run on register tiles instead (AVX2
             // 64 KiB, 32 KiB for Q4B32; AVX-512 256 KiB): the 2080-column shape's whole product

@@ -16,8 +16,9 @@
 //! multiplied, the next panel's weights are prefetched into L2.
 //!
 //! The two threads of a product split its rows (the pool's chunks) and never wait for each
-//! other inside it. Stack use: 24 KiB of panel, 32 KiB of packed inputs and 96 KiB of
-//! accumulators per call.
+//! other inside it. Stack use: 24 KiB of panel, 64 KiB of packed inputs and 192 KiB of
+//! accumulators per call, 280 KiB, within the [`super::pool::THREAD_BYTES`] the memory plan
+//! counts per thread.
 
 use super::avx2::{decode_f8, decode_mx, decode_q4, decode_q8, hsum8, load_bf16, load_f16, prefetch_l2, x_q4};
 use super::MatRef;
@@ -32,8 +33,11 @@ pub const ROW_GROUP: usize = 24;
 pub const SPAN_GROUPS: usize = 4;
 /// Rows of a span: the rows that share the packed inputs of every chunk.
 pub const SPAN: usize = ROW_GROUP * SPAN_GROUPS;
-/// Vectors whose tiles share one decoding of the weights.
-pub const TOKEN_GROUP: usize = 32;
+/// Vectors whose tiles share one decoding of the weights. 64 rather than 32 halves the
+/// panels' decoding, the inputs' packing and the prefetch walk per multiply-add: 512-token
+/// prefill of the 1B shape with these kernels +1.5 % (Q4B32) and +7 % (Q8B32), for 128 KiB
+/// more stack (docs/BENCHMARKS.md, 2026-12-05 evening).
+pub const TOKEN_GROUP: usize = 64;
 /// Columns per panel (a multiple of 32: whole blocks). A panel (24 KiB) and one tile's
 /// vectors (4 KiB) stay in the 32 KiB L1 while the tiles sweep the panel's rows.
 pub const K_CHUNK: usize = 256;

@@ -34,7 +34,8 @@ const SPIN_ALONE: Duration = Duration::from_micros(10);
 /// expert-reading thread in `cache::io`): its stack as touched, its flag and handle, its share
 /// of a channel's blocks. The stack dominates: the AVX-512 prefill GEMM keeps its register
 /// tiles' accumulators, a widened weight panel and four vectors' inputs on it (288 KiB per
-/// call then, about 190 KiB since 2026-12-04, see `kernels::avx512_prefill`). Measured at
+/// call then, about 190 KiB since 2026-12-04, see `kernels::avx512_prefill`; the AVX2 GEMM's
+/// 280 KiB, `kernels::avx2_gemm`). Measured at
 /// about 300 KiB per compute worker with those kernels on a prefill that reaches the GEMM
 /// (peak RSS of `waste bench` on a SmolLM2-135M-shaped model, 128-token prompt, 9 threads
 /// against 1, 2026-12-03); `tests/budget.rs` checks the measured figure stays under this.
