@@ -50,6 +50,13 @@ use weights::{Ffn, Linear, MixerWeights, Weights};
 /// An open model: weights, expert cache, kernels and threads, the scratch of a forward pass,
 /// and a session of its own (the one [`Model::eval`] and [`Model::generate`] use; more come
 /// from [`Model::new_session`]).
+///
+/// The thread that evaluates (any method that runs the forward pass) is participant 0 of the
+/// model's compute pool: it runs the same kernels as the pool's workers, and the prefill
+/// GEMMs keep their panels and accumulators on the stack, up to 280 KiB per call (the memory
+/// plan counts 384 KiB per worker, `kernels::pool::THREAD_BYTES`). Evaluate from a thread with
+/// at least 1 MiB of stack: Rust's spawned threads have 2 MiB unless told otherwise, a main
+/// thread usually 8 MiB.
 pub struct Model {
     path: PathBuf,
     cfg: ModelConfig,
