@@ -137,28 +137,34 @@ fn every_scale_and_code_decodes_exactly_inside_every_kernel() {
 }
 
 /// An MXFP4 row is the bits of the same weights stored as BF16 (which holds every MXFP4
-/// value exactly, infinities included), in each instruction set's BF16 sequence (the MXFP4
-/// kernels of AVX-512 are the AVX2 ones; elsewhere the scalar twin), for one vector and for
-/// several: the MXFP4 kernels decode and multiply exactly as the dense ones do.
+/// value exactly, infinities included), in each instruction set's BF16 sequence, for one
+/// vector and for several: the MXFP4 kernels decode and multiply exactly as the dense ones do.
+/// The AVX2 kernels take a block's weights in position order, as AVX2's BF16 rows do; the
+/// AVX-512 ones split by parity (even positions, then odd: Q4B32's order), so their twin is
+/// the AVX-512 BF16 kernel on weights and inputs permuted so; elsewhere the scalar twin.
 #[test]
 fn mxfp4_rows_are_the_bf16_rows_of_the_same_weights() {
     let mut rng = Rng(0xB16B_0017_2026_1202);
     for k in all_kernels() {
-        let twin = match k.isa() {
-            Isa::Avx2 | Isa::Avx512 | Isa::Amx => Kernels::with_isa(Isa::Avx2).unwrap(),
-            _ => Kernels::scalar(),
+        let (twin, by_parity) = match k.isa() {
+            Isa::Avx2 => (Kernels::with_isa(Isa::Avx2).unwrap(), false),
+            Isa::Avx512 | Isa::Amx => (Kernels::with_isa(Isa::Avx512).unwrap(), true),
+            _ => (Kernels::scalar(), false),
         };
+        // Within each 32-column block: even positions, then odd (or as stored).
+        let order = |c: usize| if by_parity { c / 32 * 32 + [2 * (c % 32), 2 * (c % 32) - 31][(c % 32 >= 16) as usize] } else { c };
         for (rows, cols) in [(3, 64), (37, 160), (5, 1024), (30, 544), (101, 288)] {
             let data = random_mxfp4(rows, cols, &mut rng, any_scale);
-            let bf16: Vec<u8> = dequantize_f64(&data)
-                .iter()
-                .flat_map(|&v| (((v as f32).to_bits() >> 16) as u16).to_le_bytes())
+            let wf = dequantize_f64(&data);
+            let bf16: Vec<u8> = (0..rows * cols)
+                .flat_map(|i| (((wf[i / cols * cols + order(i % cols)] as f32).to_bits() >> 16) as u16).to_le_bytes())
                 .collect();
             let w = MatRef { dtype: DType::MXFP4, rows, cols, data: &data };
             let wb = MatRef { dtype: DType::BF16, rows, cols, data: &bf16 };
             for n in [1, 4, 9, 40] {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-                let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&twin, wb, &x, n));
+                let xb: Vec<f32> = (0..n * cols).map(|i| x[i / cols * cols + order(i % cols)]).collect();
+                let (got, want) = (kernel_product(&k, w, &x, n), kernel_product(&twin, wb, &xb, n));
                 assert!(same(&got, &want), "{} {rows}x{cols} n={n}: MXFP4 and BF16 differ", k.isa().name());
             }
         }

@@ -8,7 +8,7 @@
 //! scale is added to the accumulator. The 16 lanes are summed at the end by [`hsum`], a fixed tree, so the order
 //! depends only on the column count.
 
-use super::avx2::{ahead_own_rows, ahead_tile_after_next, prefetch_l2};
+use super::avx2::{ahead_own_rows, ahead_tile_after_next, prefetch_l2, MXFP4_HALF_SCALE};
 use super::scalar::F16_TO_F32;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -240,6 +240,27 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> (__m512, __m512) {
     }
 }
 
+/// MXFP4: an e8m0 scale byte, then 16 bytes of e2m1 codes, the low nibble first (the even
+/// position), as Q4B32's payload. So [`decode_q4`]'s lookup serves: each byte widened to a
+/// lane, `vpermps` on its low 4 bits and on the lane shifted right by 4, in a table of the 16
+/// codes' values times the scale — split by parity, (even, odd). The table holds twice each
+/// value times half the scale ([`MXFP4_HALF_SCALE`]), the AVX2 decode's products: every entry
+/// exact (or infinite, or NaN under the 0xFF scale, as the scalar twin gives), and the code
+/// for −0 looked up as +0, as there (no sum starting from +0 can tell).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn decode_mx(p: *const u8) -> (__m512, __m512) {
+    // SAFETY: the caller guarantees the 17-byte block at p.
+    unsafe {
+        let twice = _mm512_setr_ps(0., 1., 2., 3., 4., 6., 8., 12., 0., -1., -2., -3., -4., -6., -8., -12.);
+        let table = _mm512_mul_ps(twice, _mm512_set1_ps(MXFP4_HALF_SCALE[*p as usize]));
+        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(1) as *const __m128i));
+        let even = _mm512_permutexvar_ps(bytes, table);
+        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table);
+        (even, odd)
+    }
+}
+
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order, ahead_tile_after_next);
 block_tile!(tile_q8b32_own_rows, 34, decode_q8, x_in_order, ahead_own_rows);
 block_tile!(tile_q4b32, 18, decode_q4, x_by_parity, ahead_tile_after_next);
@@ -247,6 +268,9 @@ block_tile!(tile_q4b32, 18, decode_q4, x_by_parity, ahead_tile_after_next);
 // same order, so the same bits, without two permutations per block, vector and tile.
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order, ahead_tile_after_next);
 block_tile!(tile_q4b32_ordered_own_rows, 18, decode_q4, x_in_order, ahead_own_rows);
+block_tile!(tile_mxfp4, 17, decode_mx, x_by_parity, ahead_tile_after_next);
+block_tile!(tile_mxfp4_ordered, 17, decode_mx, x_in_order, ahead_tile_after_next);
+block_tile!(tile_mxfp4_ordered_own_rows, 17, decode_mx, x_in_order, ahead_own_rows);
 
 mod decode {
     use super::*;
@@ -258,6 +282,9 @@ mod decode {
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered_own_rows, tile_q4b32_ordered_own_rows, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_any, tile_mxfp4, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_ordered, tile_mxfp4_ordered, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_ordered_own_rows, tile_mxfp4_ordered_own_rows, 8, 4);
 }
 
 /// Largest input (vectors × columns × 4 bytes) for which several vectors still go to the
@@ -310,6 +337,7 @@ rows_fn!(rows_f16);
 rows_fn!(rows_q8b32);
 rows_fn!(rows_q8b32_own_rows);
 rows_fn!(rows_q4b32_any);
+rows_fn!(rows_mxfp4_any);
 
 /// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). Where the register
 /// tiles run and the inputs fit a 64 KiB stack buffer (an expert's few tokens in a prefill
@@ -324,26 +352,59 @@ rows_fn!(rows_q4b32_any);
 /// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 pub unsafe fn rows_q4b32<const OWN_ROWS: bool, const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
-    let cols = w.row_bytes() / 18 * 32;
-    let len = n * cols;
-    // Inputs that fit the buffer (64 KiB) are also within REGISTER_TILE_INPUTS: the tiles run.
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !split_on_stack(x, n * w.cols, |ordered| rows_q4b32_ordered::<OWN_ROWS>(w, r0, r1, ordered, n, y, ys)) {
+            rows_q4b32_any::<WHOLE>(w, r0, r1, x, n, y, ys)
+        }
+    }
+}
+
+/// SIMD MXFP4 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]): [`rows_q4b32`]'s scheme
+/// for the same nibble layout ([`decode_mx`]).
+///
+/// # Safety
+/// As `RowsFn`, and the CPU must have AVX-512 F/BW/VL with FMA and F16C.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn rows_mxfp4<const OWN_ROWS: bool, const WHOLE: bool>(w: &MatRef, r0: usize, r1: usize, x: &[f32], n: usize, y: *mut f32, ys: usize) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        let ordered_rows = |ordered: &[f32]| if OWN_ROWS {
+            decode::rows_mxfp4_ordered_own_rows(w, r0, r1, ordered, n, y, ys)
+        } else {
+            decode::rows_mxfp4_ordered(w, r0, r1, ordered, n, y, ys)
+        };
+        if !split_on_stack(x, n * w.cols, ordered_rows) {
+            rows_mxfp4_any::<WHOLE>(w, r0, r1, x, n, y, ys)
+        }
+    }
+}
+
+/// When the first `len` inputs fit a 64 KiB stack buffer, splits them by parity per 32-value
+/// block into it ([`x_by_parity`]), runs `then` on them and returns true; else false. Inputs
+/// that fit are also within [`REGISTER_TILE_INPUTS`], so their product runs on the tiles.
+///
+/// # Safety
+/// `x` holds `len` values, a multiple of 32.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn split_on_stack(x: &[f32], len: usize, then: impl FnOnce(&[f32])) -> bool {
     if len > super::Q4_ORDERED_MAX {
-        // SAFETY: forwarded contract.
-        return unsafe { rows_q4b32_any::<WHOLE>(w, r0, r1, x, n, y, ys) };
+        return false;
     }
     let mut buf = std::mem::MaybeUninit::<[f32; super::Q4_ORDERED_MAX]>::uninit();
     let ordered = buf.as_mut_ptr() as *mut f32;
     for b in 0..len / 32 {
-        // SAFETY: the n vectors hold `len` values (the contract); the buffer holds len.
+        // SAFETY: x holds `len` values (the contract); the buffer holds len.
         unsafe {
             let (e, o) = x_by_parity(x.as_ptr().add(32 * b));
             _mm512_storeu_ps(ordered.add(32 * b), e);
             _mm512_storeu_ps(ordered.add(32 * b + 16), o);
         }
     }
-    // SAFETY: the first `len` values were written above; the rest of the contract is the
-    // caller's.
-    unsafe { rows_q4b32_ordered::<OWN_ROWS>(w, r0, r1, std::slice::from_raw_parts(ordered, len), n, y, ys) }
+    // SAFETY: the first `len` values were written above.
+    then(unsafe { std::slice::from_raw_parts(ordered, len) });
+    true
 }
 
 /// The register tiles on Q4B32 inputs split by parity, with the prefetch scheme `OWN_ROWS`

@@ -24,14 +24,14 @@
 //! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
 //! one FMA per 16 columns in column order, from the same weight values in the same lane order
 //! as the decode tiles of [`super::avx512`] — a quantized block's two vectors (A, B) scaled
-//! exactly, Q4B32 split by parity with its inputs permuted to match — and the same final lane
+//! exactly, Q4B32 and MXFP4 split by parity with their inputs permuted to match — and the same final lane
 //! sum. So a result does not depend on how many vectors a call carries.
 //!
 //! Stack use: about 190 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel,
-//! and for Q4B32 four vectors' permuted inputs). A thread that runs a model needs a stack of a
+//! and for Q4B32 and MXFP4 four vectors' permuted inputs). A thread that runs a model needs a stack of a
 //! few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
 
-use super::avx512::{bf16_to_f32, decode_q4, decode_q8, tail_mask, x_by_parity};
+use super::avx512::{bf16_to_f32, decode_mx, decode_q4, decode_q8, tail_mask, x_by_parity};
 use super::avx2::{hsum8x8, prefetch_l2};
 use super::MatRef;
 use crate::format::dtype::DType;
@@ -151,7 +151,7 @@ unsafe fn rows_with<const SPLIT: bool, const WHOLE: bool>(w: &MatRef, r0: usize,
                     // caller's contract).
                     let inputs = unsafe {
                         let at = x.as_ptr().add((tg + tq) * cols + c0);
-                        if w.dtype == DType::Q4B32 && !SPLIT {
+                        if matches!(w.dtype, DType::Q4B32 | DType::MXFP4) && !SPLIT {
                             permute_inputs(at, cols, tn, kc, &mut xbuf.0)
                         } else {
                             Inputs { ptr: at, stride: cols }
@@ -280,13 +280,17 @@ unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, pa
                     }
                 }
             }
-            DType::Q8B32 | DType::Q4B32 => {
-                let (bytes, q4) = if w.dtype == DType::Q4B32 { (18, true) } else { (34, false) };
+            DType::Q8B32 | DType::Q4B32 | DType::MXFP4 => {
+                let bytes = w.dtype.block_bytes().unwrap_or(34);
                 for i in 0..rows {
                     let row = base.add((r + i) * rb + c0 / 32 * bytes);
                     let dst = out.add(i * K_CHUNK);
                     for b in 0..kc / 32 {
-                        let (a, bb) = if q4 { decode_q4(row.add(b * bytes)) } else { decode_q8(row.add(b * bytes)) };
+                        let (a, bb) = match w.dtype {
+                            DType::Q4B32 => decode_q4(row.add(b * bytes)),
+                            DType::MXFP4 => decode_mx(row.add(b * bytes)),
+                            _ => decode_q8(row.add(b * bytes)),
+                        };
                         _mm512_storeu_ps(dst.add(b * 32), a);
                         _mm512_storeu_ps(dst.add(b * 32 + 16), bb);
                     }

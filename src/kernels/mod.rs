@@ -262,11 +262,12 @@ impl Isa {
 /// parity, for a prefetch scheme and a token-group rule (each a separate instantiation: a
 /// [`RowsFn`] is a plain function).
 #[cfg(target_arch = "x86_64")]
-fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 5], RowsFn) {
+fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 7], RowsFn) {
     macro_rules! table {
         ($own:literal, $whole:literal, $q8:ident) => {
             ([avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>,
-              avx512::rows_q4b32::<$own, $whole>], avx512::rows_q4b32_split::<$own, $whole>)
+              avx512::rows_q4b32::<$own, $whole>, avx2::rows_f8b32, avx512::rows_mxfp4::<$own, $whole>],
+             avx512::rows_q4b32_split::<$own, $whole>)
         };
     }
     match (p, g) {
@@ -307,8 +308,8 @@ type MixGroupFn = unsafe fn(&[f32], &[f32], usize, &mut [f32], usize);
 #[derive(Clone)]
 pub struct Kernels {
     isa: Isa,
-    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 and MXFP4 (the last two AVX2 on x86,
-    /// AVX-512 included; scalar elsewhere).
+    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 and MXFP4 (F8B32 AVX2 on x86, AVX-512
+    /// included; the last two scalar elsewhere).
     rows: [RowsFn; 7],
     dot: DotFn,
     sum: SumFn,
@@ -568,7 +569,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 | Isa::Amx => Some(Kernels {
                 isa,
-                rows: { let [a, b, c, d, e] = avx512_rows(Prefetch::TileAfterNext, TokenGroups::FitL2).0; [a, b, c, d, e, avx2::rows_f8b32, avx2::rows_mxfp4] },
+                rows: avx512_rows(Prefetch::TileAfterNext, TokenGroups::FitL2).0,
                 dot: avx512::dot,
                 sum: avx512::sum,
                 scores: avx512_attention::scores,
@@ -670,9 +671,7 @@ impl Kernels {
     /// table).
     #[cfg(target_arch = "x86_64")]
     fn with_avx512_rows(self, p: Prefetch, g: TokenGroups) -> Kernels {
-        let (table, split) = avx512_rows(p, g);
-        let mut rows = self.rows;
-        rows[..5].copy_from_slice(&table);
+        let (rows, split) = avx512_rows(p, g);
         Kernels { rows, prefetch: p, token_groups: g, q4_split: Some(split), ..self }
     }
 
