@@ -261,6 +261,27 @@ pub(crate) unsafe fn decode_mx(p: *const u8) -> (__m512, __m512) {
     }
 }
 
+/// F8B32: the f32 scale, then 32 e4m3fn codes, in position order. As in the AVX2 decode
+/// ([`super::avx2::decode_f8`]), a code's bits moved into a binary16 are its value times 2⁻⁸,
+/// which `vcvtph2ps` widens exactly, and 2⁸ goes into the scale: the same weights. Here 32
+/// codes at once: sign-extended to 16 bits, shifted left by 7 (the sign to bit 15, the
+/// magnitude to bits 13..7; bit 14 takes a copy of the sign) and masked (bit 14 cleared).
+/// The NaN codes never reach a kernel (refused where the source is read, `format::fp8`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn decode_f8(p: *const u8) -> (__m512, __m512) {
+    // SAFETY: the caller guarantees the 36-byte block at p.
+    unsafe {
+        let scale = f32::from_le_bytes((p as *const [u8; 4]).read_unaligned());
+        let s = _mm512_set1_ps(scale * 256.0);
+        let codes = _mm512_cvtepi8_epi16(_mm256_loadu_si256(p.add(4) as *const __m256i));
+        let h = _mm512_and_si512(_mm512_slli_epi16::<7>(codes), _mm512_set1_epi16(0xBF80u16 as i16));
+        let lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+        let hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(h));
+        (_mm512_mul_ps(lo, s), _mm512_mul_ps(hi, s))
+    }
+}
+
 block_tile!(tile_q8b32, 34, decode_q8, x_in_order, ahead_tile_after_next);
 block_tile!(tile_q8b32_own_rows, 34, decode_q8, x_in_order, ahead_own_rows);
 block_tile!(tile_q4b32, 18, decode_q4, x_by_parity, ahead_tile_after_next);
@@ -268,6 +289,8 @@ block_tile!(tile_q4b32, 18, decode_q4, x_by_parity, ahead_tile_after_next);
 // same order, so the same bits, without two permutations per block, vector and tile.
 block_tile!(tile_q4b32_ordered, 18, decode_q4, x_in_order, ahead_tile_after_next);
 block_tile!(tile_q4b32_ordered_own_rows, 18, decode_q4, x_in_order, ahead_own_rows);
+block_tile!(tile_f8b32, 36, decode_f8, x_in_order, ahead_tile_after_next);
+block_tile!(tile_f8b32_own_rows, 36, decode_f8, x_in_order, ahead_own_rows);
 block_tile!(tile_mxfp4, 17, decode_mx, x_by_parity, ahead_tile_after_next);
 block_tile!(tile_mxfp4_ordered, 17, decode_mx, x_in_order, ahead_tile_after_next);
 block_tile!(tile_mxfp4_ordered_own_rows, 17, decode_mx, x_in_order, ahead_own_rows);
@@ -282,6 +305,8 @@ mod decode {
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered, tile_q4b32_ordered, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_ordered_own_rows, tile_q4b32_ordered_own_rows, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f8b32, tile_f8b32, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f8b32_own_rows, tile_f8b32_own_rows, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_any, tile_mxfp4, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_ordered, tile_mxfp4_ordered, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_mxfp4_ordered_own_rows, tile_mxfp4_ordered_own_rows, 8, 4);
@@ -337,6 +362,8 @@ rows_fn!(rows_f16);
 rows_fn!(rows_q8b32);
 rows_fn!(rows_q8b32_own_rows);
 rows_fn!(rows_q4b32_any);
+rows_fn!(rows_f8b32);
+rows_fn!(rows_f8b32_own_rows);
 rows_fn!(rows_mxfp4_any);
 
 /// SIMD Q4B32 row-dot kernel (see [`crate::kernels::scalar::RowsFn`]). Where the register

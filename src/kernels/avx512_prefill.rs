@@ -31,7 +31,7 @@
 //! and for Q4B32 and MXFP4 four vectors' permuted inputs). A thread that runs a model needs a stack of a
 //! few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
 
-use super::avx512::{bf16_to_f32, decode_mx, decode_q4, decode_q8, tail_mask, x_by_parity};
+use super::avx512::{bf16_to_f32, decode_f8, decode_mx, decode_q4, decode_q8, tail_mask, x_by_parity};
 use super::avx2::{hsum8x8, prefetch_l2};
 use super::MatRef;
 use crate::format::dtype::DType;
@@ -280,7 +280,7 @@ unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, pa
                     }
                 }
             }
-            DType::Q8B32 | DType::Q4B32 | DType::MXFP4 => {
+            DType::Q8B32 | DType::Q4B32 | DType::F8B32 | DType::MXFP4 => {
                 let bytes = w.dtype.block_bytes().unwrap_or(34);
                 for i in 0..rows {
                     let row = base.add((r + i) * rb + c0 / 32 * bytes);
@@ -288,6 +288,7 @@ unsafe fn fill_panel(w: &MatRef, r: usize, rows: usize, c0: usize, kc: usize, pa
                     for b in 0..kc / 32 {
                         let (a, bb) = match w.dtype {
                             DType::Q4B32 => decode_q4(row.add(b * bytes)),
+                            DType::F8B32 => decode_f8(row.add(b * bytes)),
                             DType::MXFP4 => decode_mx(row.add(b * bytes)),
                             _ => decode_q8(row.add(b * bytes)),
                         };

@@ -264,17 +264,17 @@ impl Isa {
 #[cfg(target_arch = "x86_64")]
 fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 7], RowsFn) {
     macro_rules! table {
-        ($own:literal, $whole:literal, $q8:ident) => {
+        ($own:literal, $whole:literal, $q8:ident, $f8:ident) => {
             ([avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>,
-              avx512::rows_q4b32::<$own, $whole>, avx2::rows_f8b32, avx512::rows_mxfp4::<$own, $whole>],
+              avx512::rows_q4b32::<$own, $whole>, avx512::$f8::<$whole>, avx512::rows_mxfp4::<$own, $whole>],
              avx512::rows_q4b32_split::<$own, $whole>)
         };
     }
     match (p, g) {
-        (Prefetch::TileAfterNext, TokenGroups::FitL2) => table!(false, false, rows_q8b32),
-        (Prefetch::TileAfterNext, TokenGroups::Whole) => table!(false, true, rows_q8b32),
-        (Prefetch::OwnRows, TokenGroups::FitL2) => table!(true, false, rows_q8b32_own_rows),
-        (Prefetch::OwnRows, TokenGroups::Whole) => table!(true, true, rows_q8b32_own_rows),
+        (Prefetch::TileAfterNext, TokenGroups::FitL2) => table!(false, false, rows_q8b32, rows_f8b32),
+        (Prefetch::TileAfterNext, TokenGroups::Whole) => table!(false, true, rows_q8b32, rows_f8b32),
+        (Prefetch::OwnRows, TokenGroups::FitL2) => table!(true, false, rows_q8b32_own_rows, rows_f8b32_own_rows),
+        (Prefetch::OwnRows, TokenGroups::Whole) => table!(true, true, rows_q8b32_own_rows, rows_f8b32_own_rows),
     }
 }
 
@@ -308,8 +308,8 @@ type MixGroupFn = unsafe fn(&[f32], &[f32], usize, &mut [f32], usize);
 #[derive(Clone)]
 pub struct Kernels {
     isa: Isa,
-    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 and MXFP4 (F8B32 AVX2 on x86, AVX-512
-    /// included; the last two scalar elsewhere).
+    /// By [`slot`]: F32, BF16, F16, Q8B32, Q4B32, F8B32 and MXFP4 (the last two scalar on
+    /// NEON).
     rows: [RowsFn; 7],
     dot: DotFn,
     sum: SumFn,
@@ -618,7 +618,7 @@ impl Kernels {
     }
 
     /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
-    /// AVX-512 Q8B32 and Q4B32 tiles; the scalar and NEON kernels keep theirs (and report
+    /// AVX-512 Q8B32 and Q4B32 tiles and the AVX-512 F8B32 and MXFP4 ones; the scalar and NEON kernels keep theirs (and report
     /// [`Prefetch::TileAfterNext`]).
     pub fn with_prefetch(self, p: Prefetch) -> Kernels {
         let own = p == Prefetch::OwnRows;
