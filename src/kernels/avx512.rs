@@ -232,12 +232,22 @@ pub(crate) unsafe fn decode_q4(p: *const u8) -> (__m512, __m512) {
     // SAFETY: the caller guarantees the 18-byte block at p.
     unsafe {
         let levels = _mm512_setr_ps(0., 1., 2., 3., 4., 5., 6., 7., -8., -7., -6., -5., -4., -3., -2., -1.);
-        let table = _mm512_mul_ps(levels, scale(p));
-        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(2) as *const __m128i));
-        let even = _mm512_permutexvar_ps(bytes, table);
-        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table);
-        (even, odd)
+        look_up_nibbles(_mm512_mul_ps(levels, scale(p)), p.add(2))
     }
+}
+
+/// The 16 bytes at `p`, each widened to a lane and looked up in `table` by its low nibble
+/// (the even positions) and by its high nibble (the odd ones): (even, odd).
+///
+/// # Safety
+/// 16 readable bytes at p.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+unsafe fn look_up_nibbles(table: __m512, p: *const u8) -> (__m512, __m512) {
+    // SAFETY: the caller guarantees 16 readable bytes.
+    let bytes = _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(p as *const __m128i) });
+    // vpermps reads only a lane's low 4 bits.
+    (_mm512_permutexvar_ps(bytes, table), _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table))
 }
 
 /// MXFP4: an e8m0 scale byte, then 16 bytes of e2m1 codes, the low nibble first (the even
@@ -253,11 +263,7 @@ pub(crate) unsafe fn decode_mx(p: *const u8) -> (__m512, __m512) {
     // SAFETY: the caller guarantees the 17-byte block at p.
     unsafe {
         let twice = _mm512_setr_ps(0., 1., 2., 3., 4., 6., 8., 12., 0., -1., -2., -3., -4., -6., -8., -12.);
-        let table = _mm512_mul_ps(twice, _mm512_set1_ps(MXFP4_HALF_SCALE[*p as usize]));
-        let bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(1) as *const __m128i));
-        let even = _mm512_permutexvar_ps(bytes, table);
-        let odd = _mm512_permutexvar_ps(_mm512_srli_epi32::<4>(bytes), table);
-        (even, odd)
+        look_up_nibbles(_mm512_mul_ps(twice, _mm512_set1_ps(MXFP4_HALF_SCALE[*p as usize])), p.add(1))
     }
 }
 
