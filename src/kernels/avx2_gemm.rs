@@ -36,7 +36,7 @@ pub const SPAN: usize = ROW_GROUP * SPAN_GROUPS;
 /// Vectors whose tiles share one decoding of the weights. 64 rather than 32 halves the
 /// panels' decoding, the inputs' packing and the prefetch walk per multiply-add: 512-token
 /// prefill of the 1B shape with these kernels +1.5 % (Q4B32) and +7 % (Q8B32), for 128 KiB
-/// more stack (docs/BENCHMARKS.md, 2026-12-05 evening).
+/// more stack (docs/BENCHMARKS.md, 2026-12-05 afternoon).
 pub const TOKEN_GROUP: usize = 64;
 /// Columns per panel (a multiple of 32: whole blocks). A panel (24 KiB) and one tile's
 /// vectors (4 KiB) stay in the 32 KiB L1 while the tiles sweep the panel's rows.

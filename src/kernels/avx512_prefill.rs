@@ -24,12 +24,12 @@
 //! Bit-identity with decode: each (row, vector) pair has one 16-lane accumulator and receives
 //! one FMA per 16 columns in column order, from the same weight values in the same lane order
 //! as the decode tiles of [`super::avx512`] — a quantized block's two vectors (A, B) scaled
-//! exactly, Q4B32 and MXFP4 split by parity with their inputs permuted to match — and the same final lane
-//! sum. So a result does not depend on how many vectors a call carries.
+//! exactly, Q4B32 and MXFP4 split by parity with their inputs permuted to match — and the
+//! same final lane sum. So a result does not depend on how many vectors a call carries.
 //!
 //! Stack use: about 190 KiB per call ([`ROW_GROUP`] × [`TOKEN_GROUP`] accumulators, a panel,
-//! and for Q4B32 and MXFP4 four vectors' permuted inputs). A thread that runs a model needs a stack of a
-//! few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
+//! and for Q4B32 and MXFP4 four vectors' permuted inputs). A thread that runs a model needs a
+//! stack of a few hundred KiB beyond its own use (Rust's default for spawned threads is 2 MiB).
 
 use super::avx512::{bf16_to_f32, decode_f8, decode_mx, decode_q4, decode_q8, tail_mask, x_by_parity};
 use super::avx2::{hsum8x8, prefetch_l2};

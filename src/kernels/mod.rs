@@ -258,8 +258,8 @@ impl Isa {
     }
 }
 
-/// The AVX-512 row kernels of slots F32 to Q4B32, and the Q4B32 kernel on inputs split by
-/// parity, for a prefetch scheme and a token-group rule (each a separate instantiation: a
+/// The AVX-512 row kernels of every slot, and the Q4B32 kernel on inputs split by parity, for
+/// a prefetch scheme and a token-group rule (each a separate instantiation: a
 /// [`RowsFn`] is a plain function).
 #[cfg(target_arch = "x86_64")]
 fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 7], RowsFn) {
@@ -618,8 +618,8 @@ impl Kernels {
     }
 
     /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
-    /// AVX-512 Q8B32 and Q4B32 tiles and the AVX-512 F8B32 and MXFP4 ones; the scalar and NEON kernels keep theirs (and report
-    /// [`Prefetch::TileAfterNext`]).
+    /// AVX-512 Q8B32 and Q4B32 tiles and the AVX-512 F8B32 and MXFP4 ones; the scalar and
+    /// NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]).
     pub fn with_prefetch(self, p: Prefetch) -> Kernels {
         let own = p == Prefetch::OwnRows;
         let mut rows = self.rows;
@@ -635,7 +635,10 @@ impl Kernels {
                 rows[1] = amx::rows_bf16;
                 rows[3] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
                 rows[4] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
-                q4_split = Some(avx512_rows(p, TokenGroups::FitL2).1);
+                // F8B32 and MXFP4 have no AMX kernels: AVX-512's, with this prefetch scheme.
+                let (avx512, split) = avx512_rows(p, TokenGroups::FitL2);
+                rows[5..].copy_from_slice(&avx512[5..]);
+                q4_split = Some(split);
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
