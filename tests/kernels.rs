@@ -549,6 +549,9 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     for d in &r.dtypes {
         assert_eq!(d.bytes, 67 * d.dtype.row_bytes(256).unwrap() as usize);
         assert!(d.rates.iter().all(|x| x.gb_per_s.is_finite() && x.gb_per_s > 0.0), "{d:?}");
+        // The read bandwidth probed beside this dtype's passes, at each thread count.
+        assert_eq!(d.read.iter().map(|x| x.threads).collect::<Vec<_>>(), [1, 2], "{d:?}");
+        assert!(d.read.iter().all(|x| x.gb_per_s.is_finite() && x.gb_per_s > 0.0 && x.secs > 0.0), "{d:?}");
     }
     let (status, out, err) = common::waste(&["bench", "matmul", "--rows", "33", "--cols", "64", "--bytes", "64K", "--passes", "1"]);
     assert_eq!(status, 0, "{err}");
@@ -565,6 +568,7 @@ fn bench_matmul_reports_every_dtype_at_each_thread_count() {
     let matrix = 67 * DType::Q4B32.row_bytes(256).unwrap() as usize;
     assert_eq!(r.dtypes[0].bytes, (1 << 20) / matrix * matrix);
     assert!(r.dtypes[0].rates.iter().all(|x| x.gb_per_s.is_finite() && x.gb_per_s > 0.0), "{:?}", r.dtypes[0]);
+    assert_eq!(r.dtypes[0].read.len(), 2, "{:?}", r.dtypes[0]);
     let tiny = MatmulBench { bytes: 4096, ..experts.clone() };
     assert_eq!(bench::matmul(&tiny).unwrap().dtypes[0].bytes, 2 * matrix, "one matrix per thread at least");
     assert!(bench::matmul(&MatmulBench { rows: None, ..experts }).is_err(), "expert-shaped products need rows");

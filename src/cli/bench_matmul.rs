@@ -120,6 +120,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
                 ("cols", Json::uint(d.cols as u64)),
                 ("bytes", Json::uint(d.bytes as u64)),
                 ("rates", rates(&d.rates)),
+                ("read", rates(&d.read)),
             ])).collect())),
         ]);
         outln!("{}", doc.to_string_pretty());
@@ -138,7 +139,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         _ => String::new(),
     };
     outln!("bench matmul: {} kernels{prefetch}{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
-    outln!("(each dtype: GB/s of weights and % of the read bandwidth, GMAC/s and % of the multiply-add peak)");
+    outln!("(each dtype: GB/s of weights and % of the read bandwidth probed in alternation with its passes, GMAC/s and % of the multiply-add peak)");
     const CELL: usize = 40;
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {
@@ -169,7 +170,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     outln!("{line}");
     for d in &r.dtypes {
         let mut line = format!("{:<6} {:>7} x {:<6} {:>10} B ", d.dtype.name(), d.rows, d.cols, d.bytes);
-        for ((x, read), peak) in d.rates.iter().zip(&r.read).zip(r.peak_for(d.dtype)) {
+        for ((x, read), peak) in d.rates.iter().zip(&d.read).zip(r.peak_for(d.dtype)) {
             line.push_str(&format!("{:>CELL$}", format!("{:.2} GB/s {:>3.0}% {:>6.1} GMAC/s {:>3.0}%", x.gb_per_s,
                 100.0 * x.gb_per_s / read.gb_per_s, x.gmac_per_s, 100.0 * x.gmac_per_s / peak.gmac_per_s)));
         }

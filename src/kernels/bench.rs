@@ -113,6 +113,11 @@ pub struct DtypeRates {
     pub bytes: usize,
     /// One measurement per thread count.
     pub rates: Vec<Rate>,
+    /// The read bandwidth per thread count, measured in alternation with this dtype's passes
+    /// (a probe pass after each product pass), so that the product's share of it compares two
+    /// figures of the same seconds: on a host whose bandwidth drifts, a probe taken once
+    /// before all dtypes moved a product's share by ±10 points between runs.
+    pub read: Vec<Rate>,
 }
 
 /// Everything `bench matmul` prints.
@@ -204,7 +209,8 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     threads.dedup();
     let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
     pools[0].bind_caller()?;
-    let read = read_bandwidth(&kernels, &pools, opts)?;
+    let probe = ReadProbe::new(opts.bytes)?;
+    let read = pools.iter().map(|p| rate(p.threads(), probe.bytes(), 0, median_secs(opts.passes, || probe.pass(&kernels, p)))).collect();
     let dispatch_us = pools.iter().map(|p| dispatch_latency(p, opts.passes, opts.regions.max(1))).collect();
     let isa = kernels.isa();
     let int8_isa = super::Int8Isa::for_isa(isa);
@@ -216,7 +222,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     };
     let mut dtypes = Vec::new();
     for &dtype in &opts.dtypes {
-        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype)?);
+        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, &probe)?);
     }
     Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
@@ -224,16 +230,23 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
 
 /// The median of `passes` timings of `f`, after one untimed warm-up.
 fn median_secs(passes: usize, mut f: impl FnMut()) -> f64 {
+    median_pair(passes, &mut f, || {}).0
+}
+
+/// The medians of `passes` timings of `f` and of `g`, run in alternation (f, g, f, g, ...)
+/// after one untimed warm-up of each.
+fn median_pair(passes: usize, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64, f64) {
+    let time = |h: &mut dyn FnMut()| {
+        let start = Instant::now();
+        h();
+        start.elapsed().as_secs_f64()
+    };
     f();
-    let mut t: Vec<f64> = (0..passes)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
+    g();
+    let (mut tf, mut tg): (Vec<f64>, Vec<f64>) = (0..passes).map(|_| (time(&mut f), time(&mut g))).unzip();
+    tf.sort_by(f64::total_cmp);
+    tg.sort_by(f64::total_cmp);
+    (tf[tf.len() / 2], tg[tg.len() / 2])
 }
 
 fn rate(threads: usize, bytes: usize, macs: usize, secs: f64) -> Rate {
@@ -241,30 +254,35 @@ fn rate(threads: usize, bytes: usize, macs: usize, secs: f64) -> Rate {
     Rate { threads, secs, gb_per_s: bytes as f64 / secs_ / 1e9, gmac_per_s: macs as f64 / secs_ / 1e9 }
 }
 
-/// A pool-wide SIMD sum over a buffer far larger than the cache: every participant sums its
-/// contiguous share, which is what a split matrix × vector product reads.
-fn read_bandwidth(k: &Kernels, pools: &[Pool], opts: &MatmulBench) -> Result<Vec<Rate>> {
-    let mut buf = AlignedBuf::zeroed(opts.bytes / 64 * 64, 64)?;
-    // Touch every page with real values: a never-written allocation reads as the kernel's zero
-    // page, which is cached and would measure nothing.
-    for (i, v) in buf.as_f32_mut().iter_mut().enumerate() {
-        *v = (i % 1021) as f32;
+/// The read-bandwidth probe: a pool-wide SIMD sum over a buffer far larger than the cache,
+/// every participant summing its contiguous share, which is what a split matrix × vector
+/// product reads.
+struct ReadProbe {
+    buf: AlignedBuf,
+}
+
+impl ReadProbe {
+    fn new(bytes: usize) -> Result<ReadProbe> {
+        let mut buf = AlignedBuf::zeroed(bytes / 64 * 64, 64)?;
+        // Touch every page with real values: a never-written allocation reads as the kernel's
+        // zero page, which is cached and would measure nothing.
+        for (i, v) in buf.as_f32_mut().iter_mut().enumerate() {
+            *v = (i % 1021) as f32;
+        }
+        Ok(ReadProbe { buf })
     }
-    let values = buf.as_f32();
-    let mut out = Vec::new();
-    for p in pools {
-        let sums: Vec<std::sync::Mutex<f32>> = (0..p.threads()).map(|_| std::sync::Mutex::new(0.0)).collect();
-        let secs = median_secs(opts.passes, || {
-            p.run(&|part| {
-                let s = k.sum(&values[pool::chunk(values.len(), p.threads(), part)]);
-                if let Ok(mut slot) = sums[part].lock() {
-                    *slot = std::hint::black_box(s);
-                }
-            });
+
+    fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// One pass over the buffer on pool `p`.
+    fn pass(&self, k: &Kernels, p: &Pool) {
+        let values = self.buf.as_f32();
+        p.run(&|part| {
+            std::hint::black_box(k.sum(&values[pool::chunk(values.len(), p.threads(), part)]));
         });
-        out.push(rate(p.threads(), buf.len(), 0, secs));
     }
-    Ok(out)
 }
 
 /// Multiply-adds per second of `probe` (which runs a given number of rounds and returns the
@@ -293,12 +311,12 @@ fn dispatch_latency(p: &Pool, passes: usize, regions: usize) -> f64 {
 
 /// One dtype: a matrix of plausible values (finite, no subnormals, real quantized blocks),
 /// multiplied by one vector per pass at every thread count.
-fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -> Result<DtypeRates> {
+fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, probe: &ReadProbe) -> Result<DtypeRates> {
     let cols = opts.cols;
     let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| Error::arg(format!(
         "bench matmul: {dtype} cannot hold rows of {cols} columns")))? as usize;
     if opts.experts {
-        return stream_experts(k, pools, opts, dtype, row_bytes);
+        return stream_experts(k, pools, opts, dtype, row_bytes, probe);
     }
     let rows = opts.rows.unwrap_or(opts.bytes / row_bytes).max(1);
     let bytes = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
@@ -307,19 +325,20 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType) -
     let n = opts.tokens;
     let x = inputs(cols * n);
     let mut y = vec![0.0f32; rows * n];
-    let mut rates = Vec::new();
+    let (mut rates, mut read) = (Vec::new(), Vec::new());
     for p in pools {
-        let secs = median_secs(opts.passes, || k.matmul(p, w, &x, n, &mut y));
+        let (secs, read_secs) = median_pair(opts.passes, || k.matmul(p, w, &x, n, &mut y), || probe.pass(k, p));
         std::hint::black_box(&y);
         rates.push(rate(p.threads(), bytes, rows * cols * n, secs));
+        read.push(rate(p.threads(), probe.bytes(), 0, read_secs));
     }
-    Ok(DtypeRates { dtype, rows, cols, bytes, rates })
+    Ok(DtypeRates { dtype, rows, cols, bytes, rates, read })
 }
 
 /// Expert-shaped products ([`MatmulBench::experts`]): `opts.bytes` of matrices of `opts.rows`
 /// rows each (at least one per participant), every participant multiplying its whole share of
 /// them one after another through [`Kernels::rows_alone`], as an MoE step's experts are.
-fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize) -> Result<DtypeRates> {
+fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize, probe: &ReadProbe) -> Result<DtypeRates> {
     let (cols, n) = (opts.cols, opts.tokens);
     let rows = opts.rows.unwrap_or(1).max(1);
     let matrix = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
@@ -332,9 +351,9 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
     let scratch: Vec<std::sync::Mutex<(Vec<f32>, Vec<f32>)>> = (0..opts.threads)
         .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; super::split_room(n, cols)])))
         .collect();
-    let mut rates = Vec::new();
+    let (mut rates, mut read) = (Vec::new(), Vec::new());
     for p in pools {
-        let secs = median_secs(opts.passes, || {
+        let product = || {
             p.run(&|part| {
                 let Ok(mut mine) = scratch[part].lock() else { return };
                 let (y, split) = &mut *mine;
@@ -344,10 +363,12 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
                 }
                 std::hint::black_box(&y);
             });
-        });
+        };
+        let (secs, read_secs) = median_pair(opts.passes, product, || probe.pass(k, p));
         rates.push(rate(p.threads(), bytes, count * rows * cols * n, secs));
+        read.push(rate(p.threads(), probe.bytes(), 0, read_secs));
     }
-    Ok(DtypeRates { dtype, rows, cols, bytes, rates })
+    Ok(DtypeRates { dtype, rows, cols, bytes, rates, read })
 }
 
 /// `bytes` of rows of `dtype` (see [`fill`]), every page mapped.
