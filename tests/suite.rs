@@ -16,6 +16,7 @@ mod quant_util;
 
 mod boot;
 mod cache_replay;
+mod caller_stack;
 mod chat;
 mod chat_template;
 mod cli;
