@@ -28,10 +28,36 @@ pub(crate) fn tail_mask(k: usize) -> __mmask16 {
     ((1u32 << k) - 1) as __mmask16
 }
 
+/// [`super::Prefetch::TileAfterNext`] for the dense tiles: row `r + i` of the tile after next
+/// at the same byte `at`, to L2 (see [`ahead_tile_after_next`]).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn dense_after_next<const R: usize>(wp: *const u8, r: usize, i: usize, rb: usize, at: usize) {
+    prefetch_l2(wp.wrapping_add((r + i + 2 * R) * rb + at));
+}
+
+/// Bytes ahead in its own row that a dense tile asks for under [`dense_own_rows`]. On the
+/// Intel host of BENCHMARKS (2026-12-05 afternoon), two threads from DRAM, six rounds: F32
+/// 83–91 % of the read bandwidth with the tile after next, 96–110 % with 1,536 bytes ahead
+/// (94–95 % with the next tile); BF16 76–85 % → 82–89 %; F16 80–93 % → 89–92 %.
+const DENSE_OWN_ROWS_AHEAD: usize = 1536;
+
+/// [`super::Prefetch::OwnRows`] for the dense tiles: row `r + i` itself
+/// [`DENSE_OWN_ROWS_AHEAD`] bytes past `at`, to L1; past the row's end, the same place in the
+/// next tile's row `r + i + R`, as [`ahead_own_rows`] does (a prefetch does not fault).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+#[inline]
+fn dense_own_rows<const R: usize>(wp: *const u8, r: usize, i: usize, rb: usize, at: usize) {
+    let ahead = at + DENSE_OWN_ROWS_AHEAD;
+    let line = if ahead < rb { (r + i) * rb + ahead } else { (r + i + R) * rb + ahead - rb };
+    _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(line) as *const i8);
+}
+
 /// Dense tiles: `$load(ptr)` widens 16 stored weights to f32, `$load_tail(mask, ptr)` the
-/// first lanes of a partial step (the rest zero, so they add nothing).
+/// first lanes of a partial step (the rest zero, so they add nothing), `$prefetch` asks for a
+/// line of the weights ahead per row and step ([`dense_after_next`] or [`dense_own_rows`]).
 macro_rules! dense_tile {
-    ($name:ident, $elem:ty, $load:expr, $load_tail:expr) => {
+    ($name:ident, $elem:ty, $load:expr, $load_tail:expr, $prefetch:ident) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
         #[inline]
         unsafe fn $name<const R: usize, const T: usize>(w: &MatRef, r: usize, x: &[f32], t0: usize, out: &mut [[f32; T]; R]) {
@@ -45,8 +71,8 @@ macro_rules! dense_tile {
             // contract), c + 16 <= cols in the loop, and the tail loads are masked to cols.
             while c < full {
                 for i in 0..R {
-                    // The tile after next: see the quantized tiles below.
-                    prefetch_l2(wp.wrapping_add((r + i + 2 * R) * cols + c) as *const u8);
+                    let size = std::mem::size_of::<$elem>();
+                    $prefetch::<R>(wp as *const u8, r, i, cols * size, c * size);
                     let wv = unsafe { $load(wp.add((r + i) * cols + c)) };
                     for t in 0..T {
                         let xv = unsafe { _mm512_loadu_ps(xp.add((t0 + t) * cols + c)) };
@@ -123,9 +149,12 @@ unsafe fn load_f16_tail(m: __mmask16, p: *const u16) -> __m512 {
     _mm512_cvtph_ps(unsafe { _mm256_maskz_loadu_epi16(m, p as *const i16) })
 }
 
-dense_tile!(tile_f32, f32, load_f32, load_f32_tail);
-dense_tile!(tile_bf16, u16, load_bf16, load_bf16_tail);
-dense_tile!(tile_f16, u16, load_f16, load_f16_tail);
+dense_tile!(tile_f32, f32, load_f32, load_f32_tail, dense_after_next);
+dense_tile!(tile_bf16, u16, load_bf16, load_bf16_tail, dense_after_next);
+dense_tile!(tile_f16, u16, load_f16, load_f16_tail, dense_after_next);
+dense_tile!(tile_f32_own_rows, f32, load_f32, load_f32_tail, dense_own_rows);
+dense_tile!(tile_bf16_own_rows, u16, load_bf16, load_bf16_tail, dense_own_rows);
+dense_tile!(tile_f16_own_rows, u16, load_f16, load_f16_tail, dense_own_rows);
 
 /// Quantized tiles: `$decode(block_ptr)` turns one block into its 32 weights as two 16-lane
 /// vectors (A, B), already multiplied by the block's scale — exactly, since a level has at most
@@ -306,6 +335,9 @@ mod decode {
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32, tile_f32, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16, tile_bf16, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16, tile_f16, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f32_own_rows, tile_f32_own_rows, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_bf16_own_rows, tile_bf16_own_rows, 8, 4);
+    row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_f16_own_rows, tile_f16_own_rows, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32, tile_q8b32, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q8b32_own_rows, tile_q8b32_own_rows, 8, 4);
     row_driver!("avx512f,avx512bw,avx512vl,avx2,fma,f16c", rows_q4b32_any, tile_q4b32, 8, 4);
@@ -365,6 +397,9 @@ macro_rules! rows_fn {
 rows_fn!(rows_f32);
 rows_fn!(rows_bf16);
 rows_fn!(rows_f16);
+rows_fn!(rows_f32_own_rows);
+rows_fn!(rows_bf16_own_rows);
+rows_fn!(rows_f16_own_rows);
 rows_fn!(rows_q8b32);
 rows_fn!(rows_q8b32_own_rows);
 rows_fn!(rows_q4b32_any);

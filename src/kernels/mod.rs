@@ -264,17 +264,19 @@ impl Isa {
 #[cfg(target_arch = "x86_64")]
 fn avx512_rows(p: Prefetch, g: TokenGroups) -> ([RowsFn; 7], RowsFn) {
     macro_rules! table {
-        ($own:literal, $whole:literal, $q8:ident, $f8:ident) => {
-            ([avx512::rows_f32::<$whole>, avx512::rows_bf16::<$whole>, avx512::rows_f16::<$whole>, avx512::$q8::<$whole>,
+        ($own:literal, $whole:literal, $f32:ident, $bf16:ident, $f16:ident, $q8:ident, $f8:ident) => {
+            ([avx512::$f32::<$whole>, avx512::$bf16::<$whole>, avx512::$f16::<$whole>, avx512::$q8::<$whole>,
               avx512::rows_q4b32::<$own, $whole>, avx512::$f8::<$whole>, avx512::rows_mxfp4::<$own, $whole>],
              avx512::rows_q4b32_split::<$own, $whole>)
         };
     }
     match (p, g) {
-        (Prefetch::TileAfterNext, TokenGroups::FitL2) => table!(false, false, rows_q8b32, rows_f8b32),
-        (Prefetch::TileAfterNext, TokenGroups::Whole) => table!(false, true, rows_q8b32, rows_f8b32),
-        (Prefetch::OwnRows, TokenGroups::FitL2) => table!(true, false, rows_q8b32_own_rows, rows_f8b32_own_rows),
-        (Prefetch::OwnRows, TokenGroups::Whole) => table!(true, true, rows_q8b32_own_rows, rows_f8b32_own_rows),
+        (Prefetch::TileAfterNext, TokenGroups::FitL2) => table!(false, false, rows_f32, rows_bf16, rows_f16, rows_q8b32, rows_f8b32),
+        (Prefetch::TileAfterNext, TokenGroups::Whole) => table!(false, true, rows_f32, rows_bf16, rows_f16, rows_q8b32, rows_f8b32),
+        (Prefetch::OwnRows, TokenGroups::FitL2) => table!(true, false, rows_f32_own_rows, rows_bf16_own_rows, rows_f16_own_rows,
+                                                          rows_q8b32_own_rows, rows_f8b32_own_rows),
+        (Prefetch::OwnRows, TokenGroups::Whole) => table!(true, true, rows_f32_own_rows, rows_bf16_own_rows, rows_f16_own_rows,
+                                                         rows_q8b32_own_rows, rows_f8b32_own_rows),
     }
 }
 
@@ -618,8 +620,8 @@ impl Kernels {
     }
 
     /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
-    /// AVX-512 Q8B32 and Q4B32 tiles and the AVX-512 F8B32 and MXFP4 ones; the scalar and
-    /// NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]).
+    /// AVX-512 Q8B32 and Q4B32 tiles and to every AVX-512 decode tile (dense, F8B32, MXFP4);
+    /// the scalar and NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]).
     pub fn with_prefetch(self, p: Prefetch) -> Kernels {
         let own = p == Prefetch::OwnRows;
         let mut rows = self.rows;
@@ -635,9 +637,12 @@ impl Kernels {
                 rows[1] = amx::rows_bf16;
                 rows[3] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
                 rows[4] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
-                // F8B32 and MXFP4 have no AMX kernels: AVX-512's, with this prefetch scheme.
+                // F32, F16, F8B32 and MXFP4 have no AMX kernels: AVX-512's, with this
+                // prefetch scheme.
                 let (avx512, split) = avx512_rows(p, TokenGroups::FitL2);
-                rows[5..].copy_from_slice(&avx512[5..]);
+                for slot in [0, 2, 5, 6] {
+                    rows[slot] = avx512[slot];
+                }
                 q4_split = Some(split);
             }
             #[cfg(target_arch = "x86_64")]
