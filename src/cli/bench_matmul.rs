@@ -139,7 +139,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         _ => String::new(),
     };
     outln!("bench matmul: {} kernels{prefetch}{int8}, {cpus}, median of {} passes{tokens}; GB = 1e9 bytes, GMAC = 1e9 multiply-adds", r.isa.name(), r.passes);
-    outln!("(each dtype: GB/s of weights and % of the read bandwidth probed in alternation with its passes, GMAC/s and % of the multiply-add peak)");
+    outln!("(each dtype: GB/s of weights and % of the read bandwidth, probed in alternation with its passes when its matrices are half the probe's size or more; GMAC/s and % of the multiply-add peak)");
     const CELL: usize = 40;
     let mut head = format!("{:<34}", "threads");
     for t in &r.threads {

@@ -116,7 +116,10 @@ pub struct DtypeRates {
     /// The read bandwidth per thread count, measured in alternation with this dtype's passes
     /// (a probe pass after each product pass), so that the product's share of it compares two
     /// figures of the same seconds: on a host whose bandwidth drifts, a probe taken once
-    /// before all dtypes moved a product's share by ±10 points between runs.
+    /// before all dtypes moved a product's share by ±10 points between runs. Only where the
+    /// matrices are at least half the probe's size, which no cache holds between passes; a
+    /// smaller product (a shape that stays in L2 or L3, measured on purpose) runs its passes
+    /// back to back as before, and this is the probe measured before all dtypes.
     pub read: Vec<Rate>,
 }
 
@@ -210,7 +213,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
     pools[0].bind_caller()?;
     let probe = ReadProbe::new(opts.bytes)?;
-    let read = pools.iter().map(|p| rate(p.threads(), probe.bytes(), 0, median_secs(opts.passes, || probe.pass(&kernels, p)))).collect();
+    let read: Vec<Rate> = pools.iter().map(|p| rate(p.threads(), probe.bytes(), 0, median_secs(opts.passes, || probe.pass(&kernels, p)))).collect();
     let dispatch_us = pools.iter().map(|p| dispatch_latency(p, opts.passes, opts.regions.max(1))).collect();
     let isa = kernels.isa();
     let int8_isa = super::Int8Isa::for_isa(isa);
@@ -222,7 +225,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     };
     let mut dtypes = Vec::new();
     for &dtype in &opts.dtypes {
-        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, &probe)?);
+        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, (&probe, &read))?);
     }
     Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
@@ -252,6 +255,18 @@ fn median_pair(passes: usize, mut f: impl FnMut(), mut g: impl FnMut()) -> (f64,
 fn rate(threads: usize, bytes: usize, macs: usize, secs: f64) -> Rate {
     let secs_ = secs.max(1e-12);
     Rate { threads, secs, gb_per_s: bytes as f64 / secs_ / 1e9, gmac_per_s: macs as f64 / secs_ / 1e9 }
+}
+
+/// Times `passes` of `product` on pool `p` (the pool's `i`-th), and the read bandwidth beside
+/// them ([`DtypeRates::read`]): probe passes in alternation when the product streams `bytes`
+/// of at least half the probe's, else the probe measured before (`probe.1[i]`).
+fn time_product(p: &Pool, i: usize, k: &Kernels, passes: usize, bytes: usize, probe: (&ReadProbe, &[Rate]), product: impl FnMut()) -> (f64, Rate) {
+    let (buf, before) = probe;
+    if bytes < buf.bytes() / 2 {
+        return (median_secs(passes, product), before[i].clone());
+    }
+    let (secs, read_secs) = median_pair(passes, product, || buf.pass(k, p));
+    (secs, rate(p.threads(), buf.bytes(), 0, read_secs))
 }
 
 /// The read-bandwidth probe: a pool-wide SIMD sum over a buffer far larger than the cache,
@@ -311,7 +326,7 @@ fn dispatch_latency(p: &Pool, passes: usize, regions: usize) -> f64 {
 
 /// One dtype: a matrix of plausible values (finite, no subnormals, real quantized blocks),
 /// multiplied by one vector per pass at every thread count.
-fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, probe: &ReadProbe) -> Result<DtypeRates> {
+fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, probe: (&ReadProbe, &[Rate])) -> Result<DtypeRates> {
     let cols = opts.cols;
     let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| Error::arg(format!(
         "bench matmul: {dtype} cannot hold rows of {cols} columns")))? as usize;
@@ -326,11 +341,11 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, p
     let x = inputs(cols * n);
     let mut y = vec![0.0f32; rows * n];
     let (mut rates, mut read) = (Vec::new(), Vec::new());
-    for p in pools {
-        let (secs, read_secs) = median_pair(opts.passes, || k.matmul(p, w, &x, n, &mut y), || probe.pass(k, p));
+    for (i, p) in pools.iter().enumerate() {
+        let (secs, beside) = time_product(p, i, k, opts.passes, bytes, probe, || k.matmul(p, w, &x, n, &mut y));
         std::hint::black_box(&y);
         rates.push(rate(p.threads(), bytes, rows * cols * n, secs));
-        read.push(rate(p.threads(), probe.bytes(), 0, read_secs));
+        read.push(beside);
     }
     Ok(DtypeRates { dtype, rows, cols, bytes, rates, read })
 }
@@ -338,7 +353,7 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, p
 /// Expert-shaped products ([`MatmulBench::experts`]): `opts.bytes` of matrices of `opts.rows`
 /// rows each (at least one per participant), every participant multiplying its whole share of
 /// them one after another through [`Kernels::rows_alone`], as an MoE step's experts are.
-fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize, probe: &ReadProbe) -> Result<DtypeRates> {
+fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize, probe: (&ReadProbe, &[Rate])) -> Result<DtypeRates> {
     let (cols, n) = (opts.cols, opts.tokens);
     let rows = opts.rows.unwrap_or(1).max(1);
     let matrix = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
@@ -352,7 +367,7 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
         .map(|_| std::sync::Mutex::new((vec![0.0; rows * n], vec![0.0; super::split_room(n, cols)])))
         .collect();
     let (mut rates, mut read) = (Vec::new(), Vec::new());
-    for p in pools {
+    for (i, p) in pools.iter().enumerate() {
         let product = || {
             p.run(&|part| {
                 let Ok(mut mine) = scratch[part].lock() else { return };
@@ -364,9 +379,9 @@ fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType,
                 std::hint::black_box(&y);
             });
         };
-        let (secs, read_secs) = median_pair(opts.passes, product, || probe.pass(k, p));
+        let (secs, beside) = time_product(p, i, k, opts.passes, bytes, probe, product);
         rates.push(rate(p.threads(), bytes, count * rows * cols * n, secs));
-        read.push(rate(p.threads(), probe.bytes(), 0, read_secs));
+        read.push(beside);
     }
     Ok(DtypeRates { dtype, rows, cols, bytes, rates, read })
 }
