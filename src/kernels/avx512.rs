@@ -39,8 +39,10 @@ fn dense_after_next<const R: usize>(wp: *const u8, r: usize, i: usize, rb: usize
 /// Bytes ahead in its own row that a dense tile asks for under [`dense_own_rows`]. On the
 /// Intel host of BENCHMARKS (2026-12-05 afternoon), two threads from DRAM, six rounds: F32
 /// 83–91 % of the read bandwidth with the tile after next, 96–110 % with 1,536 bytes ahead
-/// (94–95 % with the next tile); BF16 76–85 % → 82–89 %; F16 80–93 % → 89–92 %.
-const DENSE_OWN_ROWS_AHEAD: usize = 1536;
+/// (94–95 % with the next tile); BF16 76–85 % → 82–89 %; F16 80–93 % → 89–92 %. 384, 768 and
+/// 3,072 bytes read as much as 1,536 within the noise; the 1B shape in BF16 decoded at
+/// 10.8–11.4 tok/s with 768 against 10.7–11.2 with 1,536, so 768.
+const DENSE_OWN_ROWS_AHEAD: usize = 768;
 
 /// [`super::Prefetch::OwnRows`] for the dense tiles: row `r + i` itself
 /// [`DENSE_OWN_ROWS_AHEAD`] bytes past `at`, to L1; past the row's end, the same place in the
