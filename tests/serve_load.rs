@@ -115,14 +115,27 @@ impl ReplaceLength for Vec<u8> {
 
 /// Sends a case on a fresh connection and checks the answer.
 fn run_case(addr: &str, c: &Case) -> Result<(), String> {
-    let mut h = Http::connect(addr);
-    h.stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    // The server may answer (and close) before all is sent: a failed write is not a failure.
-    let _ = h.stream.write_all(&c.bytes);
-    if c.half_close {
-        h.shutdown_write();
-    }
-    match h.response() {
+    // A connection refused with 503 because `--connections` are open (the storm's finished
+    // cases whose server threads have not ended yet, more of them on a loaded machine) is the
+    // server doing its job: like any client, try again a little later.
+    let mut tries = 0;
+    let answer = loop {
+        let mut h = Http::connect(addr);
+        h.stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // The server may answer (and close) before all is sent: a failed write is not a failure.
+        let _ = h.stream.write_all(&c.bytes);
+        if c.half_close {
+            h.shutdown_write();
+        }
+        let r = h.response();
+        let full = r.as_ref().is_some_and(|r| r.status == 503 && r.text().contains("too many open connections"));
+        if !full || tries == 100 {
+            break r;
+        }
+        tries += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    match answer {
         Some(r) if c.statuses.contains(&r.status) => {
             let j = waste::format::json::parse(&r.body).map_err(|e| format!("{}: the error is not JSON ({e}): {}", c.name, r.text()))?;
             if j.get("error").and_then(|e| e.get("message")).and_then(|m| m.as_str()).is_none() {
