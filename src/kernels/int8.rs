@@ -198,7 +198,7 @@ impl<Q: Copy + Default> ActScratch<Q> {
 }
 
 /// The integer types activations are quantized to: plain integers of at most 4-byte
-/// alignment, any bit pattern valid (what [`carve`] relies on).
+/// alignment, any bit pattern valid (what `carve` relies on).
 pub trait Quantum: Copy + Default + private::Sealed {
     /// The largest quantized magnitude.
     const LEVEL: f32;

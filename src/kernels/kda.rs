@@ -2,7 +2,7 @@
 //! Qwen3-Next's Gated DeltaNet: per value head, decay the state's rows, predict v from the key,
 //! write the β-scaled correction as a rank-1 update, read with the query. What differs between
 //! the two (transformers' `torch_recurrent_gated_delta_rule` for Gated DeltaNet):
-//! - the decay: KDA has one per key channel, Gated DeltaNet one scalar per head ([`Decay`]);
+//! - the decay: KDA has one per key channel, Gated DeltaNet one scalar per head (`Decay`);
 //! - the state: KDA's is D × D with one key head per value head; Gated DeltaNet's is D_k × D_v
 //!   and each query/key head serves `v_heads / k_heads` consecutive value heads (the
 //!   reference's `repeat_interleave`).

@@ -21,7 +21,7 @@
 //!
 //! The one exception is [`Isa::Amx`]: a product's vectors are taken [`SPLIT_VECTORS`] at a
 //! time, and a group of at least [`TILE_MIN_VECTORS`] with Q4B32, Q8B32 or BF16 weights goes to
-//! the AMX tiles ([`amx`]: products exact in f32, as on the FMA kernels, their sums added in
+//! the AMX tiles (`amx`: products exact in f32, as on the FMA kernels, their sums added in
 //! another order). There a result depends also on whether its group reaches that size — not on
 //! the rows or the thread count — so a prompt's logits differ from those of the same tokens
 //! decoded one at a time by f32 rounding; [`Kernels::without_tiles`] (`Options::tiles`) keeps
@@ -207,7 +207,7 @@ pub enum Isa {
     Avx512,
     /// AVX-512 with AVX512_BF16 and Intel AMX-BF16 tiles: the AVX-512 kernels, and the Q4B32,
     /// Q8B32 and BF16 products of prefill groups of at least [`TILE_MIN_VECTORS`] vectors on
-    /// the tiles (f32-exact products, another order of additions: see [`amx`]).
+    /// the tiles (f32-exact products, another order of additions: see `kernels::amx`).
     Amx,
     /// AArch64 Advanced SIMD, 4 lanes.
     Neon,
@@ -727,7 +727,7 @@ impl Kernels {
 
     /// f32 values of the split-input buffer for `values` inputs (a vector count that is a
     /// multiple of 32 × the widest input): `values` where the inputs are split by parity, half
-    /// as many again on the tiles ([`tile_parts_len`]).
+    /// as many again on the tiles (`tile_parts_len`).
     pub fn split_buffer_len(&self, values: usize) -> usize {
         if self.isa == Isa::Amx { tile_parts_len(values) } else { values }
     }
@@ -1138,7 +1138,7 @@ impl Kernels {
 
     /// Attention's softmax of the scores `x` in place, with an extra logit `sink` in the
     /// denominator whose own probability is dropped (−∞ for none): the free function
-    /// [`softmax_with_sink`] on the scalar ISA, a vector exponential within about 2 ulp of
+    /// `softmax_with_sink` on the scalar ISA, a vector exponential within about 2 ulp of
     /// it on AVX2 and AVX-512.
     pub fn softmax_with_sink(&self, x: &mut [f32], sink: f32) {
         // SAFETY: the ISA was detected.

@@ -243,7 +243,7 @@ impl State {
     }
 
     /// Inputs the kernels' split-input buffer holds ([`crate::kernels::Kernels::with_split_buffer`]):
-    /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter ([`crate::kernels::split_vectors`]),
+    /// [`crate::kernels::SPLIT_VECTORS`] vectors, or the chunk if shorter (`kernels::split_vectors`),
     /// of the widest input.
     pub fn split_values(cfg: &ModelConfig, chunk: usize) -> usize {
         Self::int8_values(cfg, crate::kernels::split_vectors(chunk))
