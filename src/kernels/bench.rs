@@ -212,8 +212,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     threads.dedup();
     let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
     pools[0].bind_caller()?;
-    let probe = ReadProbe::new(opts.bytes)?;
-    let read: Vec<Rate> = pools.iter().map(|p| rate(p.threads(), probe.bytes(), 0, median_secs(opts.passes, || probe.pass(&kernels, p)))).collect();
+    let probe = ReadProbe::new(opts.bytes, &kernels, &pools, opts.passes)?;
     let dispatch_us = pools.iter().map(|p| dispatch_latency(p, opts.passes, opts.regions.max(1))).collect();
     let isa = kernels.isa();
     let int8_isa = super::Int8Isa::for_isa(isa);
@@ -225,10 +224,10 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     };
     let mut dtypes = Vec::new();
     for &dtype in &opts.dtypes {
-        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, (&probe, &read))?);
+        dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, &probe)?);
     }
     Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
-        read_bytes: opts.bytes / 64 * 64, read, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
+        read_bytes: probe.bytes(), read: probe.first, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
 }
 
 /// The median of `passes` timings of `f`, after one untimed warm-up.
@@ -259,14 +258,13 @@ fn rate(threads: usize, bytes: usize, macs: usize, secs: f64) -> Rate {
 
 /// Times `passes` of `product` on pool `p` (the pool's `i`-th), and the read bandwidth beside
 /// them ([`DtypeRates::read`]): probe passes in alternation when the product streams `bytes`
-/// of at least half the probe's, else the probe measured before (`probe.1[i]`).
-fn time_product(p: &Pool, i: usize, k: &Kernels, passes: usize, bytes: usize, probe: (&ReadProbe, &[Rate]), product: impl FnMut()) -> (f64, Rate) {
-    let (buf, before) = probe;
-    if bytes < buf.bytes() / 2 {
-        return (median_secs(passes, product), before[i].clone());
+/// of at least half the probe's, else the probe's first measurement on that pool.
+fn time_product(p: &Pool, i: usize, k: &Kernels, passes: usize, bytes: usize, probe: &ReadProbe, product: impl FnMut()) -> (f64, Rate) {
+    if bytes < probe.bytes() / 2 {
+        return (median_secs(passes, product), probe.first[i].clone());
     }
-    let (secs, read_secs) = median_pair(passes, product, || buf.pass(k, p));
-    (secs, rate(p.threads(), buf.bytes(), 0, read_secs))
+    let (secs, read_secs) = median_pair(passes, product, || probe.pass(k, p));
+    (secs, rate(p.threads(), probe.bytes(), 0, read_secs))
 }
 
 /// The read-bandwidth probe: a pool-wide SIMD sum over a buffer far larger than the cache,
@@ -274,17 +272,22 @@ fn time_product(p: &Pool, i: usize, k: &Kernels, passes: usize, bytes: usize, pr
 /// product reads.
 struct ReadProbe {
     buf: AlignedBuf,
+    /// Its first measurement on each pool, before any product.
+    first: Vec<Rate>,
 }
 
 impl ReadProbe {
-    fn new(bytes: usize) -> Result<ReadProbe> {
+    /// A buffer of `bytes` (rounded down to 64), measured once on each pool.
+    fn new(bytes: usize, k: &Kernels, pools: &[Pool], passes: usize) -> Result<ReadProbe> {
         let mut buf = AlignedBuf::zeroed(bytes / 64 * 64, 64)?;
         // Touch every page with real values: a never-written allocation reads as the kernel's
         // zero page, which is cached and would measure nothing.
         for (i, v) in buf.as_f32_mut().iter_mut().enumerate() {
             *v = (i % 1021) as f32;
         }
-        Ok(ReadProbe { buf })
+        let mut probe = ReadProbe { buf, first: Vec::new() };
+        probe.first = pools.iter().map(|p| rate(p.threads(), probe.bytes(), 0, median_secs(passes, || probe.pass(k, p)))).collect();
+        Ok(probe)
     }
 
     fn bytes(&self) -> usize {
@@ -326,7 +329,7 @@ fn dispatch_latency(p: &Pool, passes: usize, regions: usize) -> f64 {
 
 /// One dtype: a matrix of plausible values (finite, no subnormals, real quantized blocks),
 /// multiplied by one vector per pass at every thread count.
-fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, probe: (&ReadProbe, &[Rate])) -> Result<DtypeRates> {
+fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, probe: &ReadProbe) -> Result<DtypeRates> {
     let cols = opts.cols;
     let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| Error::arg(format!(
         "bench matmul: {dtype} cannot hold rows of {cols} columns")))? as usize;
@@ -353,7 +356,7 @@ fn stream_dtype(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, p
 /// Expert-shaped products ([`MatmulBench::experts`]): `opts.bytes` of matrices of `opts.rows`
 /// rows each (at least one per participant), every participant multiplying its whole share of
 /// them one after another through [`Kernels::rows_alone`], as an MoE step's experts are.
-fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize, probe: (&ReadProbe, &[Rate])) -> Result<DtypeRates> {
+fn stream_experts(k: &Kernels, pools: &[Pool], opts: &MatmulBench, dtype: DType, row_bytes: usize, probe: &ReadProbe) -> Result<DtypeRates> {
     let (cols, n) = (opts.cols, opts.tokens);
     let rows = opts.rows.unwrap_or(1).max(1);
     let matrix = rows.checked_mul(row_bytes).ok_or_else(|| Error::arg("bench matmul: matrix size overflows"))?;
