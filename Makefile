@@ -27,7 +27,7 @@ run: build
 test:
 	@$(MAKE) --no-print-directory static || echo "make test: make static failed (above); the static binary's tests will SKIP"
 	@set -o pipefail; mkdir -p target; \
-	$(CARGO) test --release --no-fail-fast -- --nocapture 2>&1 | tee target/test.log; status=$$?; \
+	$(CARGO) test --profile checked --no-fail-fast -- --nocapture 2>&1 | tee target/test.log; status=$$?; \
 	echo "== examples/embed.rs on $(MODEL)"; \
 	$(CARGO) run --release --example embed -- $(MODEL) 2>&1 | tee target/embed.log || { echo "make test: examples/embed.rs failed"; status=1; }; \
 	echo; echo "== summary: $$(grep -h '^test result:' target/test.log | awk '{p+=$$4; f+=$$6} END {print p" passed, "f" failed"}'), $$(grep -c '^SKIP:' target/test.log) SKIP lines"; \
@@ -42,7 +42,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_SEED ?= $(shell date +%s)
 fuzz:
 	@set -o pipefail; mkdir -p target; \
-	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) $(CARGO) test --release --test fuzz -- --nocapture --test-threads 1 2>&1 | tee target/fuzz.log; status=$$?; \
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) $(CARGO) test --profile checked --test fuzz -- --nocapture --test-threads 1 2>&1 | tee target/fuzz.log; status=$$?; \
 	echo; grep '^fuzz ' target/fuzz.log; exit $$status
 
 # The static binary: musl, fully static (no interpreter, no shared library: `file` and `ldd`
@@ -73,7 +73,7 @@ boot-test: static $(MKCPIO)
 	@set -o pipefail; mkdir -p target/boot; \
 	tools/boot-setup.sh target/boot; status=$$?; \
 	if [ $$status = 3 ]; then exit 0; elif [ $$status != 0 ]; then exit $$status; fi; \
-	$(CARGO) test --release --test suite boot:: -- --ignored --nocapture 2>&1 | tee target/boot/test.log
+	$(CARGO) test --profile checked --test suite boot:: -- --ignored --nocapture 2>&1 | tee target/boot/test.log
 
 clean:
 	$(CARGO) clean

@@ -2,7 +2,7 @@
 //! library and one instantiation of its generic kernels instead of fifty (`make test` spent
 //! about twelve of its seventeen minutes compiling and linking separate binaries). Each module
 //! is the file of its name in this directory and runs alone with
-//! `cargo test --release --test suite NAME::`.
+//! `cargo test --profile checked --test suite NAME::` (the profile `make test` uses).
 //!
 //! Not here, each a binary of its own (Cargo.toml): tests/accounting.rs and tests/fuzz.rs,
 //! which install a global allocator that counts what their own tests allocate, and

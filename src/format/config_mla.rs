@@ -540,7 +540,9 @@ fn parse_moe(f: &Fields, family: &Family, layers: usize, d: &Defaults) -> Result
     };
     let routing = parse_routing(f, arch, experts, top_k, d)?;
     let layout = family.moe.ok_or_else(|| Error::config(f.path, "architectures", "family without a MoE layout"))?;
-    Ok(MoeConfig { layout, experts, top_k, expert_intermediate: width, routing, shared_intermediate: width * shared, moe_layers })
+    let shared_intermediate = width.checked_mul(shared).ok_or_else(|| Error::config(f.path, "n_shared_experts",
+        format!("{shared} shared experts of moe_intermediate_size {width} overflow the address space")))?;
+    Ok(MoeConfig { layout, experts, top_k, expert_intermediate: width, routing, shared_intermediate, moe_layers })
 }
 
 /// Spec §3.6 (V3, Kimi: sigmoid, bias for selection, groups by their top-2 sum) and §3.7 (V2:
