@@ -7,7 +7,7 @@
 //! This moves the test process into a cgroup of its own, so it is the only test in this file.
 //! It needs root and the cgroup v1 memory controller; without them it prints `SKIP`.
 
-use crate::common;
+mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use waste::{Model, Options};

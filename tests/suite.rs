@@ -1,4 +1,4 @@
-//! Every integration test but four, as the modules of one test binary: one link of the
+//! Every integration test but five, as the modules of one test binary: one link of the
 //! library and one instantiation of its generic kernels instead of fifty (`make test` spent
 //! about twelve of its seventeen minutes compiling and linking separate binaries). Each module
 //! is the file of its name in this directory and runs alone with
@@ -9,7 +9,8 @@
 //! tests/budget.rs and tests/hostile.rs, which hold a child's peak RSS to a bound: Linux
 //! counts in a child's peak the memory its parent had mapped when it forked (the parent's
 //! peak, for a `vfork`-style spawn), so the parent must stay small — not a process running
-//! fifty files' tests at once.
+//! fifty files' tests at once; and tests/purgeable.rs, which moves its process into a memory
+//! cgroup and squeezes it (beside other tests, their allocations took the squeeze).
 
 mod common;
 mod quant_util;
@@ -46,7 +47,6 @@ mod oracle_qwen3_next;
 mod plan;
 mod prefill_outputs;
 mod public_api;
-mod purgeable;
 mod quant_format;
 mod quant_gate;
 mod ram;
