@@ -124,7 +124,7 @@ impl ExpertShape {
     pub fn fixed_bytes(&self) -> u64 {
         let per_layer = size_of::<Option<BankFile>>() + size_of::<Option<RecordLayout>>() + size_of::<usize>();
         let per_expert = 2 * size_of::<(u32, usize)>();
-        (self.records as usize * CacheIndex::PER_KEY_BYTES + self.layers * per_layer + CacheIndex::per_layer_bytes(self.moe_layers)
+        (self.records as usize * CacheIndex::PER_KEY_BYTES + self.layers * per_layer + CacheIndex::per_layer_bytes(self.moe_layers, self.experts)
             + self.experts * per_expert) as u64
     }
 
