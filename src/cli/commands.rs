@@ -557,6 +557,8 @@ fn bench(a: &Args) -> Outcome {
             ("decode_io_wait_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.io_wait.as_secs_f64()))),
             ("decode_disk_busy_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.disk_busy.as_secs_f64()))),
             ("decode_read_secs", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::float(c.read_time.as_secs_f64()))),
+            ("decode_read_ahead", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.prefetched))),
+            ("decode_read_ahead_used", report.decode_cache.as_ref().map_or(Json::Null, |c| Json::uint(c.prefetch_hits))),
             // The whole run's counters (prefill included), which a --trace-out file replayed
             // through `waste bench cache --slots` reproduces.
             ("cache_slots", model.cache_stats().map_or(Json::Null, |c| Json::uint(c.slots as u64))),
