@@ -113,3 +113,19 @@ fn duplicate_ids_in_a_layer_are_one_access() {
     }
     assert_eq!(belady(&raw, 8), 5.0 / 12.0);
 }
+
+/// A trace naming more experts than any model has (layers × the largest id) is refused when it
+/// is loaded, before the replay allocates state for every one of them; so is `--experts`
+/// widening a trace past that.
+#[test]
+fn a_trace_naming_absurdly_many_experts_is_refused() {
+    let dir = temp_dir("huge-trace");
+    let line = format!("{{\"layers\": [{}]}}\n", vec!["[99999]"; 20].join(", "));
+    std::fs::write(dir.join("huge.jsonl"), &line).unwrap();
+    let err = Trace::load(&dir.join("huge.jsonl")).err().expect("refused").to_string();
+    assert!(err.contains("huge.jsonl") && err.contains("20 layers of 100000 experts"), "{err}");
+    std::fs::write(dir.join("small.jsonl"), "{\"layers\": [[1, 2], [0, 3]]}\n").unwrap();
+    let (code, _, err) = waste(&["bench", "cache", "--trace", dir.join("small.jsonl").to_str().unwrap(), "--experts", "600000"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--experts"), "{err}");
+}

@@ -2,9 +2,9 @@
 //! and body, a quantized checkpoint's metadata, config.json, tokenizer.json, tiktoken rank
 //! files, llama2.c tok*.bin, the container manifest, expert banks (read by a generation),
 //! session state files, chat templates (parsed and rendered), HTTP requests (to a running
-//! `waste serve`), CLI argument vectors (to the binary), the learned hotlist's usage file, and
-//! FP8 (block-scaled e4m3) and MXFP4 checkpoints opened and evaluated. The engine is
-//! tests/fuzz/engine.rs.
+//! `waste serve`), CLI argument vectors (to the binary), the learned hotlist's usage file,
+//! routing traces (loaded and replayed), and FP8 (block-scaled e4m3) and MXFP4 checkpoints
+//! opened and evaluated. The engine is tests/fuzz/engine.rs.
 //!
 //! `cargo test --test fuzz` runs each target for a few seconds (`make test`); `FUZZ_SECONDS=N`
 //! runs each for N seconds (`make fuzz`). Each prints its executions; a finding (a panic, a
@@ -591,6 +591,35 @@ fn fuzz_usage() {
             let u = Usage::read(&path, &identity, layers, experts)?;
             // What the cache does with a file it accepted.
             Ok(u.map_or(0, |u| u.ranked().len()))
+        })
+    }));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Routing traces (`waste bench cache --trace`, `--route-trace`): `Trace::load`, then what the
+/// replay does with a trace it accepted — the default policy at two cache sizes and Belady's
+/// optimum. Seeds: the first tokens of both shared traces.
+#[test]
+fn fuzz_routing_trace() {
+    use waste::cache::{policy::Policy, replay};
+    let first_lines = |name: &str, n: usize| -> Vec<u8> {
+        let text = String::from_utf8(read(fixture(&format!("traces/{name}")))).unwrap();
+        text.lines().take(n).map(|l| format!("{l}\n")).collect::<String>().into_bytes()
+    };
+    let seeds = vec![first_lines("olmoe_299.jsonl", 6), first_lines("kimi_linear_300.jsonl", 3)];
+    let dir = temp_dir("fuzz-trace");
+    let path = dir.join("routing.jsonl");
+    finish(engine::run("trace", seeds, Shape::Json, engine::seconds(SHORT), |input| {
+        std::fs::write(&path, input).unwrap();
+        parsed(&path, || {
+            let t = replay::Trace::load(&path)?;
+            let per_token = t.tokens[0].iter().map(Vec::len).sum::<usize>();
+            let mut hits = 0;
+            for slots in [1, t.keys() / 8 + 1] {
+                hits += replay::replay_counts(&t, slots, Policy::default_for(per_token)).0;
+                hits += (replay::belady(&t, slots) * 1000.0) as u64;
+            }
+            Ok(hits)
         })
     }));
     let _ = std::fs::remove_dir_all(&dir);

@@ -56,6 +56,10 @@ const FOLLOW: usize = FOLLOW_EDGES.len() + 1;
 /// at 0.2, in the middle buckets.
 const FOLLOW_PRIOR_HITS: f32 = 0.1;
 const FOLLOW_PRIOR_VISITS: f32 = 0.5;
+/// The most follow counts kept (64 MiB): a Kimi-K2-sized model (60 MoE layers of 384 experts)
+/// needs 8.8 M; a model with far more experts a layer does without the follow buckets rather
+/// than hold its experts' squares.
+const MAX_FOLLOW_ENTRIES: usize = 1 << 24;
 /// Situations by recency and frequency alone, and with the follow bucket too.
 const SITUATIONS: usize = (RECENCY + 2) * FREQUENCY;
 const REUSE_BUCKETS: usize = SITUATIONS * FOLLOW;
@@ -190,9 +194,11 @@ impl CacheIndex {
         stats.saturating_add(Self::follows_len(layers, per_layer).saturating_mul(std::mem::size_of::<f32>()))
     }
 
-    /// Entries of the follow counts: `per_layer` × `per_layer` per layer (saturating).
+    /// Entries of the follow counts: `per_layer` × `per_layer` per layer, or none past
+    /// [`MAX_FOLLOW_ENTRIES`] (the policy then does without the follow buckets).
     const fn follows_len(layers: usize, per_layer: usize) -> usize {
-        layers.saturating_mul(per_layer.saturating_mul(per_layer))
+        let len = layers.saturating_mul(per_layer.saturating_mul(per_layer));
+        if len > MAX_FOLLOW_ENTRIES { 0 } else { len }
     }
 
     /// Heap bytes per slot: its key, pin, and stored value with its generation.
@@ -605,6 +611,26 @@ mod tests {
         // Each successor comes with probability ½; the rate without the follow buckets (which
         // the estimate averages in) only knows 2 pairs in 8 come next.
         assert!(follow > 0.3 && other < follow / 3.0, "after pair {pair}: successors at least {follow}, the others at most {other}");
+    }
+
+    /// A model with more experts a layer than the follow counts can square (65,536, the most a
+    /// config may declare) runs without them, within its memory plan.
+    #[test]
+    fn the_follow_counts_are_bounded() {
+        let (layers, per_layer) = (3, 1 << 16);
+        assert!(CacheIndex::per_layer_bytes(layers, per_layer) < 1 << 20);
+        let mut c = CacheIndex::new(layers * per_layer, 8, Policy::Reuse { half_life: 64.0 }).with_layers(layers, per_layer);
+        assert!(c.heap_bytes() < (layers * per_layer * 64) as u64, "{} bytes", c.heap_bytes());
+        for t in 0..4u32 {
+            c.visit(1, &[t, 70_000 % per_layer as u32]);
+            if c.access(per_layer + t as usize) == Lookup::Miss {
+                c.assign(per_layer + t as usize).must_because("a slot");
+            }
+            c.unpin_all();
+        }
+        assert!(c.occupied() == 4 && c.reuse_probability(per_layer + 3) > 0.0);
+        // Kimi K2's shape keeps them.
+        assert_eq!(CacheIndex::per_layer_bytes(60, 384) - CacheIndex::per_layer_bytes(60, 0), 60 * 384 * 384 * 4);
     }
 
     /// The unpinned slot a fresh computation of every value would evict (a free slot first).

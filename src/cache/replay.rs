@@ -24,6 +24,11 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// The most experts (layers × experts per layer) a trace may name: far more than any
+    /// model has (Kimi K2: 23,040), few enough that the replay's per-expert state stays in tens
+    /// of megabytes whatever a short file names.
+    pub const MAX_KEYS: usize = 1 << 20;
+
     /// Reads a JSON-lines trace.
     pub fn load(path: &Path) -> Result<Trace> {
         let bytes = crate::format::read_bounded(path, 1 << 30)?;
@@ -54,7 +59,12 @@ impl Trace {
         if layers == 0 {
             return Err(Error::format(path, "the trace has no tokens"));
         }
-        Ok(Trace { tokens, layers, experts: max_id as usize + 1 })
+        let experts = max_id as usize + 1;
+        // The replay keeps state per expert of every layer: refused before allocating for it.
+        if layers.saturating_mul(experts) > Self::MAX_KEYS {
+            return Err(Error::format(path, format!("{layers} layers of {experts} experts: more than {} experts in all", Self::MAX_KEYS)));
+        }
+        Ok(Trace { tokens, layers, experts })
     }
 
     /// Total expert accesses (distinct experts per layer and token).

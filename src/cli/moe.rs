@@ -76,7 +76,7 @@ pub fn convert(a: &Args) -> Result<(), Failure> {
 pub fn bench_cache(a: &Args) -> Result<(), Failure> {
     let path = a.path("trace").ok_or_else(|| Failure::Usage("missing --trace FILE".into()))?;
     let mut trace = Trace::load(path)?;
-    if let Some(e) = a.num("experts", 1usize, 1 << 20)? {
+    if let Some(e) = a.num("experts", 1usize, Trace::MAX_KEYS / trace.layers)? {
         if e < trace.experts {
             return Err(Failure::Usage(format!("option `--experts`: the trace uses expert id {}", trace.experts - 1)));
         }
