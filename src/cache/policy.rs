@@ -131,6 +131,9 @@ pub struct CacheIndex {
     follows: Vec<f32>,
     /// Per key: how many visits came after one that chose it (its row's denominator).
     led: Vec<f32>,
+    /// Per layer: how many experts its last visit chose (a token's few, or a prompt chunk's
+    /// many).
+    last_chose: Vec<u32>,
     /// Per key: its follow score for its layer's next visit, from the layer's last choice.
     follow_score: Vec<f32>,
     /// Bumped by everything that changes a value (an access, a visit, a seeded priority); a
@@ -168,6 +171,7 @@ impl CacheIndex {
             value_at: vec![0; slots],
             follows: Vec::new(),
             led: vec![0.0; keys],
+            last_chose: vec![0; 1],
             follow_score: vec![0.0; keys],
             generation: 1,
         }
@@ -180,6 +184,7 @@ impl CacheIndex {
         self.visits = vec![0; self.layers];
         self.reuse = vec![[0.0; 2]; self.layers * REUSE_BUCKETS];
         self.situations = vec![[0.0; 2]; self.layers * SITUATIONS];
+        self.last_chose = vec![0; self.layers];
         if matches!(self.policy, Policy::Reuse { .. }) {
             self.follows = vec![0.0; Self::follows_len(self.layers, self.per_layer)];
         }
@@ -190,7 +195,7 @@ impl CacheIndex {
     /// count, reuse statistics and follow counts (what [`CacheIndex::heap_bytes`] holds besides
     /// the per-slot and per-key vectors; the memory plan counts it with this, saturating).
     pub const fn per_layer_bytes(layers: usize, per_layer: usize) -> usize {
-        let stats = layers.saturating_mul(std::mem::size_of::<u32>() + (REUSE_BUCKETS + SITUATIONS) * std::mem::size_of::<[f64; 2]>());
+        let stats = layers.saturating_mul(2 * std::mem::size_of::<u32>() + (REUSE_BUCKETS + SITUATIONS) * std::mem::size_of::<[f64; 2]>());
         stats.saturating_add(Self::follows_len(layers, per_layer).saturating_mul(std::mem::size_of::<f32>()))
     }
 
@@ -243,14 +248,19 @@ impl CacheIndex {
     /// it followed them. Routing has topics — experts that tend to come after one another at a
     /// layer, whether or not they were chosen lately — which recency and frequency do not see
     /// (BENCHMARKS, 2026-12-05 evening: the held-out hit rates at 3–12 % of the experts rose
-    /// 0.3–1.9 points).
+    /// 0.3–1.9 points). Only from one token to the next: a prompt chunk's visit chooses the
+    /// union of its tokens' experts (most of the layer), and counting every pair of it as
+    /// following would tell every expert it follows every other for many tokens after.
     fn learn_follows(&mut self, layer: usize, visits: u32, chosen: &[u32]) {
         let n = self.per_layer;
         let base = layer * n;
         if self.follows.len() < (layer + 1).saturating_mul(n.saturating_mul(n)) || base + n > self.key_slot.len() {
             return;
         }
-        if visits > 0 {
+        // A token chooses a few experts (Mixtral: 2 of 8, the largest share of any family).
+        let token_sized = |count: usize| 4 * count <= n;
+        let previous = std::mem::replace(&mut self.last_chose[layer], chosen.len() as u32);
+        if visits > 0 && token_sized(previous as usize) && token_sized(chosen.len()) {
             for i in 0..n {
                 if self.last_visit[base + i] != visits {
                     continue;
@@ -331,7 +341,7 @@ impl CacheIndex {
         vec_bytes(&self.slot_key) + vec_bytes(&self.key_slot) + vec_bytes(&self.pinned) + vec_bytes(&self.priority)
             + vec_bytes(&self.last_visit) + vec_bytes(&self.visits) + vec_bytes(&self.reuse) + vec_bytes(&self.situations)
             + vec_bytes(&self.values) + vec_bytes(&self.value_at) + vec_bytes(&self.follows) + vec_bytes(&self.led)
-            + vec_bytes(&self.follow_score)
+            + vec_bytes(&self.follow_score) + vec_bytes(&self.last_chose)
     }
 
     /// Records an access to `key` and returns where it is. A hit pins its slot.
@@ -612,6 +622,29 @@ mod tests {
         // Each successor comes with probability ½; the rate without the follow buckets (which
         // the estimate averages in) only knows 2 pairs in 8 come next.
         assert!(follow > 0.3 && other < follow / 3.0, "after pair {pair}: successors at least {follow}, the others at most {other}");
+    }
+
+    /// A prompt chunk's visit (the union of its tokens' choices, most of the layer) teaches the
+    /// follow counts nothing, neither as the visit that follows nor as the one followed.
+    #[test]
+    fn prompt_chunks_do_not_count_as_following() {
+        let per_layer = 16;
+        let mut c = CacheIndex::new(per_layer, 8, Policy::Reuse { half_life: 64.0 }).with_layers(1, per_layer);
+        let chunk: Vec<u32> = (0..12).collect();
+        for ids in [&[1u32, 2][..], &chunk, &[3, 4], &chunk, &chunk] {
+            c.visit(0, ids);
+            for &e in ids {
+                c.access(e as usize);
+            }
+        }
+        assert!(c.follows.iter().all(|&n| n == 0.0) && c.led.iter().all(|&n| n == 0.0), "{:?}", &c.led);
+        // Two tokens in a row do count.
+        c.visit(0, &[5, 6]);
+        c.access(5);
+        c.access(6);
+        c.visit(0, &[7, 8]);
+        assert_eq!((c.led[5], c.follows[5 * per_layer + 8]), (1.0, 1.0));
+        assert_eq!(c.follows.iter().sum::<f32>(), 4.0);
     }
 
     /// A model with more experts a layer than the follow counts can square (65,536, the most a
