@@ -19,10 +19,8 @@ pub enum Prefetch {
     /// and Q8B32 70 → 95 % of the read bandwidth, where the tile after next did no better than
     /// no prefetch (its AVX2 tiles: Q8B32 67–73 → 88–97 %, Q4B32 level); from L3 (a matrix
     /// that fits it) about 10 % slower than the tile after next. The AVX-512 dense tiles
-    /// (F32, BF16, F16) ask for a line 768 bytes ahead in their own rows: on the Intel host
-    /// of 2026-12-05 (family 6 model 207), F32 83–91 → 96–110 %, BF16 76–85 → 82–89 %, F16
-    /// 80–93 → 89–92 % of the read bandwidth probed beside them (1,536 bytes ahead; 384 to
-    /// 3,072 read alike, and 768 decoded the 1B shape in BF16 fastest).
+    /// (F32, BF16, F16) ask for a line a fixed distance ahead in their own rows (their
+    /// `DENSE_OWN_ROWS_AHEAD`, with its measurements).
     OwnRows,
 }
 
