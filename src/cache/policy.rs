@@ -55,6 +55,9 @@ const FOLLOW: usize = FOLLOW_EDGES.len() + 1;
 /// at 0.2, in the middle buckets.
 const FOLLOW_PRIOR_HITS: f32 = 0.1;
 const FOLLOW_PRIOR_VISITS: f32 = 0.5;
+/// The times an expert led (see [`CacheIndex::learn_follows`]) at which its follow counts are
+/// halved: far below where f32 counts stop growing (2^24), far above a trace's length.
+const FOLLOW_COUNT_CAP: f32 = (1 << 20) as f32;
 /// The most follow counts kept (64 MiB): a Kimi-K2-sized model (60 MoE layers of 384 experts)
 /// needs 8.8 M; a model with far more experts a layer does without the follow buckets rather
 /// than hold its experts' squares.
@@ -265,8 +268,14 @@ impl CacheIndex {
                 if self.last_visit[base + i] != visits {
                     continue;
                 }
-                self.led[base + i] += 1.0;
                 let row = &mut self.follows[(base + i) * n..(base + i + 1) * n];
+                if self.led[base + i] >= FOLLOW_COUNT_CAP {
+                    // Halved, rates kept: f32 counts would stop growing at 2^24, and a long
+                    // server session's topics drift.
+                    self.led[base + i] *= 0.5;
+                    row.iter_mut().for_each(|count| *count *= 0.5);
+                }
+                self.led[base + i] += 1.0;
                 for &j in chosen {
                     if let Some(count) = row.get_mut(j as usize) {
                         *count += 1.0;
@@ -645,6 +654,25 @@ mod tests {
         c.visit(0, &[7, 8]);
         assert_eq!((c.led[5], c.follows[5 * per_layer + 8]), (1.0, 1.0));
         assert_eq!(c.follows.iter().sum::<f32>(), 4.0);
+    }
+
+    /// An expert that led [`FOLLOW_COUNT_CAP`] times has its counts halved before the next
+    /// one is added: its rates stay (to the added count), and the counts never reach where f32
+    /// stops counting.
+    #[test]
+    fn the_follow_counts_halve_at_their_cap() {
+        let per_layer = 16;
+        let mut c = CacheIndex::new(per_layer, 8, Policy::Reuse { half_life: 64.0 }).with_layers(1, per_layer);
+        c.visit(0, &[1, 2]);
+        c.access(1);
+        c.access(2);
+        c.led[1] = FOLLOW_COUNT_CAP;
+        c.follows[per_layer + 3] = FOLLOW_COUNT_CAP / 2.0;
+        c.follows[per_layer + 5] = 7.0;
+        c.visit(0, &[3, 4]);
+        assert_eq!((c.led[1], c.follows[per_layer + 3], c.follows[per_layer + 5]), (FOLLOW_COUNT_CAP / 2.0 + 1.0, FOLLOW_COUNT_CAP / 4.0 + 1.0, 3.5));
+        // Expert 2 was below the cap: counted as before.
+        assert_eq!((c.led[2], c.follows[2 * per_layer + 3]), (1.0, 1.0));
     }
 
     /// A model with more experts a layer than the follow counts can square (65,536, the most a

@@ -465,15 +465,26 @@ impl Job<'_> {
 
 fn slot(dtype: DType) -> Option<usize> {
     Some(match dtype {
-        DType::F32 => 0,
-        DType::BF16 => 1,
-        DType::F16 => 2,
-        DType::Q8B32 => 3,
-        DType::Q4B32 => 4,
-        DType::F8B32 => 5,
-        DType::MXFP4 => 6,
+        DType::F32 => slots::F32,
+        DType::BF16 => slots::BF16,
+        DType::F16 => slots::F16,
+        DType::Q8B32 => slots::Q8B32,
+        DType::Q4B32 => slots::Q4B32,
+        DType::F8B32 => slots::F8B32,
+        DType::MXFP4 => slots::MXFP4,
         _ => return None,
     })
+}
+
+/// The row-kernel table's slot of each compute dtype, by name (see [`slot`]).
+mod slots {
+    pub const F32: usize = 0;
+    pub const BF16: usize = 1;
+    pub const F16: usize = 2;
+    pub const Q8B32: usize = 3;
+    pub const Q4B32: usize = 4;
+    pub const F8B32: usize = 5;
+    pub const MXFP4: usize = 6;
 }
 
 /// A raw output pointer that several pool participants write disjoint elements through (the
@@ -634,21 +645,21 @@ impl Kernels {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Amx => {
-                rows[1] = amx::rows_bf16;
-                rows[3] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
-                rows[4] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
+                rows[slots::BF16] = amx::rows_bf16;
+                rows[slots::Q8B32] = if own { amx::rows_q8b32_own_rows } else { amx::rows_q8b32 };
+                rows[slots::Q4B32] = if own { amx::rows_q4b32_own_rows } else { amx::rows_q4b32 };
                 // F32, F16, F8B32 and MXFP4 have no AMX kernels: AVX-512's, with this
                 // prefetch scheme.
                 let (avx512, split) = avx512_rows(p, TokenGroups::FitL2);
-                for slot in [0, 2, 5, 6] {
+                for slot in [slots::F32, slots::F16, slots::F8B32, slots::MXFP4] {
                     rows[slot] = avx512[slot];
                 }
                 q4_split = Some(split);
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => {
-                rows[3] = if own { avx2::rows_q8b32_own_rows } else { avx2::rows_q8b32 };
-                rows[4] = if own { avx2::rows_q4b32::<true> } else { avx2::rows_q4b32::<false> };
+                rows[slots::Q8B32] = if own { avx2::rows_q8b32_own_rows } else { avx2::rows_q8b32 };
+                rows[slots::Q4B32] = if own { avx2::rows_q4b32::<true> } else { avx2::rows_q4b32::<false> };
             }
             _ => return self,
         }
