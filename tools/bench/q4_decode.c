@@ -3,7 +3,7 @@
 // goes" (2026-12-05) and "the AVX2 Q4B32 decode step" (2026-12-05, morning) in
 // docs/BENCHMARKS.md.
 //
-//   gcc -O2 -o q4_decode tools/bench/q4_decode.c && ./q4_decode ROWS PASSES [avx2]
+//   gcc -O2 -o q4_decode tools/bench/q4_decode.c && ./q4_decode ROWS PASSES [avx2 | spread]
 //
 // ROWS rows of 2,048 columns (18-byte blocks: a binary16 scale, then 16 bytes of nibbles), eight
 // rows per tile against one vector, as the engine's decode tile (src/kernels/avx512.rs) computes
@@ -18,6 +18,10 @@
 //   c  a without the table's multiply (wrong values: the multiply's cost)
 //   d  the levels unscaled, the block's two products summed, then one FMA with the scale
 //   f  a with one vpermps (wrong values: a permutation's cost)
+//   g  a with the scaled table read from a 4 MiB table of the 16 levels times every binary16
+//      scale (one aligned 64-byte load instead of the multiply; the same bits as a)
+// With `spread` instead of `avx2`, the blocks' scales take 4,096 values over four binades
+// instead of 1,024 in one (g's table lines then compete with the weights for L2).
 // With `avx2`: four rows per tile, as src/kernels/avx2.rs's decode tile, inputs in its order
 // (by parity within each half of a block):
 //   a  the engine's step: each nibble made a float by the exponent trick (xor, subtract),
@@ -117,6 +121,16 @@ VARIANT(step_f, , {
     __m512 t = _mm512_mul_ps(lv, scale(p));
     __m512i by = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)));
     __m512 e = _mm512_permutexvar_ps(by, t), o = _mm512_castsi512_ps(_mm512_srli_epi32(by, 4));
+    acc[i] = _mm512_fmadd_ps(o, xo, _mm512_fmadd_ps(e, xe, acc[i]));
+})
+
+static float *SCALED; // g: 65,536 x 16, the levels times each binary16 scale
+VARIANT(step_g, (void)lv;, {
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    __m512 t = _mm512_load_ps(SCALED + (size_t)bits * 16);
+    __m512i by = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 2)));
+    __m512 e = _mm512_permutexvar_ps(by, t), o = _mm512_permutexvar_ps(_mm512_srli_epi32(by, 4), t);
     acc[i] = _mm512_fmadd_ps(o, xo, _mm512_fmadd_ps(e, xe, acc[i]));
 })
 
@@ -276,8 +290,9 @@ static void offsets(const float *x, int all) {
 
 int main(int argc, char **argv) {
     int avx2 = argc == 4 && strcmp(argv[3], "avx2") == 0;
-    if ((argc != 3 && !avx2) || atoi(argv[1]) <= 0 || atoi(argv[1]) % 8 || atoi(argv[2]) <= 0) {
-        fprintf(stderr, "usage: q4_decode ROWS PASSES [avx2] (ROWS a positive multiple of 8)\n");
+    int spread = argc == 4 && strcmp(argv[3], "spread") == 0;
+    if ((argc != 3 && !avx2 && !spread) || atoi(argv[1]) <= 0 || atoi(argv[1]) % 8 || atoi(argv[2]) <= 0) {
+        fprintf(stderr, "usage: q4_decode ROWS PASSES [avx2 | spread] (ROWS a positive multiple of 8)\n");
         return 2;
     }
     if (avx2 ? !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")
@@ -294,21 +309,25 @@ int main(int argc, char **argv) {
         CLO[i] = -32776.0f * (float)h;
         CHI[i] = -2056.0f * (float)h;
     }
+    SCALED = aligned_alloc(64, 65536 * 16 * sizeof(float));
+    for (int i = 0; i < 65536; i++)
+        for (int l = 0; l < 16; l++) SCALED[i * 16 + l] = (float)(l < 8 ? l : l - 16) * f16_to_f32[i];
     size_t n = (size_t)rows * ROW_BYTES;
     uint8_t *w = aligned_alloc(64, (n + 63) / 64 * 64);
     srand(1);
     for (size_t i = 0; i < n; i++) w[i] = rand();
     for (int r = 0; r < rows; r++)
         for (int b = 0; b < BLOCKS; b++) {
-            uint16_t s = 0x2000 + (rand() & 0x3ff); // scales from 2^-7 up: finite, normal
+            // Scales from 2^-7 up (from 2^-9 with `spread`): finite, normal.
+            uint16_t s = spread ? 0x1800 + (rand() & 0xfff) : 0x2000 + (rand() & 0x3ff);
             memcpy(w + (size_t)r * ROW_BYTES + b * 18, &s, 2);
         }
     float *x = aligned_alloc(64, COLS * 4), *y = malloc(rows * 4);
     for (int i = 0; i < COLS; i++) x[i] = rand() / (float)RAND_MAX - 0.5f;
-    void (*wide[])(const uint8_t *, const float *, int, float *) = {step_a, step_b, step_c, step_d, step_f};
+    void (*wide[])(const uint8_t *, const float *, int, float *) = {step_a, step_b, step_c, step_d, step_f, step_g};
     void (*narrow[])(const uint8_t *, const float *, int, float *) = {avx2_a, avx2_b, avx2_c, avx2_d, avx2_e, avx2_f, avx2_g, avx2_h, avx2_i};
     void (**steps)(const uint8_t *, const float *, int, float *) = avx2 ? narrow : wide;
-    const char *names = avx2 ? "abcdefghi" : "abcdf";
+    const char *names = avx2 ? "abcdefghi" : "abcdfg";
     for (int round = 0; round < 3; round++)
         for (int v = 0; names[v]; v++) {
             if (avx2 && (v == 5 || v == 6)) offsets(x, v == 5);
