@@ -106,16 +106,18 @@ fn the_path_is_chosen_per_instruction_set() {
             common::skip("the_path_is_chosen_per_instruction_set", "no AVX-512 VNNI + VBMI: the VNNI kernels are not run here");
         }
     }
-    // int16: the VNNI kernels where int8 has them, the scalar twins elsewhere; one path at a time.
+    // int16: the kernels of the instruction set int8 would use (AVX-512 VNNI, or AVX2 — with
+    // AVX-VNNI's `vpdpwssd` where the CPU has it), the scalar twins elsewhere; one path at a time.
     assert_eq!(Kernels::select(true).with_int16_activations(64).int16_isa(), Some(Int8Isa::Scalar));
     let both = Kernels::select(false).with_int8_activations(64).with_int16_activations(64);
     assert_eq!((both.int8_isa().is_some(), both.int16_isa().is_some()), (false, true));
-    let k = Kernels::select(false);
-    let want = if k.clone().with_int8_activations(64).int8_isa() == Some(Int8Isa::Avx512Vnni) { Int8Isa::Avx512Vnni } else { Int8Isa::Scalar };
-    assert_eq!(k.with_int16_activations(64).int16_isa(), Some(want));
+    for k in Isa::ALL.into_iter().filter_map(Kernels::with_isa) {
+        let want = k.clone().with_int8_activations(64).int8_isa();
+        assert_eq!(k.with_int16_activations(64).int16_isa(), want);
+    }
 }
 
-/// The SIMD integer kernels (int8: AVX-512 VNNI, AVX2; int16: AVX-512 VNNI) equal the scalar
+/// The SIMD integer kernels (int8 and int16: AVX-512 VNNI, AVX2) equal the scalar
 /// twin bit for bit: each integer partial is exact, its conversion to f32 is the same rounding
 /// of the same integer, and the scale product, the fused multiply-adds and the final sum run
 /// in the same order.

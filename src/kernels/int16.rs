@@ -54,12 +54,19 @@ pub unsafe fn quantize_scalar(x: &[f32], q: &mut [i16], d: &mut [f32]) {
 }
 
 /// The quantizer and the (Q8B32, Q4B32) kernels of the int16 path that go with `isa`: AVX-512
-/// VNNI where the int8 path would use it, else the scalar twins (no AVX2 or NEON int16
-/// kernels are written).
+/// VNNI where the int8 path would use it; AVX2 where it uses AVX2, with AVX-VNNI's
+/// `vpdpwssd` when the CPU has it ([`super::int16_avx2`]); else the scalar twins (no NEON
+/// int16 kernels are written).
 pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<i16>, Int16RowsFn, Int16RowsFn) {
+    #[cfg(target_arch = "x86_64")]
+    use super::int16_avx2 as avx2;
     match isa {
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx512Vnni => (isa, super::int16_x86::quantize, super::int16_x86::rows_q8, super::int16_x86::rows_q4),
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx2 if avx2::has_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q8, avx2::vnni::rows_q4),
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx2 => (isa, avx2::quantize, avx2::madd::rows_q8, avx2::madd::rows_q4),
         _ => (Int8Isa::Scalar, quantize_scalar, rows_q8, rows_q4),
     }
 }

@@ -150,6 +150,8 @@ mod int8_x86;
 #[cfg(target_arch = "x86_64")]
 mod int8_prefill_x86;
 #[cfg(target_arch = "x86_64")]
+mod int16_avx2;
+#[cfg(target_arch = "x86_64")]
 mod int16_x86;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;

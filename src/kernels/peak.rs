@@ -1,7 +1,7 @@
 //! Arithmetic peaks for `bench matmul`: loops of independent multiply-adds that keep every
 //! multiply pipe busy, per instruction set — the f32 fused multiply-add the kernels use, and
-//! the integer multiply-add of the int8 path (`vpmaddubsw` on AVX2, `vpdpbusd` with AVX-512
-//! VNNI). Each returns its multiply-adds (lane products) and a value to keep the loop alive;
+//! the integer multiply-adds of the int8 path (`vpmaddubsw` on AVX2, `vpdpbusd` with AVX-512
+//! VNNI) and of the int16 path (`vpmaddwd` on AVX2, `vpdpwssd` with AVX-VNNI or AVX-512 VNNI). Each returns its multiply-adds (lane products) and a value to keep the loop alive;
 //! the figures are printed, never asserted.
 //!
 //! Twelve accumulators hide the instructions' latency (4 cycles at up to 2 per cycle on the
@@ -46,6 +46,12 @@ pub fn int16(isa: Int8Isa, iters: usize) -> u64 {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in [`fma`].
         Int8Isa::Avx512Vnni if isa.supported() => unsafe { x86::dpwssd_avx512(iters) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in [`fma`]; AVX-VNNI was checked.
+        Int8Isa::Avx2 if isa.supported() && super::int16_avx2::has_vnni() => unsafe { x86::dpwssd_avxvnni(iters) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in [`fma`].
+        Int8Isa::Avx2 if isa.supported() => unsafe { x86::maddwd_avx2(iters) },
         _ => int8_scalar(iters),
     }
 }
@@ -142,6 +148,43 @@ mod x86 {
         }
         std::hint::black_box(a);
         (iters * CHAINS * 64) as u64
+    }
+
+    /// `vpmaddwd` + `vpaddd`: 16 products of 16-bit integers per pair of instructions (the
+    /// int16 path's AVX2 multiply-add).
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn maddwd_avx2(iters: usize) -> u64 {
+        let mut a = [_mm256_setzero_si256(); CHAINS];
+        let w = _mm256_set1_epi16(-3);
+        for _ in 0..iters {
+            for v in a.iter_mut() {
+                // The accumulator is also a factor: a dependent chain the compiler cannot hoist.
+                *v = _mm256_add_epi32(*v, _mm256_madd_epi16(*v, w));
+            }
+        }
+        std::hint::black_box(a);
+        (iters * CHAINS * 16) as u64
+    }
+
+    /// AVX-VNNI `vpdpwssd` on 256-bit registers: 16 products of 16-bit integers per
+    /// instruction.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and AVX-VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    pub unsafe fn dpwssd_avxvnni(iters: usize) -> u64 {
+        let mut a = [_mm256_setzero_si256(); CHAINS];
+        let (u, w) = (_mm256_set1_epi16(7), _mm256_set1_epi16(-3));
+        for _ in 0..iters {
+            for v in a.iter_mut() {
+                *v = _mm256_dpwssd_avx_epi32(*v, u, w);
+            }
+        }
+        std::hint::black_box(a);
+        (iters * CHAINS * 16) as u64
     }
 
     /// `vpdpwssd` on 512-bit registers: 32 products of 16-bit integers per instruction.
