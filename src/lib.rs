@@ -222,8 +222,9 @@ pub enum Activations {
     /// scheme; `docs/BENCHMARKS.md` has the speed and the logit error.
     Int8,
     /// Blocks of 32 signed 16-bit integers with an f32 scale, multiplied as integers (AVX-512
-    /// VNNI where present, the scalar twins otherwise): an activation error of at most 1/65534
-    /// of its block's largest |x|; `docs/BENCHMARKS.md` has the speed and the logit error.
+    /// VNNI, or AVX2 with AVX-VNNI's `vpdpwssd` or `vpmaddwd`, where present; the scalar twins
+    /// otherwise): an activation error of at most 1/65534 of its block's largest |x|;
+    /// `docs/BENCHMARKS.md` has the speed and the logit error.
     Int16,
 }
 

@@ -248,12 +248,12 @@ pub fn scratch_bytes(values: usize) -> u64 {
 }
 
 /// Which kernels an integer path runs: the int8 path (all three), or the int16 one
-/// ([`super::int16`]: the scalar twins or AVX-512 VNNI).
+/// ([`super::int16`]: the scalar twins, AVX2 — with AVX-VNNI where the CPU has it — or AVX-512 VNNI).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Int8Isa {
     /// The scalar twins below.
     Scalar,
-    /// AVX2 `vpmaddubsw` + `vpmaddwd`.
+    /// AVX2 `vpmaddubsw` + `vpmaddwd` (int16: `vpmaddwd` + `vpaddd`, or AVX-VNNI `vpdpwssd`).
     Avx2,
     /// AVX-512 VNNI `vpdpbusd` (with VL, BW and VBMI), on 512-bit registers (two blocks each).
     Avx512Vnni,

@@ -13,8 +13,9 @@
 //          product and an FMA: llama.cpp's int8 accuracy
 //   int16  the same with 16 vpdpwssd (i16 levels x i16 inputs, 2 columns each): inputs rounded
 //          to 1/65534 of their block's largest, the finer scheme
-// AVX2, 8 rows per ymm: f32 as above; int16 with vpmaddwd + vpaddd; int8 with vpmaddubsw
-// (pairs into int16), vpmaddwd by ones, vpaddd.
+// AVX2, 8 rows per ymm: f32 as above; int16 with vpmaddwd + vpaddd (weights reloaded per
+// vector, then loaded once per register tile: "reuse"), and with AVX-VNNI vpdpwssd where the
+// CPU has it; int8 with vpmaddubsw (pairs into int16), vpmaddwd by ones, vpaddd.
 // The integer forms' block sums are exact; only the inputs' quantization and the scales round.
 // Values are random and the outputs are not checked: this prices the instructions only.
 #include <immintrin.h>
@@ -140,6 +141,51 @@ TG2 static void gemm2_i16(void) {
             for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (t0 + t) * RG * 16 + rg * 8, acc[t]);
         }
 }
+// int16 as above, each weight register loaded once for the tile's vectors (as the engine's
+// AVX2 int16 GEMM does): the form above reloads it per vector and is bound by the loads.
+TG2 static void gemm2_i16r(void) {
+    for (int rg = 0; rg < RG * 2; rg++)
+        for (int t0 = 0; t0 < T; t0 += TT) {
+            __m256 acc[TT];
+            for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+            for (int b = 0; b < NB; b++) {
+                const int16_t *w = W16b + ((size_t)rg * NB + b) * 16 * 16;
+                __m256 wd = _mm256_load_ps(Wd2 + ((size_t)rg * NB + b) * 8);
+                __m256i s[TT];
+                for (int t = 0; t < TT; t++) s[t] = _mm256_setzero_si256();
+                for (int j = 0; j < 16; j++) {
+                    __m256i wj = _mm256_load_si256((const __m256i *)(w + j * 16));
+                    for (int t = 0; t < TT; t++)
+                        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(wj, _mm256_set1_epi32(*(const int32_t *)(X16 + (t0 + t) * K + b * 32 + 2 * j))));
+                }
+                for (int t = 0; t < TT; t++)
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(wd, _mm256_set1_ps(Xd[(t0 + t) * NB + b])), acc[t]);
+            }
+            for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (t0 + t) * RG * 16 + rg * 8, acc[t]);
+        }
+}
+// gemm2_i16r with AVX-VNNI `vpdpwssd` on 256-bit registers (Intel since Alder Lake).
+__attribute__((target("avx2,fma,avxvnni"))) static void gemm2_vnni(void) {
+    for (int rg = 0; rg < RG * 2; rg++)
+        for (int t0 = 0; t0 < T; t0 += TT) {
+            __m256 acc[TT];
+            for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+            for (int b = 0; b < NB; b++) {
+                const int16_t *w = W16b + ((size_t)rg * NB + b) * 16 * 16;
+                __m256 wd = _mm256_load_ps(Wd2 + ((size_t)rg * NB + b) * 8);
+                __m256i s[TT];
+                for (int t = 0; t < TT; t++) s[t] = _mm256_setzero_si256();
+                for (int j = 0; j < 16; j++) {
+                    __m256i wj = _mm256_load_si256((const __m256i *)(w + j * 16));
+                    for (int t = 0; t < TT; t++)
+                        s[t] = _mm256_dpwssd_avx_epi32(s[t], wj, _mm256_set1_epi32(*(const int32_t *)(X16 + (t0 + t) * K + b * 32 + 2 * j)));
+                }
+                for (int t = 0; t < TT; t++)
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]), _mm256_mul_ps(wd, _mm256_set1_ps(Xd[(t0 + t) * NB + b])), acc[t]);
+            }
+            for (int t = 0; t < TT; t++) _mm256_storeu_ps(Y + (t0 + t) * RG * 16 + rg * 8, acc[t]);
+        }
+}
 TG2 static void gemm2_i8(void) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int rg = 0; rg < RG * 2; rg++)
@@ -195,11 +241,13 @@ int main(int argc, char **argv) {
         Xoff[i] = 0;
     }
     const double macs = (double)RG * 16 * K * T;
-    void (*k[])(void) = {gemm_f32, gemm_i8, gemm_i16, gemm2_f32, gemm2_i8, gemm2_i16};
+    void (*k[])(void) = {gemm_f32, gemm_i8, gemm_i16, gemm2_f32, gemm2_i8, gemm2_i16, gemm2_i16r, gemm2_vnni};
     const char *name[] = {"AVX-512 f32 FMA", "AVX-512 int8 vpdpbusd", "AVX-512 int16 vpdpwssd",
-                          "AVX2 f32 FMA", "AVX2 int8 vpmaddubsw", "AVX2 int16 vpmaddwd"};
+                          "AVX2 f32 FMA", "AVX2 int8 vpmaddubsw", "AVX2 int16 vpmaddwd",
+                          "AVX2 int16 vpmaddwd, reuse", "AVX-VNNI int16 vpdpwssd"};
     for (int round = 0; round < 3; round++)
-        for (int v = wide ? 0 : 3; v < 6; v++) {
+        for (int v = wide ? 0 : 3; v < 8; v++) {
+            if (v == 7 && !__builtin_cpu_supports("avxvnni")) continue;
             double best = 1e30;
             for (int p = 0; p < passes; p++) {
                 double t = now();
