@@ -37,9 +37,12 @@ use std::arch::x86_64::*;
 const LANES: usize = 8;
 /// Blocks widened per chunk: the tile (16 × 32 bytes per block) is 8 KiB, in L1.
 const CHUNK_BLOCKS: usize = 16;
-/// Vectors per register tile: six int32 sums and six f32 accumulators beside a tile register
-/// and a broadcast one.
-const TOKENS: usize = 6;
+/// Groups of eight rows that share each broadcast input in the tile form.
+const GROUPS: usize = 2;
+/// Vectors per register tile: with two groups, ten chains of multiply-adds (each waits for the
+/// one before it: six chains left the pipes half idle) beside two tile registers and a
+/// broadcast one; the accumulators, touched once per block, wait in memory.
+const TOKENS: usize = 5;
 /// Up to this many vectors a call takes the few-vector form.
 const FEW: usize = 4;
 /// Blocks per column chunk of the few-vector form (16,384 columns: each row is read whole in
@@ -146,89 +149,115 @@ macro_rules! int16_avx2_kernels {
                     }
                 };
             }
-            let mut tile = [_mm256_setzero_si256(); CHUNK_BLOCKS * 16];
-            let mut scales = [_mm256_setzero_ps(); CHUNK_BLOCKS];
+            let mut tile = [_mm256_setzero_si256(); GROUPS * CHUNK_BLOCKS * 16];
+            let mut scales = [_mm256_setzero_ps(); GROUPS * CHUNK_BLOCKS];
             let mut g = r0;
             while g < r1 {
-                let live = (r1 - g).min(LANES);
+                // Two groups of eight rows share each broadcast input (the second may be
+                // short, or empty at the end of the range).
+                let lives = [(r1 - g).min(LANES), (r1 - g).saturating_sub(LANES).min(LANES)];
+                let groups = if lives[1] > 0 { 2 } else { 1 };
                 let mut b0 = 0;
                 while b0 < blocks {
                     let kb = (blocks - b0).min(CHUNK_BLOCKS);
-                    // Row g + j's block b0, or the last row's for lanes past the range (read,
-                    // never stored).
-                    let at: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * f.bytes));
-                    // The next group's rows are contiguous: each widened block asks for its
+                    // The rows after these are contiguous: each widened block asks for its
                     // share of their lines at this chunk's columns.
-                    let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * f.bytes * LANES);
-                    // SAFETY: those rows' blocks b0..b0+kb lie within the matrix (the caller's
-                    // contract); the live rows' scales too.
-                    unsafe { widen(f, &at, next, live, offsets, kb, &mut tile, &mut scales) };
-                    let chunk = Chunk { tile: &tile, scales: &scales, kb, b0, live };
+                    let next = w.data.as_ptr().wrapping_add((g + groups * LANES) * rb + b0 * f.bytes * groups * LANES);
+                    for (k, &live) in lives.iter().enumerate().take(groups) {
+                        // Row g + 8k + j's block b0, or the last row's for lanes past the
+                        // range (read, never stored).
+                        let at: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + k * LANES + j).min(r1 - 1) * rb + b0 * f.bytes));
+                        let ahead = next.wrapping_add(k * kb * f.bytes * LANES);
+                        // SAFETY: those rows' blocks b0..b0+kb lie within the matrix (the
+                        // caller's contract); the live rows' scales too.
+                        unsafe {
+                            widen(f, &at, ahead, live, offsets, kb, &mut tile[k * CHUNK_BLOCKS * 16..(k + 1) * CHUNK_BLOCKS * 16],
+                                  &mut scales[k * CHUNK_BLOCKS..(k + 1) * CHUNK_BLOCKS])
+                        };
+                    }
+                    let chunk = Chunk { tile: &tile, scales: &scales, kb, b0, lives };
                     let mut t = 0;
                     while t < n {
                         let tn = (n - t).min(TOKENS);
-                        // SAFETY: vectors t..t+tn exist; y at row g of each is ours for `live` lanes.
+                        // SAFETY: vectors t..t+tn exist; y at rows g.. of each is ours for the
+                        // live lanes.
                         unsafe {
                             let out = y.add(g);
-                            match tn {
-                                6 => vectors::<6>(&chunk, x, t, out, ys),
-                                5 => vectors::<5>(&chunk, x, t, out, ys),
-                                4 => vectors::<4>(&chunk, x, t, out, ys),
-                                3 => vectors::<3>(&chunk, x, t, out, ys),
-                                2 => vectors::<2>(&chunk, x, t, out, ys),
-                                _ => vectors::<1>(&chunk, x, t, out, ys),
+                            match (groups, tn) {
+                                (2, 5) => vectors::<2, 5>(&chunk, x, t, out, ys),
+                                (2, 4) => vectors::<2, 4>(&chunk, x, t, out, ys),
+                                (2, 3) => vectors::<2, 3>(&chunk, x, t, out, ys),
+                                (2, 2) => vectors::<2, 2>(&chunk, x, t, out, ys),
+                                (2, _) => vectors::<2, 1>(&chunk, x, t, out, ys),
+                                (_, 5) => vectors::<1, 5>(&chunk, x, t, out, ys),
+                                (_, 4) => vectors::<1, 4>(&chunk, x, t, out, ys),
+                                (_, 3) => vectors::<1, 3>(&chunk, x, t, out, ys),
+                                (_, 2) => vectors::<1, 2>(&chunk, x, t, out, ys),
+                                _ => vectors::<1, 1>(&chunk, x, t, out, ys),
                             }
                         }
                         t += tn;
                     }
                     b0 += kb;
                 }
-                g += live;
+                g += lives[0] + lives[1];
             }
         }
 
-        /// Vectors `t0..t0 + T` against one chunk: their accumulators for the chunk's eight
-        /// rows start at 0 (the first chunk) or at what the previous chunk left in `y`, and go
-        /// back there.
+        /// Vectors `t0..t0 + T` against the first `R` groups of one chunk: their
+        /// accumulators for the groups' rows start at 0 (the first chunk) or at what the
+        /// previous chunk left in `y`, and go back there.
         ///
         /// # Safety
-        /// `y[(t0 + t) · ys + lane]` is ours for every `t < T` and live lane; the vectors exist.
+        /// `y[(t0 + t) · ys + 8k + lane]` is ours for every `t < T`, group k and live lane;
+        /// the vectors exist.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn vectors<const T: usize>(c: &Chunk, x: &Acts<i16>, t0: usize, y: *mut f32, ys: usize) {
-            let mask = live_mask(c.live);
-            // SAFETY: eight i32 in `mask`.
-            let mask = unsafe { _mm256_loadu_si256(mask.as_ptr().cast()) };
+        unsafe fn vectors<const R: usize, const T: usize>(c: &Chunk, x: &Acts<i16>, t0: usize, y: *mut f32, ys: usize) {
+            let masks: [__m256i; R] = std::array::from_fn(|k| {
+                let m = live_mask(c.lives[k]);
+                // SAFETY: eight i32 in `m`.
+                unsafe { _mm256_loadu_si256(m.as_ptr().cast()) }
+            });
             let (cols, blocks) = (x.cols, x.cols / 32);
-            let mut acc = [_mm256_setzero_ps(); T];
+            let out = |k: usize, t: usize| y.wrapping_add((t0 + t) * ys + k * LANES);
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
             if c.b0 > 0 {
-                for (t, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: the caller's contract; masked lanes are not read.
-                    *a = unsafe { _mm256_maskload_ps(y.add((t0 + t) * ys), mask) };
+                for (k, ak) in acc.iter_mut().enumerate() {
+                    for (t, a) in ak.iter_mut().enumerate() {
+                        // SAFETY: the caller's contract; masked lanes are not read.
+                        *a = unsafe { _mm256_maskload_ps(out(k, t), masks[k]) };
+                    }
                 }
             }
             for b in 0..c.kb {
-                let mut sums = [_mm256_setzero_si256(); T];
+                let mut sums = [[_mm256_setzero_si256(); T]; R];
                 // SAFETY: block b0 + b of vector t0 exists (the caller's contract).
                 let q = unsafe { x.q.as_ptr().add(t0 * cols + (c.b0 + b) * 32) };
                 for p in 0..16 {
-                    let pairs = c.tile[b * 16 + p];
-                    for (t, s) in sums.iter_mut().enumerate() {
+                    let pairs: [__m256i; R] = std::array::from_fn(|k| c.tile[(k * CHUNK_BLOCKS + b) * 16 + p]);
+                    for t in 0..T {
                         // SAFETY: positions 2p, 2p + 1 of the block of vector t0 + t.
-                        let xq = unsafe { (q.add(t * cols + 2 * p) as *const i32).read_unaligned() };
-                        *s = $dot(*s, pairs, _mm256_set1_epi32(xq));
+                        let xq = _mm256_set1_epi32(unsafe { (q.add(t * cols + 2 * p) as *const i32).read_unaligned() });
+                        for k in 0..R {
+                            sums[k][t] = $dot(sums[k][t], pairs[k], xq);
+                        }
                     }
                 }
-                for (t, (a, s)) in acc.iter_mut().zip(sums).enumerate() {
+                for t in 0..T {
                     // SAFETY: the block's scale of vector t0 + t.
-                    let d = unsafe { *x.d.as_ptr().add((t0 + t) * blocks + c.b0 + b) };
-                    let scale = _mm256_mul_ps(c.scales[b], _mm256_set1_ps(d));
-                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, *a);
+                    let d = _mm256_set1_ps(unsafe { *x.d.as_ptr().add((t0 + t) * blocks + c.b0 + b) });
+                    for k in 0..R {
+                        let scale = _mm256_mul_ps(c.scales[k * CHUNK_BLOCKS + b], d);
+                        acc[k][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[k][t]), scale, acc[k][t]);
+                    }
                 }
             }
-            for (t, a) in acc.iter().enumerate() {
-                // SAFETY: the caller's contract; masked lanes are not written.
-                unsafe { _mm256_maskstore_ps(y.add((t0 + t) * ys), mask, *a) };
+            for (k, ak) in acc.iter().enumerate() {
+                for (t, a) in ak.iter().enumerate() {
+                    // SAFETY: the caller's contract; masked lanes are not written.
+                    unsafe { _mm256_maskstore_ps(out(k, t), masks[k], *a) };
+                }
             }
         }
 
@@ -245,7 +274,7 @@ macro_rules! int16_avx2_kernels {
         #[inline]
         #[allow(clippy::too_many_arguments)]
         unsafe fn widen(f: Format, at: &[*const u8; LANES], next: *const u8, live: usize, offsets: __m256i, kb: usize,
-                        tile: &mut [__m256i; CHUNK_BLOCKS * 16], scales: &mut [__m256; CHUNK_BLOCKS]) {
+                        tile: &mut [__m256i], scales: &mut [__m256]) {
             let pairs = if f.q4 { &Q4_PAIRS } else { &Q8_PAIRS };
             for b in 0..kb {
                 crate::kernels::avx2::prefetch_span(next.wrapping_add(b * f.bytes * LANES), f.bytes * LANES);
@@ -390,13 +419,14 @@ macro_rules! int16_avx2_kernels {
     };
 }
 
-/// Chunk of a widened tile: its blocks `b0..b0 + kb`, and how many of its rows are live.
+/// Chunk of a widened tile: its blocks `b0..b0 + kb` for up to [`GROUPS`] groups of eight
+/// rows, and how many of each group's rows are live.
 struct Chunk<'a> {
-    tile: &'a [__m256i; CHUNK_BLOCKS * 16],
-    scales: &'a [__m256; CHUNK_BLOCKS],
+    tile: &'a [__m256i; GROUPS * CHUNK_BLOCKS * 16],
+    scales: &'a [__m256; GROUPS * CHUNK_BLOCKS],
     kb: usize,
     b0: usize,
-    live: usize,
+    lives: [usize; GROUPS],
 }
 
 /// A Q4B32 row block as pairs of 16-bit weights: the sixteen payload bytes widened to words,
