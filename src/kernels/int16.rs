@@ -113,6 +113,30 @@ macro_rules! scalar_rows {
 scalar_rows!(rows_q8, 34, |blk: &[u8], k: usize| (blk[2 + k] as i8) as i32);
 scalar_rows!(rows_q4, 18, |blk: &[u8], k: usize| super::scalar::q4_at(blk, k) as i32);
 
+/// The x86 kernels' few-vector activation patterns (decode: [`super::int16_x86`] on 512-bit
+/// registers, [`super::int16_avx2`] on 256-bit ones): pattern `k`, 16-bit word `i` (of the
+/// eight each 128-bit lane repeats) is the block position it takes. The kernels load a row's
+/// payload as it lies and sign-extend 16-bit words by shifts, so a word gives the weights of
+/// positions four (Q4B32: a word holds positions 4j..4j+4, and shift k takes nibble k) or two
+/// (Q8B32: a word's low and high byte) apart, and a multiply-add pairs adjacent words: Q4B32
+/// pattern k pairs positions (8j + k, 8j + k + 4) in its 32-bit lane j; Q8B32 patterns 0 and 1
+/// pair (4j, 4j + 2) and (4j + 1, 4j + 3) of the first 16 positions, 2 and 3 the same of the
+/// last 16.
+pub(super) const fn few_patterns(q4: bool) -> [[usize; 8]; 4] {
+    let mut idx = [[0; 8]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut i = 0;
+        while i < 8 {
+            let (j, hi) = (i / 2, i % 2);
+            idx[k][i] = if q4 { 8 * j + k + 4 * hi } else { 16 * (k / 2) + 4 * j + k % 2 + 2 * hi };
+            i += 1;
+        }
+        k += 1;
+    }
+    idx
+}
+
 /// Bytes an [`super::int8::ActScratch`] of the int16 path for `values` activations holds.
 pub fn scratch_bytes(values: usize) -> u64 {
     let values = values.div_ceil(BLOCK) * BLOCK;

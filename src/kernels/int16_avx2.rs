@@ -59,28 +59,9 @@ struct Format {
 const Q8: Format = Format { bytes: 34, q4: false };
 const Q4: Format = Format { bytes: 18, q4: true };
 
-/// The activation patterns of the few-vector form: pattern `k`, 16-bit word `i` (of eight,
-/// the same in both 128-bit halves) is the block position it takes. Q4B32 pattern k pairs
-/// positions (8j + k, 8j + k + 4) in its 32-bit lane j — a payload word holds positions
-/// 4j'..4j'+4, and shifts sign-extend its k-th nibble; Q8B32 patterns 0 and 1 pair (4j, 4j + 2)
-/// and (4j + 1, 4j + 3) of the first 16 positions (a word's low and high byte), 2 and 3 the
-/// same of the last 16.
-const fn patterns(q4: bool) -> [[usize; 8]; 4] {
-    let mut idx = [[0; 8]; 4];
-    let mut k = 0;
-    while k < 4 {
-        let mut i = 0;
-        while i < 8 {
-            let (j, hi) = (i / 2, i % 2);
-            idx[k][i] = if q4 { 8 * j + k + 4 * hi } else { 16 * (k / 2) + 4 * j + k % 2 + 2 * hi };
-            i += 1;
-        }
-        k += 1;
-    }
-    idx
-}
-const Q4_PATTERNS: [[usize; 8]; 4] = patterns(true);
-const Q8_PATTERNS: [[usize; 8]; 4] = patterns(false);
+/// The few-vector form's activation patterns ([`super::int16::few_patterns`]).
+const Q4_PATTERNS: [[usize; 8]; 4] = super::int16::few_patterns(true);
+const Q8_PATTERNS: [[usize; 8]; 4] = super::int16::few_patterns(false);
 
 /// The pairs a widened row's two registers hold, by 32-bit lane: for Q4B32 the interleave of
 /// the low and high nibbles keeps 128-bit halves apart (pairs 0–3 and 8–11, then 4–7 and

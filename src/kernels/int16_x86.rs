@@ -373,21 +373,13 @@ unsafe fn few<const T: usize>(f: Format, w: &MatRef, r0: usize, r1: usize, x: &A
     }
 }
 
-/// The activation patterns of the few-vector form, as `vpermw` indices (the same 16-bit
-/// pairs in every 128-bit lane): Q4B32 pattern k pairs positions (8j + k, 8j + k + 4) of
-/// 32-bit lane j, which is payload word pair j's k-th nibbles; Q8B32 patterns 0 and 1 pair
-/// (4j, 4j + 2) and (4j + 1, 4j + 3) of the block's first 16 bytes, patterns 2 and 3 the same
-/// of its last 16.
+/// The activation patterns of the few-vector form ([`super::int16::few_patterns`]) as
+/// `vpermw` indices, the same in every 128-bit lane.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 fn patterns(f: Format) -> [__m512i; 4] {
-    let mut idx = [[0i16; 32]; 4];
-    for (k, pat) in idx.iter_mut().enumerate() {
-        for (i, v) in pat.iter_mut().enumerate() {
-            let (j, hi) = ((i % 8) / 2, i % 2);
-            *v = if f.q4 { (8 * j + k + 4 * hi) as i16 } else { (16 * (k / 2) + 4 * j + k % 2 + 2 * hi) as i16 };
-        }
-    }
+    let order = super::int16::few_patterns(f.q4);
+    let idx: [[i16; 32]; 4] = std::array::from_fn(|k| std::array::from_fn(|i| order[k][i % 8] as i16));
     // SAFETY: each array is 64 bytes.
     idx.map(|a| unsafe { _mm512_loadu_si512(a.as_ptr().cast()) })
 }
