@@ -1,6 +1,6 @@
 //! AVX2 kernels of the int16 path ([`super::int16`] states the arithmetic and holds the
 //! scalar twins they equal bit for bit): `vpmaddwd` + `vpaddd` on AVX2, or one `vpdpwssd` on
-//! CPUs with AVX-VNNI (Intel since Alder Lake, AMD since Zen 5), the same exact block sums
+//! CPUs with AVX-VNNI (Intel's since Alder Lake, for one), the same exact block sums
 //! either way — the module is written once ([`int16_avx2_kernels`]) and built for each.
 //!
 //! Why it pays on 256-bit registers although `vpmaddwd` and the f32 FMA both take eight lanes:
@@ -15,8 +15,8 @@
 //!   A chunk of [`CHUNK_BLOCKS`] blocks of eight rows is widened once into a stack tile — per
 //!   block sixteen registers, register `p` holding in lane `r` the two signed 16-bit weights
 //!   at positions `2p, 2p + 1` of row `r`, and the rows' f32 scales — and every vector meets
-//!   it with one multiply-add per pair against its activation pair broadcast, up to
-//!   [`TOKENS`] vectors per load of a tile register;
+//!   it with one multiply-add per pair against its activation pair broadcast; [`GROUPS`] such
+//!   tiles share each broadcast, and [`TOKENS`] vectors each load of a tile register;
 //! - few vectors (decode): no tile. Two rows share a register (one per 128-bit half, each
 //!   block's payload as it lies); shifts of its 16-bit words sign-extend the weights of four
 //!   (Q4B32) or two (Q8B32) positions apart, the activations are permuted once per call into
@@ -35,7 +35,8 @@ use std::arch::x86_64::*;
 
 /// Rows per register (the lanes).
 const LANES: usize = 8;
-/// Blocks widened per chunk: the tile (16 × 32 bytes per block) is 8 KiB, in L1.
+/// Blocks widened per chunk: a group's tile (16 × 32 bytes per block) is 8 KiB, in L1 with
+/// the other group's.
 const CHUNK_BLOCKS: usize = 16;
 /// Groups of eight rows that share each broadcast input in the tile form.
 const GROUPS: usize = 2;

@@ -1,7 +1,8 @@
 //! Arithmetic peaks for `bench matmul`: loops of independent multiply-adds that keep every
 //! multiply pipe busy, per instruction set — the f32 fused multiply-add the kernels use, and
 //! the integer multiply-adds of the int8 path (`vpmaddubsw` on AVX2, `vpdpbusd` with AVX-512
-//! VNNI) and of the int16 path (`vpmaddwd` on AVX2, `vpdpwssd` with AVX-VNNI or AVX-512 VNNI). Each returns its multiply-adds (lane products) and a value to keep the loop alive;
+//! VNNI) and of the int16 path (`vpmaddwd` on AVX2, `vpdpwssd` with AVX-VNNI or AVX-512
+//! VNNI). Each returns its multiply-adds (lane products) and a value to keep the loop alive;
 //! the figures are printed, never asserted.
 //!
 //! Twelve accumulators hide the instructions' latency (4 cycles at up to 2 per cycle on the
