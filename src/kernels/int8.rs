@@ -269,6 +269,17 @@ impl Int8Isa {
         }
     }
 
+    /// The int16 path's kernels on this instruction set as they run on this CPU, as `info`
+    /// and `bench matmul` report them: its name, and `avx2+avx-vnni` where AVX-VNNI's
+    /// `vpdpwssd` does the AVX2 kernels' products ([`super::int16`]).
+    pub fn int16_name(self) -> &'static str {
+        #[cfg(target_arch = "x86_64")]
+        if self == Int8Isa::Avx2 && super::int16_avx2::has_vnni() {
+            return "avx2+avx-vnni";
+        }
+        self.name()
+    }
+
     /// The int8 kernels that go with the f32 kernels of `isa`: VNNI where the AVX-512 kernels
     /// run and the CPU has VNNI and VBMI, else AVX2 on x86; the scalar twins on AArch64 (no
     /// NEON int8 kernels are written) and under `force_scalar`.
