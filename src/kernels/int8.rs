@@ -324,6 +324,8 @@ impl Int8Isa {
             #[cfg(target_arch = "x86_64")]
             Int8Isa::Avx512Vnni => (super::int8_x86::rows_q8_vnni, super::int8_x86::rows_q4_vnni),
             #[cfg(target_arch = "x86_64")]
+            Int8Isa::Avx2 if super::int16_avx2::has_vnni() => (super::int8_x86::rows_q8_avxvnni, super::int8_x86::rows_q4_avxvnni),
+            #[cfg(target_arch = "x86_64")]
             Int8Isa::Avx2 => (super::int8_x86::rows_q8_avx2, super::int8_x86::rows_q4_avx2),
             #[allow(unreachable_patterns)]
             _ => (rows_q8, rows_q4),

@@ -434,6 +434,43 @@ int8_tile!("avx2,fma,f16c", tile_q4_avx2, 18, x_q4_avx2, w_q4_avx2, dot_q4_avx2)
 int8_driver!("avx2,fma,f16c", rows_q8_avx2, tile_q8_avx2, 4, 2, 2);
 int8_driver!("avx2,fma,f16c", rows_q4_avx2, tile_q4_avx2, 4, 2, 2);
 
+// ---- AVX2 with AVX-VNNI ----
+//
+// The same tiles with one `vpdpbusd` for `vpmaddubsw` + `vpmaddwd`: each 32-bit lane gets the
+// same four products, summed exactly (the pairs `vpmaddubsw` would sum in 16 bits never reach
+// its saturation: at most 2·128·127 for Q8B32 and 2·15·127 for Q4B32), so the lane partials,
+// hence the results, are the AVX2 tiles' bits.
+
+/// `vpdpbusd` on 256-bit registers (AVX-VNNI), as written (see `int16_x86`'s `dpwssd` for why
+/// not the intrinsic).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[inline]
+fn dpbusd_avx(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    let mut acc = acc;
+    // SAFETY: a register-only instruction of the enabled AVX-VNNI.
+    unsafe { std::arch::asm!("{{vex}} vpdpbusd {acc}, {u}, {s}", acc = inout(ymm_reg) acc, u = in(ymm_reg) u, s = in(ymm_reg) s, options(pure, nomem, nostack, preserves_flags)) };
+    acc
+}
+
+/// [`dot_q8_avx2`] with `vpdpbusd`.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[inline]
+fn dot_q8_avxvnni(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
+    dpbusd_avx(_mm256_setzero_si256(), w.0, _mm256_sign_epi8(x.0, w.1))
+}
+
+/// [`dot_q4_avx2`] with `vpdpbusd`, starting from the offset correction.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[inline]
+fn dot_q4_avxvnni(w: (__m256i, __m256i), x: (__m256i, __m256i)) -> __m256i {
+    dpbusd_avx(_mm256_sub_epi32(_mm256_setzero_si256(), x.1), w.0, x.0)
+}
+
+int8_tile!("avx2,fma,f16c,avxvnni", tile_q8_avxvnni, 34, x_q8_avx2, w_q8_avx2, dot_q8_avxvnni);
+int8_tile!("avx2,fma,f16c,avxvnni", tile_q4_avxvnni, 18, x_q4_avx2, w_q4_avx2, dot_q4_avxvnni);
+int8_driver!("avx2,fma,f16c,avxvnni", rows_q8_avxvnni, tile_q8_avxvnni, 4, 2, 2);
+int8_driver!("avx2,fma,f16c,avxvnni", rows_q4_avxvnni, tile_q4_avxvnni, 4, 2, 2);
+
 /// The AVX2 activation quantizer: [`super::int8::quantize_block`]'s arithmetic on 8 lanes.
 /// The maximum is exact in any order, `127 / max` is the same scalar division, each `x · inv`
 /// the same f32 product, and `vcvtps2dq` rounds it to nearest even as the scalar magic-number
@@ -473,5 +510,66 @@ pub unsafe fn quantize_avx2(x: &[f32], q: &mut [i8], d: &mut [f32]) {
         // SAFETY: as above.
         unsafe { _mm256_storeu_si256(out, _mm256_permutevar8x32_epi32(packed, order)) };
         *db = amax / 127.0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::dtype::DType;
+    use crate::kernels::int8::{self, Int8RowsFn};
+
+    /// The AVX2 tiles with `vpmaddubsw` and with AVX-VNNI's `vpdpbusd` against the scalar twin,
+    /// bit for bit, in the decode and the several-vector shapes (`tests/kernels_integer.rs`
+    /// runs only the form this CPU's path takes).
+    #[test]
+    fn both_avx2_forms_equal_the_scalar_twin() {
+        if !super::super::Isa::Avx2.supported() {
+            println!("SKIP: int8_x86::both_avx2_forms_equal_the_scalar_twin: this CPU has no AVX2");
+            return;
+        }
+        let vnni = super::super::int16_avx2::has_vnni();
+        if !vnni {
+            println!("SKIP: int8_x86::both_avx2_forms_equal_the_scalar_twin: no AVX-VNNI here, only the vpmaddubsw form is checked");
+        }
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for (dtype, bytes) in [(DType::Q4B32, 18), (DType::Q8B32, 34)] {
+            for (rows, blocks) in [(1, 1), (5, 3), (9, 16), (6, 33)] {
+                let mut data = vec![0u8; rows * blocks * bytes];
+                for blk in data.chunks_exact_mut(bytes) {
+                    let scale = half::f16::from_f32(0.001 + (next() >> 54) as f32 * 1e-4).to_bits();
+                    blk[..2].copy_from_slice(&scale.to_le_bytes());
+                    blk[2..].iter_mut().for_each(|v| *v = (next() >> 56) as u8);
+                }
+                let cols = blocks * 32;
+                let w = MatRef { dtype, rows, cols, data: &data };
+                for n in [1, 2, 3, 5] {
+                    let x: Vec<f32> = (0..n * cols).map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect();
+                    let (mut q, mut d) = (vec![0i8; n * cols], vec![0f32; n * blocks]);
+                    // SAFETY: the buffers hold n vectors.
+                    unsafe { int8::quantize_scalar(&x, &mut q, &mut d) };
+                    let acts = Acts { q: &q, d: &d, cols };
+                    let run = |k: Int8RowsFn| {
+                        let mut y = vec![f32::NAN; n * rows];
+                        // SAFETY: the kernels' instruction sets were checked; y holds n × rows.
+                        unsafe { k(&w, 0, rows, &acts, n, y.as_mut_ptr(), rows) };
+                        y
+                    };
+                    let q4 = dtype == DType::Q4B32;
+                    let want = run(if q4 { int8::rows_q4 } else { int8::rows_q8 });
+                    let forms: [Int8RowsFn; 2] = if q4 { [rows_q4_avx2, rows_q4_avxvnni] } else { [rows_q8_avx2, rows_q8_avxvnni] };
+                    for (i, form) in forms.into_iter().enumerate().take(if vnni { 2 } else { 1 }) {
+                        let got = run(form);
+                        assert!(got.iter().zip(&want).all(|(g, e)| g.to_bits() == e.to_bits()), "{dtype} form {i} {rows}x{cols} n={n}: {got:?} vs {want:?}");
+                    }
+                }
+            }
+        }
     }
 }
