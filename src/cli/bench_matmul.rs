@@ -103,8 +103,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("isa", Json::str(r.isa.name())),
             ("prefetch", Json::str(r.prefetch.name())),
             ("token_groups", Json::str(r.token_groups.name())),
-            ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.name()))),
-            ("int16_activations", r.int16.map_or(Json::Null, |i| Json::str(i.int16_name()))),
+            ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
+            ("int16_activations", r.int16.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
             ("tokens", Json::uint(r.tokens as u64)),
@@ -128,8 +128,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
     let int8 = match (r.int8, r.int16) {
-        (Some(i), _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.name()),
-        (_, Some(i)) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.int16_name()),
+        (Some(i), _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.kernels_name()),
+        (_, Some(i)) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.kernels_name()),
         _ => String::new(),
     };
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };

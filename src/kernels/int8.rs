@@ -253,7 +253,8 @@ pub fn scratch_bytes(values: usize) -> u64 {
 pub enum Int8Isa {
     /// The scalar twins below.
     Scalar,
-    /// AVX2 `vpmaddubsw` + `vpmaddwd` (int16: `vpmaddwd` + `vpaddd`, or AVX-VNNI `vpdpwssd`).
+    /// AVX2 `vpmaddubsw` + `vpmaddwd` (int16: `vpmaddwd` + `vpaddd`), or AVX-VNNI's
+    /// `vpdpbusd` (`vpdpwssd`) on CPUs that have it ([`Int8Isa::kernels_name`]).
     Avx2,
     /// AVX-512 VNNI `vpdpbusd` (with VL, BW and VBMI), on 512-bit registers (two blocks each).
     Avx512Vnni,
@@ -269,10 +270,10 @@ impl Int8Isa {
         }
     }
 
-    /// The int16 path's kernels on this instruction set as they run on this CPU, as `info`
-    /// and `bench matmul` report them: its name, and `avx2+avx-vnni` where AVX-VNNI's
-    /// `vpdpwssd` does the AVX2 kernels' products ([`super::int16`]).
-    pub fn int16_name(self) -> &'static str {
+    /// The integer kernels of this instruction set as they run on this CPU, as `info` and
+    /// `bench matmul` report them: its name, and `avx2+avx-vnni` where AVX-VNNI's `vpdpbusd`
+    /// (int8) or `vpdpwssd` (int16, [`super::int16`]) does the AVX2 kernels' products.
+    pub fn kernels_name(self) -> &'static str {
         #[cfg(target_arch = "x86_64")]
         if self == Int8Isa::Avx2 && super::int16_avx2::has_vnni() {
             return "avx2+avx-vnni";

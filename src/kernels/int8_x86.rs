@@ -1,7 +1,7 @@
 //! x86 kernels of the int8-activation path ([`super::int8`], which states the arithmetic and
 //! holds the scalar twins they equal bit for bit): AVX-512 VNNI (`vpdpbusd`) on 512-bit
-//! registers, two blocks of 32 weights per register, and AVX2 (`vpmaddubsw` + `vpmaddwd`) on
-//! 256-bit registers, one block per register.
+//! registers, two blocks of 32 weights per register, and AVX2 (`vpmaddubsw` + `vpmaddwd`, or
+//! AVX-VNNI's `vpdpbusd` where the CPU has it) on 256-bit registers, one block per register.
 //!
 //! Two blocks per 512-bit register: on a CPU with full-width 512-bit units (Sapphire Rapids:
 //! `vpdpbusd` on zmm runs 1.4× the multiply-adds per second of ymm, measured with a

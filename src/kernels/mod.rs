@@ -408,8 +408,8 @@ impl Clone for SplitInputs {
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.int8, &self.int16) {
-            (Some(p), _) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.name()),
-            (_, Some(p)) => write!(f, "Kernels({}, int16 {})", self.isa.name(), p.isa.int16_name()),
+            (Some(p), _) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.kernels_name()),
+            (_, Some(p)) => write!(f, "Kernels({}, int16 {})", self.isa.name(), p.isa.kernels_name()),
             _ => write!(f, "Kernels({})", self.isa.name()),
         }
     }

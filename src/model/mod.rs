@@ -346,7 +346,7 @@ impl Model {
                 (_, Some(_)) => crate::Activations::Int16,
                 _ => crate::Activations::F32,
             },
-            activation_kernels: self.kernels.int8_isa().map(|i| i.name()).or(self.kernels.int16_isa().map(|i| i.int16_name())),
+            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).map(|i| i.kernels_name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
             expert_banks: self.cache_stats().map_or(0, |s| s.banks),
