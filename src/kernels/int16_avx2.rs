@@ -544,19 +544,7 @@ mod tests {
     use crate::format::dtype::DType;
     use crate::kernels::int16;
 
-    /// xorshift64: reproducible bytes and values.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn f32(&mut self) -> f32 {
-            (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        }
-    }
+    use crate::kernels::TestRng as Rng;
 
     /// Random blocks of `f` with normal binary16 scales.
     fn matrix(f: Format, rows: usize, blocks: usize, rng: &mut Rng) -> Vec<u8> {

@@ -532,13 +532,8 @@ mod tests {
         if !vnni {
             println!("SKIP: int8_x86::both_avx2_forms_equal_the_scalar_twin: no AVX-VNNI here, only the vpmaddubsw form is checked");
         }
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = crate::kernels::TestRng(0x9E37_79B9_7F4A_7C15);
+        let mut next = move || rng.next();
         for (dtype, bytes) in [(DType::Q4B32, 18), (DType::Q8B32, 34)] {
             for (rows, blocks) in [(1, 1), (5, 3), (9, 16), (6, 33)] {
                 let mut data = vec![0u8; rows * blocks * bytes];

@@ -34,6 +34,24 @@ pub mod int16;
 pub mod kda;
 pub(crate) mod mla;
 pub(crate) mod peak;
+/// Reproducible bytes and values for the kernels' unit tests (xorshift64).
+#[cfg(test)]
+pub(crate) struct TestRng(pub u64);
+
+#[cfg(test)]
+impl TestRng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A value in [−1, 1).
+    pub fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
 pub mod pool;
 pub(crate) mod scalar;
 mod tuning;
