@@ -64,7 +64,7 @@ pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<i16>, Int16RowsFn, I
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx512Vnni => (isa, super::int16_x86::quantize, super::int16_x86::rows_q8, super::int16_x86::rows_q4),
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 if avx2::has_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q8, avx2::vnni::rows_q4),
+        Int8Isa::Avx2 if super::has_avx_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q8, avx2::vnni::rows_q4),
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx2 => (isa, avx2::quantize, avx2::madd::rows_q8, avx2::madd::rows_q4),
         _ => (Int8Isa::Scalar, quantize_scalar, rows_q8, rows_q4),

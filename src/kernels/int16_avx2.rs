@@ -70,10 +70,12 @@ const Q8_PATTERNS: [[usize; 8]; 4] = super::int16::few_patterns(false);
 const Q4_PAIRS: [[usize; 8]; 2] = [[0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]];
 const Q8_PAIRS: [[usize; 8]; 2] = [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 13, 14, 15]];
 
-/// Lane `r` on (all bits) for the first `live` lanes.
+/// All bits of lane `r` set for the first `live` lanes, clear for the rest (the masks of
+/// `vpmaskmovps` and `vpgatherdd`).
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn live_mask(live: usize) -> [i32; LANES] {
-    std::array::from_fn(|r| if r < live { -1 } else { 0 })
+fn live_mask(live: usize) -> __m256i {
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(live as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 }
 
 /// Generates the kernels for one way of multiplying pairs: `$feat` the instruction sets,
@@ -135,10 +137,10 @@ macro_rules! int16_avx2_kernels {
             let mut scales = [_mm256_setzero_ps(); GROUPS * CHUNK_BLOCKS];
             let mut g = r0;
             while g < r1 {
-                // Two groups of eight rows share each broadcast input (the second may be
-                // short, or empty at the end of the range).
-                let lives = [(r1 - g).min(LANES), (r1 - g).saturating_sub(LANES).min(LANES)];
-                let groups = if lives[1] > 0 { 2 } else { 1 };
+                // Groups of eight rows share each broadcast input (the last may be short, and
+                // those past the range empty).
+                let lives: [usize; GROUPS] = std::array::from_fn(|k| (r1 - g).saturating_sub(k * LANES).min(LANES));
+                let groups = lives.iter().filter(|&&l| l > 0).count();
                 let mut b0 = 0;
                 while b0 < blocks {
                     let kb = (blocks - b0).min(CHUNK_BLOCKS);
@@ -182,7 +184,7 @@ macro_rules! int16_avx2_kernels {
                     }
                     b0 += kb;
                 }
-                g += lives[0] + lives[1];
+                g += lives.iter().sum::<usize>();
             }
         }
 
@@ -196,11 +198,7 @@ macro_rules! int16_avx2_kernels {
         #[target_feature(enable = $feat)]
         #[inline]
         unsafe fn vectors<const R: usize, const T: usize>(c: &Chunk, x: &Acts<i16>, t0: usize, y: *mut f32, ys: usize) {
-            let masks: [__m256i; R] = std::array::from_fn(|k| {
-                let m = live_mask(c.lives[k]);
-                // SAFETY: eight i32 in `m`.
-                unsafe { _mm256_loadu_si256(m.as_ptr().cast()) }
-            });
+            let masks: [__m256i; R] = std::array::from_fn(|k| live_mask(c.lives[k]));
             let (cols, blocks) = (x.cols, x.cols / 32);
             let out = |k: usize, t: usize| y.wrapping_add((t0 + t) * ys + k * LANES);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
@@ -258,12 +256,13 @@ macro_rules! int16_avx2_kernels {
         unsafe fn widen(f: Format, at: &[*const u8; LANES], next: *const u8, live: usize, offsets: __m256i, kb: usize,
                         tile: &mut [__m256i], scales: &mut [__m256]) {
             let pairs = if f.q4 { &Q4_PAIRS } else { &Q8_PAIRS };
+            let mask = live_mask(live);
             for b in 0..kb {
                 crate::kernels::avx2::prefetch_span(next.wrapping_add(b * f.bytes * LANES), f.bytes * LANES);
-                // SAFETY: each row's block b is readable; the live rows' scales.
                 let blk: [*const u8; LANES] = std::array::from_fn(|j| at[j].wrapping_add(b * f.bytes));
-                scales[b] = unsafe { gather_scales(blk[0], offsets, live) };
-                // SAFETY: as above.
+                // SAFETY: the live rows' scales are readable (the caller's contract).
+                scales[b] = unsafe { gather_scales(blk[0], offsets, mask) };
+                // SAFETY: each row's block b is readable (the caller's contract).
                 let halves: [[__m256i; 2]; LANES] = blk.map(|p| unsafe { if f.q4 { expand_q4(p) } else { expand_q8(p) } });
                 for (h, order) in pairs.iter().enumerate() {
                     let cols = transpose8(std::array::from_fn(|r| halves[r][h]));
@@ -304,8 +303,6 @@ macro_rules! int16_avx2_kernels {
                 while g < r1 {
                     let live = (r1 - g).min(LANES);
                     let mask = live_mask(live);
-                    // SAFETY: eight i32 in `mask`.
-                    let mask = unsafe { _mm256_loadu_si256(mask.as_ptr().cast()) };
                     let mut acc = [_mm256_setzero_ps(); T];
                     if b0 > 0 {
                         for (t, a) in acc.iter_mut().enumerate() {
@@ -322,7 +319,7 @@ macro_rules! int16_avx2_kernels {
                         crate::kernels::avx2::prefetch_span(next.wrapping_add(b * f.bytes * LANES), f.bytes * LANES);
                         let blk = |j: usize| at[j].wrapping_add(b * f.bytes);
                         // SAFETY: the live rows' block b0 + b is within the matrix.
-                        let scales = unsafe { gather_scales(blk(0), offsets, live) };
+                        let scales = unsafe { gather_scales(blk(0), offsets, mask) };
                         // Rows j and j + 4 share a register: the adds below leave row order.
                         let mut part = [[_mm256_setzero_si256(); 4]; T];
                         for j in 0..4 {
@@ -379,20 +376,17 @@ macro_rules! int16_avx2_kernels {
         }
 
         /// The f32 scales of eight rows' blocks, `base` the first row's block and `offsets`
-        /// the rows' distances from it; lanes past `live` are 0 (their rows are not read).
+        /// the rows' distances from it; lanes outside `mask` ([`live_mask`]) are 0 (their rows
+        /// are not read).
         ///
         /// # Safety
         /// The live rows' first two bytes at their offsets are readable (a 4-byte read each:
         /// the scale and the payload's first two bytes).
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn gather_scales(base: *const u8, offsets: __m256i, live: usize) -> __m256 {
-            let mask = live_mask(live);
-            // SAFETY: eight i32 in `mask`; the live lanes' addresses are readable (the caller).
-            let bits = unsafe {
-                let mask = _mm256_loadu_si256(mask.as_ptr().cast());
-                _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), base.cast(), offsets, mask)
-            };
+        unsafe fn gather_scales(base: *const u8, offsets: __m256i, mask: __m256i) -> __m256 {
+            // SAFETY: the live lanes' addresses are readable (the caller).
+            let bits = unsafe { _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), base.cast(), offsets, mask) };
             // The low 16 bits of each lane, packed in lane order, widened exactly.
             let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
             let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(low, low));
@@ -491,11 +485,6 @@ pub mod vnni {
     int16_avx2_kernels!("avx2,fma,f16c,avxvnni", dpwssd);
 }
 
-/// True when this CPU has AVX-VNNI beside AVX2 (then [`vnni`]'s kernels run).
-pub fn has_vnni() -> bool {
-    is_x86_feature_detected!("avxvnni") && super::Isa::Avx2.supported()
-}
-
 /// The int16 quantizer on eight lanes ([`super::int16::quantize_block`]'s rule, bit for bit:
 /// the largest |x| is exact in any order, `32767 / max` the same scalar division, each
 /// `x · inv` the same f32 product, rounded to nearest even by the conversion as the scalar's
@@ -566,7 +555,7 @@ mod tests {
             println!("SKIP: int16_avx2::both_forms_equal_the_scalar_twin: this CPU has no AVX2");
             return;
         }
-        if !has_vnni() {
+        if !super::super::has_avx_vnni() {
             println!("SKIP: int16_avx2::both_forms_equal_the_scalar_twin: no AVX-VNNI here, only the vpmaddwd form is checked");
         }
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -602,7 +591,7 @@ mod tests {
                     };
                     for (r0, r1) in [(0, rows), (rows / 3, rows)] {
                         let want = run(twin, r0, r1);
-                        for (i, form) in forms.into_iter().enumerate().take(if has_vnni() { 2 } else { 1 }) {
+                        for (i, form) in forms.into_iter().enumerate().take(if super::super::has_avx_vnni() { 2 } else { 1 }) {
                             let got = run(form, r0, r1);
                             for (k, (g, e)) in got.iter().zip(&want).enumerate() {
                                 assert!(g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()),

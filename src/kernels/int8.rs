@@ -275,7 +275,7 @@ impl Int8Isa {
     /// (int8) or `vpdpwssd` (int16, [`super::int16`]) does the AVX2 kernels' products.
     pub fn kernels_name(self) -> &'static str {
         #[cfg(target_arch = "x86_64")]
-        if self == Int8Isa::Avx2 && super::int16_avx2::has_vnni() {
+        if self == Int8Isa::Avx2 && super::has_avx_vnni() {
             return "avx2+avx-vnni";
         }
         self.name()
@@ -325,7 +325,7 @@ impl Int8Isa {
             #[cfg(target_arch = "x86_64")]
             Int8Isa::Avx512Vnni => (super::int8_x86::rows_q8_vnni, super::int8_x86::rows_q4_vnni),
             #[cfg(target_arch = "x86_64")]
-            Int8Isa::Avx2 if super::int16_avx2::has_vnni() => (super::int8_x86::rows_q8_avxvnni, super::int8_x86::rows_q4_avxvnni),
+            Int8Isa::Avx2 if super::has_avx_vnni() => (super::int8_x86::rows_q8_avxvnni, super::int8_x86::rows_q4_avxvnni),
             #[cfg(target_arch = "x86_64")]
             Int8Isa::Avx2 => (super::int8_x86::rows_q8_avx2, super::int8_x86::rows_q4_avx2),
             #[allow(unreachable_patterns)]

@@ -528,7 +528,7 @@ mod tests {
             println!("SKIP: int8_x86::both_avx2_forms_equal_the_scalar_twin: this CPU has no AVX2");
             return;
         }
-        let vnni = super::super::int16_avx2::has_vnni();
+        let vnni = super::super::has_avx_vnni();
         if !vnni {
             println!("SKIP: int8_x86::both_avx2_forms_equal_the_scalar_twin: no AVX-VNNI here, only the vpmaddubsw form is checked");
         }

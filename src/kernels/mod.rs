@@ -34,24 +34,6 @@ pub mod int16;
 pub mod kda;
 pub(crate) mod mla;
 pub(crate) mod peak;
-/// Reproducible bytes and values for the kernels' unit tests (xorshift64).
-#[cfg(test)]
-pub(crate) struct TestRng(pub u64);
-
-#[cfg(test)]
-impl TestRng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// A value in [−1, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
 pub mod pool;
 pub(crate) mod scalar;
 mod tuning;
@@ -276,6 +258,14 @@ impl Isa {
             _ => false,
         }
     }
+}
+
+/// True when this CPU has AVX-VNNI beside AVX2: the integer paths' AVX2 kernels then multiply
+/// with its 256-bit `vpdpbusd` (int8) and `vpdpwssd` (int16), the same sums in fewer
+/// instructions.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx_vnni() -> bool {
+    Isa::Avx2.supported() && is_x86_feature_detected!("avxvnni")
 }
 
 /// The AVX-512 row kernels of every slot, and the Q4B32 kernel on inputs split by parity, for
@@ -1238,3 +1228,21 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Reproducible bytes and values for the kernels' unit tests (xorshift64).
+#[cfg(test)]
+pub(crate) struct TestRng(pub u64);
+
+#[cfg(test)]
+impl TestRng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A value in [−1, 1).
+    pub fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}

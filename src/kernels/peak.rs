@@ -49,7 +49,7 @@ pub fn int16(isa: Int8Isa, iters: usize) -> u64 {
         Int8Isa::Avx512Vnni if isa.supported() => unsafe { x86::dpwssd_avx512(iters) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in [`fma`]; AVX-VNNI was checked.
-        Int8Isa::Avx2 if isa.supported() && super::int16_avx2::has_vnni() => unsafe { x86::dpwssd_avxvnni(iters) },
+        Int8Isa::Avx2 if super::has_avx_vnni() => unsafe { x86::dpwssd_avxvnni(iters) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as in [`fma`].
         Int8Isa::Avx2 if isa.supported() => unsafe { x86::maddwd_avx2(iters) },
