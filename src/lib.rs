@@ -226,15 +226,23 @@ pub enum Activations {
     /// otherwise): an activation error of at most 1/65534 of its block's largest |x|;
     /// `docs/BENCHMARKS.md` has the speed and the logit error.
     Int16,
+    /// Q4B32 products only (Q8B32 and the rest keep f32): blocks of 32 signed 21-bit
+    /// integers with an f32 scale, each integer carried as three 8-bit digits and multiplied
+    /// exactly (AVX2 — with AVX-VNNI's `vpdpbusd` where present — or the scalar twin): an
+    /// activation error of at most 1/4,161,536 of its block's largest |x|, which passes seed
+    /// 000's token gate; for decode on AVX2 CPUs, where the f32 Q4B32 product is bound by its
+    /// instruction count. `docs/BENCHMARKS.md` has the speed and the logit error.
+    Int21,
 }
 
 impl Activations {
-    /// The name the command line and `info` use: `f32`, `int8`, `int16`.
+    /// The name the command line and `info` use: `f32`, `int8`, `int16`, `int21`.
     pub fn name(self) -> &'static str {
         match self {
             Activations::F32 => "f32",
             Activations::Int8 => "int8",
             Activations::Int16 => "int16",
+            Activations::Int21 => "int21",
         }
     }
 }

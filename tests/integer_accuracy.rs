@@ -28,6 +28,10 @@ const FAMILIES: [(&str, bool); 12] = [
     ("kimi_linear_decode_f32", true), ("qwen3_next_f32", false), ("gpt_oss_f32", true),
 ];
 
+/// The int21 path's bound: f32 paths of different summation orders differ by about this
+/// much on these fixtures (the oracle tests' 2e-5 is against transformers, not each other).
+const INT21_BOUND: f32 = 2e-5;
+
 fn logits(dir: &std::path::Path, prompt: &[u32], activations: Activations) -> Vec<f32> {
     let mut m = open_model(dir, Options { threads: 2, activations, ..Options::default() });
     prompt_logits(&mut m, prompt, false)
@@ -35,7 +39,7 @@ fn logits(dir: &std::path::Path, prompt: &[u32], activations: Activations) -> Ve
 
 #[test]
 fn integer_activations_stay_near_f32_on_every_family() {
-    let mut worst = [0.0f32; 2];
+    let mut worst = [0.0f32; 3];
     for (name, experts_quantized) in FAMILIES {
         let o = oracle(name);
         let base = temp_dir(&format!("{name}-integer"));
@@ -47,13 +51,21 @@ fn integer_activations_stay_near_f32_on_every_family() {
             let reference = logits(&out, &o.prompt, Activations::F32);
             let int16 = rel_max_diff(&logits(&out, &o.prompt, Activations::Int16), &reference);
             let int8 = rel_max_diff(&logits(&out, &o.prompt, Activations::Int8), &reference);
-            println!("{name:<22} {label}: int16 {int16:.2e}  int8 {int8:.2e}  (max |diff| / max |logit|, {} prompt tokens)", o.prompt.len());
+            let int21 = rel_max_diff(&logits(&out, &o.prompt, Activations::Int21), &reference);
+            println!("{name:<22} {label}: int21 {int21:.2e}  int16 {int16:.2e}  int8 {int8:.2e}  (max |diff| / max |logit|, {} prompt tokens)", o.prompt.len());
+            // int21 takes Q4B32 products only: the Q8B32 container must come out bit for bit.
+            if label == "q8" {
+                assert_eq!(int21, 0.0, "{name} q8: the int21 path touched a Q8B32 product");
+            } else {
+                assert!(int21 > 0.0, "{name} q4: the int21 path changed nothing: is it on?");
+                assert!(int21 < INT21_BOUND, "{name} q4: int21 activations are {int21} from f32");
+            }
             assert!(int16 > 0.0 && int8 > 0.0, "{name} {label}: an integer path changed nothing: is it on?");
             assert!(int16 < 2e-3, "{name} {label}: int16 activations are {int16} from f32");
             assert!(int8 < 1.0, "{name} {label}: int8 activations are {int8} from f32");
-            worst = [worst[0].max(int16), worst[1].max(int8)];
+            worst = [worst[0].max(int16), worst[1].max(int8), worst[2].max(int21)];
         }
         let _ = std::fs::remove_dir_all(&base);
     }
-    println!("largest: int16 {:.2e}, int8 {:.2e}", worst[0], worst[1]);
+    println!("largest: int21 {:.2e}, int16 {:.2e}, int8 {:.2e}", worst[2], worst[0], worst[1]);
 }

@@ -1,5 +1,6 @@
 //! The integer-activation paths (`Options::activations`), int8
-//! (`Kernels::with_int8_activations`) and int16 (`Kernels::with_int16_activations`): every SIMD kernel equals its scalar twin bit for bit (the
+//! (`Kernels::with_int8_activations`), int16 (`Kernels::with_int16_activations`) and int21
+//! (`Kernels::with_int21_activations`, Q4B32 only): every SIMD kernel equals its scalar twin bit for bit (the
 //! integer dot products are exact and the f32 operations run in the same order), each path
 //! stays within the proven activation-rounding bound of the exact product, and nothing that
 //! only changes *when* work is done — vectors per call, row range, thread count, grouping,
@@ -47,12 +48,18 @@ struct Path {
     name: &'static str,
     level: f64,
     on: fn(Kernels) -> Kernels,
+    /// The weight dtypes the path takes (int21's sums would overflow with Q8B32 bytes).
+    dtypes: &'static [DType],
 }
 
 impl Path {
     /// The path's kernels, as `Kernels` reports them.
     fn isa(&self, k: &Kernels) -> Option<Int8Isa> {
-        if self.level == 127.0 { k.int8_isa() } else { k.int16_isa() }
+        match self.name {
+            "int8" => k.int8_isa(),
+            "int16" => k.int16_isa(),
+            _ => k.int21_isa(),
+        }
     }
 
     /// The path on each instruction set this CPU has, each set's kernels once (scalar first).
@@ -70,9 +77,10 @@ impl Path {
     }
 }
 
-const PATHS: [Path; 2] = [
-    Path { name: "int8", level: 127.0, on: |k| k.with_int8_activations(0) },
-    Path { name: "int16", level: 32767.0, on: |k| k.with_int16_activations(0) },
+const PATHS: [Path; 3] = [
+    Path { name: "int8", level: 127.0, on: |k| k.with_int8_activations(0), dtypes: &WIDTHS },
+    Path { name: "int16", level: 32767.0, on: |k| k.with_int16_activations(0), dtypes: &WIDTHS },
+    Path { name: "int21", level: 2_080_768.0, on: |k| k.with_int21_activations(0), dtypes: &[DType::Q4B32] },
 ];
 
 /// Every (path, kernels) pair this CPU runs.
@@ -127,7 +135,7 @@ fn simd_integer_kernels_equal_the_scalar_twin_bit_for_bit() {
     let all = path.kernels();
     let scalar = &all[0];
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    for dtype in WIDTHS {
+    for &dtype in path.dtypes {
         for (rows, cols) in [(1, 32), (3, 64), (7, 96), (37, 160), (9, 1056), (5, 1024), (2, 2048)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
@@ -167,7 +175,7 @@ fn integer_paths_stay_within_the_activation_rounding_bound() {
     let mut rng = Rng(0xD1B5_4A32_D192_ED03);
     let mut worst = 0.0f64;
     for k in path.kernels() {
-        for dtype in WIDTHS {
+        for &dtype in path.dtypes {
             for (rows, cols) in [(7, 96), (13, 576), (3, 2048)] {
                 let data = random_matrix(dtype, rows, cols, &mut rng);
                 let w = MatRef { dtype, rows, cols, data: &data };
@@ -214,7 +222,7 @@ fn integer_paths_stay_within_the_activation_rounding_bound() {
 fn a_non_finite_activation_makes_the_product_nan() {
     let mut rng = Rng(5);
     for (path, k) in all_kernels() {
-        for dtype in WIDTHS {
+        for &dtype in path.dtypes {
             let data = random_matrix(dtype, 3, 64, &mut rng);
             let w = MatRef { dtype, rows: 3, cols: 64, data: &data };
             let mut x = activations(64, &mut rng);
@@ -230,7 +238,7 @@ fn a_non_finite_activation_makes_the_product_nan() {
 fn integer_results_do_not_depend_on_vector_count_or_row_range() {
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     for (path, k) in all_kernels() {
-        for dtype in WIDTHS {
+        for &dtype in path.dtypes {
           // Shapes on both sides of the kernels' groups (16 rows, 8 to 32 vectors, 256 to 1024
           // columns), odd block counts included.
           for (rows, cols, n) in [(19, 320, 9), (37, 1056, 40), (18, 544, 33)] {
@@ -344,6 +352,20 @@ fn the_simd_quantizer_equals_the_scalar_one() {
         assert!(d.iter().zip(&d0).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "int16: {d:?}");
         checked += 1;
     }
+    // The int21 quantizer: its zero, non-finite and tie blocks, and every digit's range.
+    let (mut q21, mut d21) = (vec![waste::kernels::int21::Digits([0x55; 3]); x.len()], vec![-1.0f32; x.len() / 32]);
+    waste::kernels::int21::quantize_with(Int8Isa::Avx2, &x, &mut q21, &mut d21);
+    assert!(d21[37].is_nan() && d21[38].is_nan() && d21[2] == 0.0, "{d21:?}");
+    assert!(q21[32 * 2..32 * 3].iter().all(|v| v.0 == [0; 3]));
+    for (b, blk) in q21.chunks(32).enumerate().filter(|(b, _)| d21[*b].is_finite()) {
+        for k in 0..32 {
+            let v = waste::kernels::int21::value_at(blk, k) as f32 * d21[b];
+            // Half a step, and the f32 product x · (L / max)'s own rounding (2⁻²⁴ of up to
+            // L = 2²¹ steps) and X · d's.
+            let bound = d21[b] * 0.5 + x[b * 32 + k].abs() * 2.4e-7;
+            assert!((v - x[b * 32 + k]).abs() <= bound, "int21 block {b} position {k}: {v} vs {}", x[b * 32 + k]);
+        }
+    }
     if checked == 0 {
         common::skip("the_simd_quantizer_equals_the_scalar_one", "no SIMD quantizer on this CPU");
     }
@@ -356,7 +378,7 @@ fn the_simd_quantizer_equals_the_scalar_one() {
 fn integer_rows_alone_equal_rows_with_and_without_room() {
     let mut rng = Rng(0x51_7CC1_B727_220A);
     for (path, k) in all_kernels() {
-        for dtype in WIDTHS {
+        for &dtype in path.dtypes {
             let (rows, cols) = (37, 320);
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };

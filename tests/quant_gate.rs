@@ -66,6 +66,15 @@ fn gate_with(name: &str, config: &str, width: Width, source: DType, norm: f32, p
     println!("{name}, int16 activations: {}", r16.lines()[2]);
     assert!(r16.matches(), "{name} int16: tokens differ: {:?} vs {:?}", r16.tokens_float, r16.tokens_quant);
     assert!(r16.max_diff < 1e-2 && r16.prefill_max < 1e-2, "{name} int16: logits differ by {} (prefill {})", r16.max_diff, r16.prefill_max);
+    // The int21 path (Q4B32 products; Q8B32 ones stay f32) is held to the seed's gate itself.
+    let mut q21 = Model::open(&q, &Options { activations: waste::Activations::Int21, ..opts() }).unwrap();
+    let r21 = compare(&mut fm, &mut q21, prompt, 8).unwrap();
+    println!("{name}, int21 activations: {}", r21.lines()[2]);
+    assert!(r21.matches(), "{name} int21: tokens differ: {:?} vs {:?}", r21.tokens_float, r21.tokens_quant);
+    assert!(r21.max_diff < 1e-3 && r21.prefill_max < 1e-3, "{name} int21: logits differ by {} (prefill {})", r21.max_diff, r21.prefill_max);
+    if width == Width::Q4 {
+        assert!(r21.max_diff != r.max_diff || r21.mean_diff != r.mean_diff, "{name}: the int21 path changed nothing: is it on?");
+    }
 }
 
 #[test]

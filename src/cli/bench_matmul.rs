@@ -11,7 +11,7 @@ use waste::kernels::{CpuList, Isa, Prefetch, TokenGroups};
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
-    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--token-groups NAME] [--int8-act | --int16-act] [--experts] [--json]",
+    usage: "bench matmul [--rows R] [--cols C] [--tokens N] [--threads N] [--cpus LIST] [--isa NAME] [--prefetch NAME] [--token-groups NAME] [--int8-act | --int16-act | --int21-act] [--experts] [--json]",
     about: "Time the matrix x vector kernels without a model: for every dtype (F32, BF16, F16, Q8B32, Q4B32) at \
 1 and N threads, GB/s of weight bytes streamed as a fraction of the read bandwidth (a SIMD sum over a buffer \
 far larger than the last-level cache), and GMAC/s (1e9 multiply-adds per second) as a fraction of the \
@@ -32,6 +32,7 @@ to fit).",
         val("dtype", "LIST", "comma-separated dtypes to measure (default: the five above; F8B32 and MXFP4 on request)"),
         flag("int8-act", "Q8B32 and Q4B32 with int8 activations (the input's quantization is timed too)"),
         flag("int16-act", "Q8B32 and Q4B32 with int16 activations (the input's quantization is timed too)"),
+        flag("int21-act", "Q4B32 with int21 activations (the input's quantization is timed too)"),
         flag("experts", "expert-shaped products: --bytes of matrices of --rows rows, each thread multiplying whole ones in turn, as an MoE step"),
         flag("json", "print JSON"),
     ], HELP_OPT],
@@ -72,6 +73,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
     }
     o.int8_activations = a.flag("int8-act");
     o.int16_activations = a.flag("int16-act");
+    o.int21_activations = a.flag("int21-act");
     o.experts = a.flag("experts");
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
@@ -105,6 +107,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("token_groups", Json::str(r.token_groups.name())),
             ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
             ("int16_activations", r.int16.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
+            ("int21_activations", r.int21.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
             ("tokens", Json::uint(r.tokens as u64)),
@@ -127,9 +130,10 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
-    let int8 = match (r.int8, r.int16) {
-        (Some(i), _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.kernels_name()),
-        (_, Some(i)) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.kernels_name()),
+    let int8 = match (r.int8, r.int16, r.int21) {
+        (Some(i), _, _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.kernels_name()),
+        (_, Some(i), _) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.kernels_name()),
+        (_, _, Some(i)) => format!(" (Q4B32: int21 activations, {} kernels)", i.kernels_name()),
         _ => String::new(),
     };
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };

@@ -86,12 +86,7 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     // `--scalar` with `--isa` naming another set is refused by `Options::validate`.
     o.isa = isa(a)?;
     o.tiles = !a.flag("no-tiles");
-    o.activations = match (a.flag("int8-act"), a.flag("int16-act")) {
-        (true, true) => return Err(Failure::Usage("--int8-act and --int16-act choose between two paths: give one".into())),
-        (true, false) => waste::Activations::Int8,
-        (false, true) => waste::Activations::Int16,
-        (false, false) => waste::Activations::F32,
-    };
+    o.activations = activations(a)?;
     o.budget = budget(a)?;
     if let Some(c) = a.size("cache", 1, u64::MAX)? {
         o.cache_bytes = c;
@@ -110,6 +105,18 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
         o.sessions = n;
     }
     Ok(o)
+}
+
+/// `--int8-act`, `--int16-act`, `--int21-act`: at most one (the model commands and `plan`).
+pub(super) fn activations(a: &Args) -> Result<waste::Activations, Failure> {
+    use waste::Activations;
+    let on: Vec<Activations> = [("int8-act", Activations::Int8), ("int16-act", Activations::Int16), ("int21-act", Activations::Int21)]
+        .into_iter().filter(|(name, _)| a.flag(name)).map(|(_, path)| path).collect();
+    match on[..] {
+        [] => Ok(Activations::F32),
+        [one] => Ok(one),
+        _ => Err(Failure::Usage("--int8-act, --int16-act and --int21-act choose between paths: give one".into())),
+    }
 }
 
 /// `--isa NAME`: the one parser of it (the model commands, `plan` and the kernel benches).

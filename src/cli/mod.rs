@@ -35,6 +35,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     flag("no-tiles", "keep Q4B32, Q8B32 and BF16 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's"),
     flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),
     flag("int16-act", "opt-in int16 activations for Q8B32/Q4B32 weights (integer products; an activation error of at most 1/65534 of its block's largest value)"),
+    flag("int21-act", "int21 activations for Q4B32 weights (exact integer products of 21-bit activations: an error of at most 1/4161536 of its block's largest value, within seed 000's token gate)"),
     val("budget", "SIZE", "hard RAM ceiling: bytes or K/M/G/T, binary (4G = 4Gi = 4GiB = 4GB = 2^32); default: from usable RAM"),
     val("cache", "SIZE", "expert cache for a container, within the budget: bytes or K/M/G/T (binary, as --budget)"),
     val("io-threads", "N", "threads reading expert records, 0 = read inline (default 4)"),

@@ -34,7 +34,7 @@ pub const COMPARE: Command = Command {
 lines (both token lists, logit differences on the float token sequence). Exits non-zero when the tokens differ \
 or any logit is NaN or infinite. Without directories it compares /model and /model-q4 (seed 000: the guest's \
 /model.safetensors and /model-q4.safetensors, each in its directory with its config). FLOAT_DIR must not be \
-quantized, unless it is QUANT_DIR itself: with --int8-act (--int16-act) only QUANT_DIR runs with int8 (int16) \
+quantized, unless it is QUANT_DIR itself: with --int8-act (--int16-act, --int21-act) only QUANT_DIR runs with int8 (int16, int21) \
 activations, so `compare Q Q --int8-act` measures that path alone.",
     opts: &[&[
         val("prompt", "TEXT", "the prompt (default: \"The capital of France is\")"),

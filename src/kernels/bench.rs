@@ -47,6 +47,8 @@ pub struct MatmulBench {
     pub int8_activations: bool,
     /// Q8B32 and Q4B32 through the int16-activation path instead (quantization timed too).
     pub int16_activations: bool,
+    /// Q4B32 through the int21-activation path instead (quantization timed too).
+    pub int21_activations: bool,
     /// Timed passes per measurement (the median is reported), after one untimed warm-up.
     pub passes: usize,
     /// The dtypes to measure.
@@ -78,6 +80,7 @@ impl Default for MatmulBench {
             token_groups: None,
             int8_activations: false,
             int16_activations: false,
+            int21_activations: false,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
@@ -136,6 +139,8 @@ pub struct MatmulReport {
     pub int8: Option<super::Int8Isa>,
     /// The int16 path's kernels, when Q8B32 and Q4B32 were measured through it.
     pub int16: Option<super::Int8Isa>,
+    /// The int21 path's kernels, when Q4B32 was measured through it.
+    pub int21: Option<super::Int8Isa>,
     /// The thread counts measured, ascending.
     pub threads: Vec<usize>,
     /// The CPUs the threads were bound to, when bound.
@@ -165,11 +170,12 @@ pub struct MatmulReport {
 
 impl MatmulReport {
     /// The peak a dtype's kernels are held to, per thread count: the int8 (int16) peak for
-    /// Q8B32 and Q4B32 through the int8 (int16) path, the f32 one otherwise.
+    /// Q8B32 and Q4B32 through the int8 (int16) path, the int8 one for Q4B32 through the
+    /// int21 path (byte products, three per multiply-add), the f32 one otherwise.
     pub fn peak_for(&self, dtype: DType) -> &[Rate] {
-        match (self.int8, self.int16, dtype) {
-            (Some(_), _, DType::Q8B32 | DType::Q4B32) => &self.int8_peak,
-            (_, Some(_), DType::Q8B32 | DType::Q4B32) => &self.int16_peak,
+        match (self.int8, self.int16, self.int21, dtype) {
+            (Some(_), _, _, DType::Q8B32 | DType::Q4B32) | (_, _, Some(_), DType::Q4B32) => &self.int8_peak,
+            (_, Some(_), _, DType::Q8B32 | DType::Q4B32) => &self.int16_peak,
             _ => &self.fma_peak,
         }
     }
@@ -199,14 +205,17 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
     kernels = kernels.with_split_buffer(opts.cols * super::split_vectors(opts.tokens));
-    if opts.int8_activations && opts.int16_activations {
-        return Err(Error::arg("bench matmul: int8 and int16 activations are two paths: choose one"));
+    if [opts.int8_activations, opts.int16_activations, opts.int21_activations].iter().filter(|&&on| on).count() > 1 {
+        return Err(Error::arg("bench matmul: int8, int16 and int21 activations are three paths: choose one"));
     }
     if opts.int8_activations {
         kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
     }
     if opts.int16_activations {
         kernels = kernels.with_int16_activations(opts.cols * opts.tokens);
+    }
+    if opts.int21_activations {
+        kernels = kernels.with_int21_activations(opts.cols * opts.tokens);
     }
     let mut threads = vec![1, opts.threads];
     threads.dedup();
@@ -226,7 +235,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, &probe)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
+    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), int21: kernels.int21_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: probe.bytes(), read: probe.first, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
 }
 

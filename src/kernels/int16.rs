@@ -80,13 +80,15 @@ pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [i16], d: &mut [f32]) {
 }
 
 /// One row against one quantized vector, in the module's order; `weight(block, k)` is the
-/// signed value at position `k` of the row's block.
+/// signed value at position `k` of the row's block, `value(i)` the vector's quantized value at
+/// column `i` (also the rule of [`super::int21`], whose values are wider).
 #[inline]
-fn row_dot(blocks: usize, scale_bits: impl Fn(usize) -> u16, weight: impl Fn(usize, usize) -> i32, q: &[i16], d: &[f32]) -> f32 {
+pub(super) fn row_dot(blocks: usize, scale_bits: impl Fn(usize) -> u16, weight: impl Fn(usize, usize) -> i32, value: impl Fn(usize) -> i32,
+                      d: &[f32]) -> f32 {
     let mut acc = 0.0f32;
     for b in 0..blocks {
         let c = F16_TO_F32[scale_bits(b) as usize] * d[b];
-        let s: i32 = q[b * BLOCK..(b + 1) * BLOCK].iter().enumerate().map(|(k, &v)| weight(b, k) * v as i32).sum();
+        let s: i32 = (0..BLOCK).map(|k| weight(b, k) * value(b * BLOCK + k)).sum();
         acc = (s as f32).mul_add(c, acc);
     }
     acc
@@ -103,7 +105,7 @@ macro_rules! scalar_rows {
             unsafe {
                 scalar_rows_by(w, r0, r1, x, n, y, y_stride, $bytes, |row, q, d| {
                     row_dot(row.len() / $bytes, |b| u16::from_le_bytes([row[b * $bytes], row[b * $bytes + 1]]),
-                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), q, d)
+                        |b, k| $weight(&row[b * $bytes..(b + 1) * $bytes], k), |i| q[i] as i32, d)
                 })
             }
         }

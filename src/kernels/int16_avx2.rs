@@ -74,7 +74,7 @@ const Q8_PAIRS: [[usize; 8]; 2] = [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 
 /// `vpmaskmovps` and `vpgatherdd`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn live_mask(live: usize) -> __m256i {
+pub(super) fn live_mask(live: usize) -> __m256i {
     _mm256_cmpgt_epi32(_mm256_set1_epi32(live as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
 }
 
@@ -374,25 +374,25 @@ macro_rules! int16_avx2_kernels {
             }
             sums
         }
-
-        /// The f32 scales of eight rows' blocks, `base` the first row's block and `offsets`
-        /// the rows' distances from it; lanes outside `mask` ([`live_mask`]) are 0 (their rows
-        /// are not read).
-        ///
-        /// # Safety
-        /// The live rows' first two bytes at their offsets are readable (a 4-byte read each:
-        /// the scale and the payload's first two bytes).
-        #[target_feature(enable = $feat)]
-        #[inline]
-        unsafe fn gather_scales(base: *const u8, offsets: __m256i, mask: __m256i) -> __m256 {
-            // SAFETY: the live lanes' addresses are readable (the caller).
-            let bits = unsafe { _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), base.cast(), offsets, mask) };
-            // The low 16 bits of each lane, packed in lane order, widened exactly.
-            let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
-            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(low, low));
-            _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
-        }
     };
+}
+
+/// The f32 scales of eight rows' blocks, `base` the first row's block and `offsets`
+/// the rows' distances from it; lanes outside `mask` ([`live_mask`]) are 0 (their rows
+/// are not read).
+///
+/// # Safety
+/// The live rows' first two bytes at their offsets are readable (a 4-byte read each:
+/// the scale and the payload's first two bytes).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn gather_scales(base: *const u8, offsets: __m256i, mask: __m256i) -> __m256 {
+    // SAFETY: the live lanes' addresses are readable (the caller).
+    let bits = unsafe { _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), base.cast(), offsets, mask) };
+    // The low 16 bits of each lane, packed in lane order, widened exactly.
+    let low = _mm256_and_si256(bits, _mm256_set1_epi32(0xFFFF));
+    let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(low, low));
+    _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
 }
 
 /// Chunk of a widened tile: its blocks `b0..b0 + kb` for up to [`GROUPS`] groups of eight

@@ -221,6 +221,7 @@ mod private {
     pub trait Sealed {}
     impl Sealed for i8 {}
     impl Sealed for i16 {}
+    impl Sealed for super::super::int21::Digits {}
 }
 
 /// Carves a caller's f32 `room` into the scales and the quantized values of `blocks` blocks of
@@ -235,7 +236,7 @@ pub(super) fn carve<Q: Quantum>(room: &mut [f32], blocks: usize) -> Option<(&mut
     }
     let (d, rest) = room.split_at_mut(blocks);
     let rest = &mut rest[..value_floats];
-    // SAFETY: `Q` is i8 or i16 (sealed): its alignment divides f32's, every bit pattern is a
+    // SAFETY: `Q` is i8, i16 or three i8 (sealed): its alignment divides f32's, every bit pattern is a
     // valid value, and `values` of them fit the `value_floats` f32s borrowed exclusively here.
     let q = unsafe { std::slice::from_raw_parts_mut(rest.as_mut_ptr().cast::<Q>(), values) };
     Some((q, d))
@@ -340,7 +341,8 @@ impl Int8Isa {
 pub(super) struct IntPath<Q> {
     pub isa: Int8Isa,
     pub quantize: QuantizeFn<Q>,
-    pub q8: IntRowsFn<Q>,
+    /// The Q8B32 kernel, when the path covers Q8B32 (int21 does not: its sums would overflow).
+    pub q8: Option<IntRowsFn<Q>>,
     pub q4: IntRowsFn<Q>,
     pub scratch: std::sync::Mutex<ActScratch<Q>>,
 }
@@ -375,7 +377,7 @@ impl IntPath<i8> {
     /// The int8 path for `isa`'s kernels, with room for `values` activations.
     pub fn int8(isa: Int8Isa, values: usize) -> IntPath<i8> {
         let (q8, q4) = isa.kernels();
-        IntPath { isa, quantize: isa.quantizer(), q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+        IntPath { isa, quantize: isa.quantizer(), q8: Some(q8), q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
 }
 
@@ -384,7 +386,16 @@ impl IntPath<i16> {
     /// `values` activations.
     pub fn int16(isa: Int8Isa, values: usize) -> IntPath<i16> {
         let (isa, quantize, q8, q4) = super::int16::kernels(isa);
-        IntPath { isa, quantize, q8, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+        IntPath { isa, quantize, q8: Some(q8), q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
+    }
+}
+
+impl IntPath<super::int21::Digits> {
+    /// The int21 path with the kernels that go with `isa` ([`super::int21`]), with room for
+    /// `values` activations.
+    pub fn int21(isa: Int8Isa, values: usize) -> IntPath<super::int21::Digits> {
+        let (isa, quantize, q4) = super::int21::kernels(isa);
+        IntPath { isa, quantize, q8: None, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
 }
 
@@ -392,7 +403,7 @@ impl<Q> IntPath<Q> {
     /// The kernel for a weight dtype, when the path covers it.
     pub fn kernel(&self, dtype: DType) -> Option<IntRowsFn<Q>> {
         match dtype {
-            DType::Q8B32 => Some(self.q8),
+            DType::Q8B32 => self.q8,
             DType::Q4B32 => Some(self.q4),
             _ => None,
         }

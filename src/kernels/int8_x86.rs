@@ -445,7 +445,7 @@ int8_driver!("avx2,fma,f16c", rows_q4_avx2, tile_q4_avx2, 4, 2, 2);
 /// not the intrinsic).
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 #[inline]
-fn dpbusd_avx(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+pub(super) fn dpbusd_avx(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     let mut acc = acc;
     // SAFETY: a register-only instruction of the enabled AVX-VNNI.
     unsafe { std::arch::asm!("{{vex}} vpdpbusd {acc}, {u}, {s}", acc = inout(ymm_reg) acc, u = in(ymm_reg) u, s = in(ymm_reg) s, options(pure, nomem, nostack, preserves_flags)) };

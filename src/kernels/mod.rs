@@ -31,6 +31,7 @@ pub(crate) mod attention;
 pub mod bench;
 pub mod int8;
 pub mod int16;
+pub mod int21;
 pub mod kda;
 pub(crate) mod mla;
 pub(crate) mod peak;
@@ -153,6 +154,8 @@ mod int8_prefill_x86;
 mod int16_avx2;
 #[cfg(target_arch = "x86_64")]
 mod int16_x86;
+#[cfg(target_arch = "x86_64")]
+mod int21_avx2;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 
@@ -161,6 +164,7 @@ pub use crate::sys::CpuList;
 use crate::sys::Floats;
 pub use int8::Int8Isa;
 use int8::{ActScratch, Acts, IntPath, IntRowsFn};
+use int21::Digits;
 pub use pool::Pool;
 pub use scalar::RowsFn;
 pub use tuning::{Prefetch, TokenGroups};
@@ -332,9 +336,8 @@ pub struct Kernels {
     /// where an instruction set has them (AVX2, AVX-512); else the per-head ones, head by head.
     scores_group: Option<ScoresGroupFn>,
     mix_group: Option<MixGroupFn>,
-    int8: Option<IntPath<i8>>,
-    /// The int16-activation path, when it is on (never with the int8 one).
-    int16: Option<IntPath<i16>>,
+    /// The integer-activation path, when one is on.
+    int: Option<Integer>,
     /// Room for a prefill product's split inputs ([`Kernels::with_split_buffer`]), when given.
     split_inputs: Option<SplitInputs>,
     /// The decode tiles' prefetch scheme (x86; the scalar and NEON kernels have one).
@@ -415,10 +418,45 @@ impl Clone for SplitInputs {
 
 impl std::fmt::Debug for Kernels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (&self.int8, &self.int16) {
-            (Some(p), _) => write!(f, "Kernels({}, int8 {})", self.isa.name(), p.isa.kernels_name()),
-            (_, Some(p)) => write!(f, "Kernels({}, int16 {})", self.isa.name(), p.isa.kernels_name()),
-            _ => write!(f, "Kernels({})", self.isa.name()),
+        match &self.int {
+            Some(p) => write!(f, "Kernels({}, {} {})", self.isa.name(), p.name(), p.isa().kernels_name()),
+            None => write!(f, "Kernels({})", self.isa.name()),
+        }
+    }
+}
+
+/// The integer-activation path of a [`Kernels`]: int8 ([`int8`]), int16 ([`int16`]) or int21
+/// ([`int21`]).
+#[derive(Clone, Debug)]
+enum Integer {
+    Int8(IntPath<i8>),
+    Int16(IntPath<i16>),
+    Int21(IntPath<Digits>),
+}
+
+impl Integer {
+    fn name(&self) -> &'static str {
+        match self {
+            Integer::Int8(_) => "int8",
+            Integer::Int16(_) => "int16",
+            Integer::Int21(_) => "int21",
+        }
+    }
+
+    fn isa(&self) -> Int8Isa {
+        match self {
+            Integer::Int8(p) => p.isa,
+            Integer::Int16(p) => p.isa,
+            Integer::Int21(p) => p.isa,
+        }
+    }
+
+    /// True when the path takes products with `dtype` weights.
+    fn covers(&self, dtype: DType) -> bool {
+        match self {
+            Integer::Int8(p) => p.kernel(dtype).is_some(),
+            Integer::Int16(p) => p.kernel(dtype).is_some(),
+            Integer::Int21(p) => p.kernel(dtype).is_some(),
         }
     }
 }
@@ -430,12 +468,14 @@ enum Job<'a> {
     F32(RowsFn, &'a [f32]),
     Int8(IntRowsFn<i8>, Acts<'a>),
     Int16(IntRowsFn<i16>, Acts<'a, i16>),
+    Int21(IntRowsFn<Digits>, Acts<'a, Digits>),
 }
 
 /// An integer path's activation buffer, locked for one product or group.
 enum Quantizing<'a> {
     Int8(std::sync::MutexGuard<'a, ActScratch<i8>>),
     Int16(std::sync::MutexGuard<'a, ActScratch<i16>>),
+    Int21(std::sync::MutexGuard<'a, ActScratch<Digits>>),
 }
 
 /// Inputs quantized by an integer path.
@@ -443,6 +483,7 @@ enum Quantizing<'a> {
 enum IntActs<'a> {
     Int8(Acts<'a>),
     Int16(Acts<'a, i16>),
+    Int21(Acts<'a, Digits>),
 }
 
 impl IntActs<'_> {
@@ -451,6 +492,7 @@ impl IntActs<'_> {
         match self {
             IntActs::Int8(a) => a.cols,
             IntActs::Int16(a) => a.cols,
+            IntActs::Int21(a) => a.cols,
         }
     }
 }
@@ -468,6 +510,7 @@ impl Job<'_> {
                 Job::F32(f, x) => f(w, r0, r1, x, n, y, ys),
                 Job::Int8(f, a) => f(w, r0, r1, a, n, y, ys),
                 Job::Int16(f, a) => f(w, r0, r1, a, n, y, ys),
+                Job::Int21(f, a) => f(w, r0, r1, a, n, y, ys),
             }
         }
     }
@@ -554,8 +597,7 @@ impl Kernels {
             softmax: softmax_with_sink_unsafe,
             scores_group: None,
             mix_group: None,
-            int8: None,
-            int16: None,
+            int: None,
             split_inputs: None,
             prefetch: Prefetch::TileAfterNext,
             token_groups: TokenGroups::FitL2,
@@ -582,8 +624,7 @@ impl Kernels {
                 softmax: avx2_attention::softmax_with_sink,
                 scores_group: Some(avx2_attention::scores_group),
                 mix_group: Some(avx2_attention::mix_group),
-                int8: None,
-            int16: None,
+                int: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -600,8 +641,7 @@ impl Kernels {
                 softmax: avx2_attention::softmax_with_sink,
                 scores_group: Some(avx512_attention::scores_group),
                 mix_group: Some(avx512_attention::mix_group),
-                int8: None,
-            int16: None,
+                int: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -618,8 +658,7 @@ impl Kernels {
                 softmax: softmax_with_sink_unsafe,
                 scores_group: None,
                 mix_group: None,
-                int8: None,
-            int16: None,
+                int: None,
                 split_inputs: None,
                 prefetch: Prefetch::TileAfterNext,
                 token_groups: TokenGroups::FitL2,
@@ -712,7 +751,7 @@ impl Kernels {
     /// size allocate nothing.
     pub fn with_int8_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int8: Some(IntPath::int8(isa, values)), int16: None, ..self }
+        Kernels { int: Some(Integer::Int8(IntPath::int8(isa, values))), ..self }
     }
 
     /// These kernels with the int16-activation path on ([`int16`]): products with Q8B32 and
@@ -723,7 +762,18 @@ impl Kernels {
     /// [`Kernels::with_int8_activations`].
     pub fn with_int16_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int16: Some(IntPath::int16(isa, values)), int8: None, ..self }
+        Kernels { int: Some(Integer::Int16(IntPath::int16(isa, values))), ..self }
+    }
+
+    /// These kernels with the int21-activation path on ([`int21`]): products with Q4B32
+    /// weights quantize their inputs to 21-bit blocks (a rounding of at most 1/4,161,536 of
+    /// each block's largest value: seed 000's token gate passes) and multiply them as exact
+    /// integers, three 8-bit digits at a time — with AVX2 kernels wherever the CPU has AVX2
+    /// and the scalar twin elsewhere; other dtypes keep f32 activations. Replaces another
+    /// integer path. `values` as for [`Kernels::with_int8_activations`].
+    pub fn with_int21_activations(self, values: usize) -> Kernels {
+        let isa = Int8Isa::for_isa(self.isa);
+        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values))), ..self }
     }
 
     /// These kernels with a buffer for `values` inputs (the model passes
@@ -762,6 +812,7 @@ impl Kernels {
         self.scratch().map_or(0, |s| match s {
             Quantizing::Int8(s) => s.bytes(),
             Quantizing::Int16(s) => s.bytes(),
+            Quantizing::Int21(s) => s.bytes(),
         } as u64) + split
     }
 
@@ -854,46 +905,47 @@ impl Kernels {
 
     /// The int8 path's kernels, when it is on.
     pub fn int8_isa(&self) -> Option<Int8Isa> {
-        self.int8.as_ref().map(|p| p.isa)
+        self.int.as_ref().filter(|p| matches!(p, Integer::Int8(_))).map(Integer::isa)
     }
 
-    /// The int16 path's kernels, when it is on (scalar, or AVX-512 VNNI).
+    /// The int16 path's kernels, when it is on.
     pub fn int16_isa(&self) -> Option<Int8Isa> {
-        self.int16.as_ref().map(|p| p.isa)
+        self.int.as_ref().filter(|p| matches!(p, Integer::Int16(_))).map(Integer::isa)
+    }
+
+    /// The int21 path's kernels, when it is on.
+    pub fn int21_isa(&self) -> Option<Int8Isa> {
+        self.int.as_ref().filter(|p| matches!(p, Integer::Int21(_))).map(Integer::isa)
     }
 
     /// The job for `w`'s rows: the integer path's kernel with `acts` when the path covers the
     /// dtype, else the f32 kernel with `x`.
     fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<IntActs<'a>>, what: &str) -> Job<'a> {
-        let int8 = self.int8.as_ref().and_then(|p| p.kernel(w.dtype));
-        let int16 = self.int16.as_ref().and_then(|p| p.kernel(w.dtype));
-        if let Some(a) = acts.filter(|_| int8.is_some() || int16.is_some()) {
+        if let Some(a) = acts.filter(|_| self.int_covers(w.dtype)) {
             assert_eq!(a.cols(), w.cols, "{what}: products of one group must share the input width");
         }
-        match (acts, int8, int16) {
-            (Some(IntActs::Int8(a)), Some(f), _) => Job::Int8(f, a),
-            (Some(IntActs::Int16(a)), _, Some(f)) => Job::Int16(f, a),
-            _ => Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x),
-        }
+        let job = match (acts, &self.int) {
+            (Some(IntActs::Int8(a)), Some(Integer::Int8(p))) => p.kernel(w.dtype).map(|f| Job::Int8(f, a)),
+            (Some(IntActs::Int16(a)), Some(Integer::Int16(p))) => p.kernel(w.dtype).map(|f| Job::Int16(f, a)),
+            (Some(IntActs::Int21(a)), Some(Integer::Int21(p))) => p.kernel(w.dtype).map(|f| Job::Int21(f, a)),
+            _ => None,
+        };
+        job.unwrap_or_else(|| Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x))
     }
 
-    /// True when an integer path (int8 or int16) is on and covers `dtype`.
+    /// True when an integer path is on and covers `dtype`.
     fn int_covers(&self, dtype: DType) -> bool {
-        self.int8.as_ref().is_some_and(|p| p.kernel(dtype).is_some()) || self.int16.as_ref().is_some_and(|p| p.kernel(dtype).is_some())
+        self.int.as_ref().is_some_and(|p| p.covers(dtype))
     }
 
-    /// Quantizes `n` vectors of `cols` inputs into the locked buffer `s`.
+    /// Quantizes `n` vectors of `cols` inputs into the locked buffer `s` (of this path).
     fn quantize<'a>(&self, s: &'a mut Quantizing, x: &[f32], n: usize, cols: usize) -> IntActs<'a> {
         // SAFETY: each quantizer was chosen for an instruction set this CPU has.
-        match s {
-            Quantizing::Int8(s) => {
-                let f = self.int8.as_ref().map_or(int8::quantize_scalar as int8::QuantizeFn, |p| p.quantize);
-                IntActs::Int8(unsafe { s.quantize(f, x, n, cols) })
-            }
-            Quantizing::Int16(s) => {
-                let f = self.int16.as_ref().map_or(int16::quantize_scalar as int8::QuantizeFn<i16>, |p| p.quantize);
-                IntActs::Int16(unsafe { s.quantize(f, x, n, cols) })
-            }
+        match (s, &self.int) {
+            (Quantizing::Int8(s), Some(Integer::Int8(p))) => IntActs::Int8(unsafe { s.quantize(p.quantize, x, n, cols) }),
+            (Quantizing::Int16(s), Some(Integer::Int16(p))) => IntActs::Int16(unsafe { s.quantize(p.quantize, x, n, cols) }),
+            (Quantizing::Int21(s), Some(Integer::Int21(p))) => IntActs::Int21(unsafe { s.quantize(p.quantize, x, n, cols) }),
+            _ => unreachable!("a buffer is locked from the path it quantizes for"),
         }
     }
 
@@ -901,20 +953,22 @@ impl Kernels {
     /// [`int8::carve`]), when an integer path is on and the room holds them.
     fn quantize_into<'a>(&self, room: &'a mut [f32], x: &[f32], n: usize, cols: usize) -> Option<IntActs<'a>> {
         let x = x.get(..n.checked_mul(cols)?)?;
-        if let Some(p) = &self.int16 {
-            return p.quantize_into(room, x, cols).map(IntActs::Int16);
+        match self.int.as_ref()? {
+            Integer::Int8(p) => p.quantize_into(room, x, cols).map(IntActs::Int8),
+            Integer::Int16(p) => p.quantize_into(room, x, cols).map(IntActs::Int16),
+            Integer::Int21(p) => p.quantize_into(room, x, cols).map(IntActs::Int21),
         }
-        self.int8.as_ref()?.quantize_into(room, x, cols).map(IntActs::Int8)
     }
 
     /// Locks the integer path's activation buffer (a poisoned lock only means a panic
     /// elsewhere interrupted a quantization, which the next one overwrites).
     fn scratch(&self) -> Option<Quantizing<'_>> {
         use std::sync::PoisonError;
-        if let Some(p) = &self.int16 {
-            return Some(Quantizing::Int16(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)));
-        }
-        self.int8.as_ref().map(|p| Quantizing::Int8(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)))
+        Some(match self.int.as_ref()? {
+            Integer::Int8(p) => Quantizing::Int8(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
+            Integer::Int16(p) => Quantizing::Int16(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
+            Integer::Int21(p) => Quantizing::Int21(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
+        })
     }
 
     /// `y[t][r] = Σ_c w[r][c] · x[t][c]` for the `n` vectors of `x` (n × w.cols) into `y`

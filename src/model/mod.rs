@@ -268,11 +268,13 @@ impl Model {
             crate::Activations::F32 => kernels,
             crate::Activations::Int8 => kernels.with_int8_activations(State::int8_values(&cfg, chunk)),
             crate::Activations::Int16 => kernels.with_int16_activations(State::int8_values(&cfg, chunk)),
+            crate::Activations::Int21 => kernels.with_int21_activations(State::int8_values(&cfg, chunk)),
         };
-        if kernels.int16_isa() == Some(crate::kernels::Int8Isa::Scalar) && kernels.isa() != crate::kernels::Isa::Scalar {
-            notes.push(format!("int16 activations run on the scalar twins on this CPU (their SIMD kernels need AVX-512 VNNI; \
-                the f32 kernels here are {}): Q8B32 and Q4B32 products will be several times slower than with f32 activations",
-                kernels.isa().name()));
+        let scalar_twins = |isa: Option<crate::kernels::Int8Isa>| isa == Some(crate::kernels::Int8Isa::Scalar) && kernels.isa() != crate::kernels::Isa::Scalar;
+        if scalar_twins(kernels.int16_isa()) || scalar_twins(kernels.int21_isa()) {
+            notes.push(format!("{} activations run on the scalar twins on this CPU (their SIMD kernels need AVX2; \
+                the f32 kernels here are {}): the products they take will be several times slower than with f32 activations",
+                opts.activations.name(), kernels.isa().name()));
         }
         let cfg_vocab = cfg.vocab;
         let mut eos = cfg.eos_tokens.clone();
@@ -341,12 +343,13 @@ impl Model {
             context: self.state.ctx,
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
-            activations: match (self.kernels.int8_isa(), self.kernels.int16_isa()) {
-                (Some(_), _) => crate::Activations::Int8,
-                (_, Some(_)) => crate::Activations::Int16,
+            activations: match (self.kernels.int8_isa(), self.kernels.int16_isa(), self.kernels.int21_isa()) {
+                (Some(_), _, _) => crate::Activations::Int8,
+                (_, Some(_), _) => crate::Activations::Int16,
+                (_, _, Some(_)) => crate::Activations::Int21,
                 _ => crate::Activations::F32,
             },
-            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).map(|i| i.kernels_name()),
+            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).or(self.kernels.int21_isa()).map(|i| i.kernels_name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
             expert_banks: self.cache_stats().map_or(0, |s| s.banks),

@@ -311,6 +311,7 @@ fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threa
         crate::Activations::F32 => 0,
         crate::Activations::Int8 => State::int8_scratch_bytes(cfg, chunk),
         crate::Activations::Int16 => State::int16_scratch_bytes(cfg, chunk),
+        crate::Activations::Int21 => crate::kernels::int21::scratch_bytes(State::int8_values(cfg, chunk)),
     };
     let kernels = kernels_for(opts);
     let split = if kernels.splits_inputs() { Floats::plan_bytes(kernels.split_buffer_len(State::split_values(cfg, chunk))) } else { 0 };
@@ -471,6 +472,7 @@ impl MemoryPlan {
             crate::Activations::F32 => {}
             crate::Activations::Int8 => c.push_str(" --int8-act"),
             crate::Activations::Int16 => c.push_str(" --int16-act"),
+            crate::Activations::Int21 => c.push_str(" --int21-act"),
         }
         if self.sessions > 1 {
             c.push_str(&format!(" --sessions {}", self.sessions));

@@ -1,0 +1,283 @@
+//! AVX2 kernels of the int21 path ([`super::int21`] states the arithmetic and holds the scalar
+//! twin they equal bit for bit): `vpmaddubsw` + `vpmaddwd` on every AVX2 CPU, or AVX-VNNI's
+//! `vpdpbusd` where the CPU has it — written once ([`int21_avx2_kernels`]) and built for each.
+//!
+//! The shape is the int16 path's few-vector form ([`super::int16_avx2`]): two rows share a
+//! register, one per 128-bit half, each block's 16 payload bytes as they lie. Their low
+//! nibbles (the even positions, as unsigned `w + 8`) and their high nibbles (the odd ones)
+//! meet each digit's two 16-byte runs of the activation block, broadcast to both halves
+//! straight from the quantized buffer — no per-call rearranging — and each 32-bit lane sums
+//! eight exact products per digit; the digits' sums, scaled by 2¹⁴, 2⁷ and 1, add up to four
+//! partial sums of `Σ (w + 8)·X` per row. Three horizontal adds turn four such registers
+//! (rows 0 and 4, 1 and 5, 2 and 6, 3 and 7) into the eight rows' block sums in row order;
+//! `8·ΣX`, the offset the unsigned nibbles add, is taken off, and the rest is int16's: the
+//! sums converted, the rows' scales times the block's activation scale, one fused
+//! multiply-add into the rows' accumulators, blocks in order.
+//!
+//! Several vectors run four at a time (the weights are read again for each four): the path is
+//! for decode, whose single vector is bound by the f32 kernels' instruction count on AVX2.
+
+use super::int16_avx2::{gather_scales, live_mask};
+use super::int21::Digits;
+use super::int8::Acts;
+use super::MatRef;
+use std::arch::x86_64::*;
+
+/// Rows per register group (the lanes of the block sums).
+const LANES: usize = 8;
+/// Vectors per pass over the weights.
+const FEW: usize = 4;
+/// Blocks per column chunk (16,384 columns): the chunk's `8·ΣX` offsets live on the stack.
+const CHUNK_BLOCKS: usize = 512;
+/// Bytes of a Q4B32 block.
+const BYTES: usize = 18;
+
+/// A block's 96 digit bytes of vector `t`: six 16-byte runs (H even, H odd, M even, M odd,
+/// D even, D odd), each broadcast to both 128-bit halves.
+///
+/// # Safety
+/// The 96 bytes at `p` are readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn digit_runs(p: *const i8) -> [__m256i; 6] {
+    // SAFETY: the caller's contract.
+    std::array::from_fn(|k| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(16 * k).cast())) })
+}
+
+/// `8·ΣX` of a block from its 96 digit bytes: each digit's 32 bytes summed in pairs, the pairs
+/// scaled by the digit's weight (2¹⁴, 2⁷, 1) and summed — exact (|ΣX| ≤ 32·L < 2²⁶).
+///
+/// # Safety
+/// The 96 bytes at `p` are readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn offset_of(p: *const i8) -> i32 {
+    let ones = _mm256_set1_epi8(1);
+    // SAFETY: the caller's contract.
+    let digit = |k: usize, weight: i16| unsafe {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(ones, _mm256_loadu_si256(p.add(32 * k).cast())), _mm256_set1_epi16(weight))
+    };
+    let v = _mm256_add_epi32(_mm256_add_epi32(digit(0, 1 << 14), digit(1, 1 << 7)), digit(2, 1));
+    let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
+    8 * _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)))
+}
+
+/// Two rows' block payloads (`lo` in the low 128-bit half, `hi` in the high one) as unsigned
+/// nibbles `w + 8`: (the even positions, the odd ones).
+///
+/// # Safety
+/// Both pointers are whole Q4B32 blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles(lo: *const u8, hi: *const u8) -> (__m256i, __m256i) {
+    // SAFETY: 16 payload bytes after each block's scale.
+    let v = unsafe { _mm256_loadu2_m128i(hi.add(2).cast(), lo.add(2).cast()) };
+    // A two's-complement nibble q flipped in bit 3 is q + 8.
+    let v = _mm256_xor_si256(v, _mm256_set1_epi8(0x88u8 as i8));
+    let low = _mm256_set1_epi8(0x0F);
+    (_mm256_and_si256(v, low), _mm256_and_si256(_mm256_srli_epi16::<4>(v), low))
+}
+
+/// `vpmaddubsw` + `vpmaddwd`: the digits' pair sums (at most 2·15·127 each, two runs added:
+/// no 16-bit saturation) scaled and widened by `vpmaddwd`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn digits_madd(even: __m256i, odd: __m256i, runs: &[__m256i; 6]) -> __m256i {
+    let digit = |k: usize, weight: i16| {
+        let pairs = _mm256_add_epi16(_mm256_maddubs_epi16(even, runs[2 * k]), _mm256_maddubs_epi16(odd, runs[2 * k + 1]));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(weight))
+    };
+    _mm256_add_epi32(_mm256_add_epi32(digit(0, 1 << 14), digit(1, 1 << 7)), digit(2, 1))
+}
+
+/// AVX-VNNI `vpdpbusd`: each digit's four products per lane summed straight into 32 bits,
+/// then the digits scaled by shifts.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[inline]
+fn digits_vnni(even: __m256i, odd: __m256i, runs: &[__m256i; 6]) -> __m256i {
+    use super::int8_x86::dpbusd_avx as dot;
+    let digit = |k: usize| dot(dot(_mm256_setzero_si256(), even, runs[2 * k]), odd, runs[2 * k + 1]);
+    _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32::<14>(digit(0)), _mm256_slli_epi32::<7>(digit(1))), digit(2))
+}
+
+/// Generates the kernels for one way of summing the digits' products: `$feat` the
+/// instruction sets, `$digits(even, odd, runs)` four partial sums per row of `Σ (w + 8)·X`.
+macro_rules! int21_avx2_kernels {
+    ($feat:literal, $digits:ident) => {
+        use super::*;
+
+        /// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors.
+        ///
+        /// # Safety
+        /// As [`crate::kernels::int21::Int21RowsFn`]; the CPU has the instruction sets named
+        /// in the attribute.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+            let rb = w.row_bytes();
+            if n == 0 || r0 >= r1 {
+                return;
+            }
+            if rb < BYTES || rb > (i32::MAX as usize) / LANES {
+                // No columns (every result is 0), or rows too long for the gathers' 32-bit
+                // offsets: the scalar twin gives the same bits.
+                // SAFETY: forwarded contract.
+                return unsafe { crate::kernels::int21::rows_q4(w, r0, r1, x, n, y, ys) };
+            }
+            let offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(rb as i32));
+            let mut t = 0;
+            while t < n {
+                let tn = (n - t).min(FEW);
+                // SAFETY: vectors t..t + tn exist and their outputs are ours (forwarded).
+                unsafe {
+                    match tn {
+                        1 => few::<1>(w, r0, r1, x, t, offsets, y, ys),
+                        2 => few::<2>(w, r0, r1, x, t, offsets, y, ys),
+                        3 => few::<3>(w, r0, r1, x, t, offsets, y, ys),
+                        _ => few::<4>(w, r0, r1, x, t, offsets, y, ys),
+                    }
+                }
+                t += tn;
+            }
+        }
+
+        /// Vectors `t0..t0 + T` against rows `r0..r1`: see the module notes.
+        ///
+        /// # Safety
+        /// As [`rows_q4`], for those vectors.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m256i, y: *mut f32, ys: usize) {
+            let rb = w.row_bytes();
+            let blocks = rb / BYTES;
+            let cols = blocks * 32;
+            // Block b of vector t's 96 digit bytes (a Digits is three bytes).
+            let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
+            let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
+            let mut offset = [[0i32; CHUNK_BLOCKS]; T];
+            let mut b0 = 0;
+            while b0 < blocks {
+                let kb = (blocks - b0).min(CHUNK_BLOCKS);
+                for (t, ot) in offset.iter_mut().enumerate() {
+                    for (b, o) in ot.iter_mut().take(kb).enumerate() {
+                        // SAFETY: block b0 + b of vector t0 + t exists (the caller's contract).
+                        *o = unsafe { offset_of(digits(t, b0 + b)) };
+                    }
+                }
+                let mut g = r0;
+                while g < r1 {
+                    let live = (r1 - g).min(LANES);
+                    let mask = live_mask(live);
+                    let mut acc = [_mm256_setzero_ps(); T];
+                    if b0 > 0 {
+                        for (t, a) in acc.iter_mut().enumerate() {
+                            // SAFETY: the caller's contract; masked lanes are not read.
+                            *a = unsafe { _mm256_maskload_ps(out(t, g), mask) };
+                        }
+                    }
+                    // Row g + j, or the last row of the range for lanes past it (read, never stored).
+                    let at: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * BYTES));
+                    // The next group's eight rows are contiguous: each block step asks for its
+                    // share of their lines at this chunk's columns.
+                    let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
+                    for b in 0..kb {
+                        crate::kernels::avx2::prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
+                        let blk = |j: usize| at[j].wrapping_add(b * BYTES);
+                        // SAFETY: the live rows' block b0 + b is within the matrix.
+                        let scales = unsafe { gather_scales(blk(0), offsets, mask) };
+                        // Rows j and j + 4 share a register: the adds below leave row order.
+                        let mut part = [[_mm256_setzero_si256(); 4]; T];
+                        for j in 0..4 {
+                            // SAFETY: both pointers are blocks of rows within the matrix.
+                            let (even, odd) = unsafe { nibbles(blk(j), blk(j + 4)) };
+                            for (t, pt) in part.iter_mut().enumerate() {
+                                // SAFETY: block b0 + b of vector t0 + t exists.
+                                pt[j] = $digits(even, odd, unsafe { &digit_runs(digits(t, b0 + b)) });
+                            }
+                        }
+                        for (t, a) in acc.iter_mut().enumerate() {
+                            let [p0, p1, p2, p3] = part[t];
+                            let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+                            let s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset[t][b]));
+                            // SAFETY: the block's scale of vector t0 + t.
+                            let d = unsafe { *x.d.as_ptr().add((t0 + t) * blocks + b0 + b) };
+                            *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales, _mm256_set1_ps(d)), *a);
+                        }
+                    }
+                    for (t, a) in acc.iter().enumerate() {
+                        // SAFETY: the caller's contract; masked lanes are not written.
+                        unsafe { _mm256_maskstore_ps(out(t, g), mask, *a) };
+                    }
+                    g += live;
+                }
+                b0 += kb;
+            }
+        }
+    };
+}
+
+/// The kernels with `vpmaddubsw` + `vpmaddwd` (every AVX2 CPU).
+pub mod madd {
+    int21_avx2_kernels!("avx2,fma,f16c", digits_madd);
+}
+
+/// The kernels with AVX-VNNI `vpdpbusd`.
+pub mod vnni {
+    int21_avx2_kernels!("avx2,fma,f16c,avxvnni", digits_vnni);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::int21::{self, Digits};
+    use crate::kernels::TestRng as Rng;
+    use crate::format::dtype::DType;
+
+    fn matrix(rows: usize, blocks: usize, rng: &mut Rng) -> Vec<u8> {
+        let mut m = vec![0u8; rows * blocks * BYTES];
+        for blk in m.chunks_exact_mut(BYTES) {
+            // Scales 2⁻⁸..2⁻¹ (binary16 exponents 7..14), payloads anything.
+            let bits = (((7 + rng.next() % 8) << 10) | (rng.next() % 1024)) as u16;
+            blk[..2].copy_from_slice(&bits.to_le_bytes());
+            for v in &mut blk[2..] {
+                *v = rng.next() as u8;
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn both_forms_equal_the_scalar_twin() {
+        if !is_x86_feature_detected!("avx2") || !is_x86_feature_detected!("fma") || !is_x86_feature_detected!("f16c") {
+            println!("SKIP: both_forms_equal_the_scalar_twin: this CPU has no AVX2, FMA and F16C");
+            return;
+        }
+        let mut rng = Rng(0x1d21);
+        for (rows, blocks, n) in [(19, 3, 1), (8, 1, 2), (37, 600, 1), (16, 5, 3), (9, 7, 4), (23, 4, 9), (1, 2, 1)] {
+            let data = matrix(rows, blocks, &mut rng);
+            let w = crate::kernels::MatRef { data: &data, rows, cols: blocks * 32, dtype: DType::Q4B32 };
+            let xs: Vec<f32> = (0..n * blocks * 32).map(|_| rng.f32() * 3.0 - 1.5).collect();
+            let mut q = vec![Digits::default(); xs.len()];
+            let mut d = vec![0f32; xs.len() / 32];
+            int21::quantize_with(crate::kernels::Int8Isa::Scalar, &xs, &mut q, &mut d);
+            let acts = Acts { q: &q, d: &d, cols: blocks * 32 };
+            let (r0, r1) = (rows / 5, rows);
+            let mut want = vec![0f32; n * rows];
+            // SAFETY: the buffers hold n × rows results and the matrix is whole.
+            unsafe { int21::rows_q4(&w, r0, r1, &acts, n, want.as_mut_ptr(), rows) };
+            let mut forms: Vec<(&str, int21::Int21RowsFn)> = vec![("madd", madd::rows_q4)];
+            if crate::kernels::has_avx_vnni() {
+                forms.push(("vnni", vnni::rows_q4));
+            } else {
+                println!("SKIP: the AVX-VNNI form: this CPU has no AVX-VNNI");
+            }
+            for (name, f) in forms {
+                let mut got = vec![0f32; n * rows];
+                // SAFETY: as above; the form's instruction sets were checked.
+                unsafe { f(&w, r0, r1, &acts, n, got.as_mut_ptr(), rows) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{name}: {rows} rows × {blocks} blocks, {n} vectors");
+            }
+        }
+    }
+}
