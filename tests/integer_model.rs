@@ -36,7 +36,7 @@ fn integer_activations_run_through_the_model_bit_identically() {
         let dir = temp_dir(&format!("integer-{}", width.bits()));
         let q = dir.join("q");
         quantize_checkpoint(&src, &q, width).unwrap();
-        let base = Options { threads: 1, ctx: 64, ..Options::default() };
+        let base = Options { threads: 1, ctx: 64, activations: Activations::F32, ..Options::default() };
         let reference = logits(&q, &prompt, &base);
         assert_eq!(Model::open(&q, &base).unwrap().info().activation_kernels, None);
         for (path, bound) in [(Activations::Int8, 0.1), (Activations::Int16, 1e-3), (Activations::Int21, 2e-5)] {
@@ -63,6 +63,48 @@ fn integer_activations_run_through_the_model_bit_identically() {
             let plan = plan_memory(&q, &on).unwrap();
             assert_eq!(m.memory_used(), plan.resident_bytes(), "{width:?} {path:?}: the plan must count the activation buffer");
             assert!(plan.resident_bytes() > plan_memory(&q, &base).unwrap().resident_bytes());
+        }
+    }
+}
+
+/// The default (`Activations::Auto`): on AVX2 kernels the decode products with Q4B32 weights
+/// take int21 and prefill chunks keep the f32 GEMM, so a chunked prompt's logits are the f32
+/// path's bits and the same tokens one at a time are within int21's nearness of them (and not
+/// the same bits: the path is on); on AVX-512 kernels nothing changes. The plan counts the
+/// decode buffer either way.
+#[test]
+fn the_default_decodes_q4b32_with_int21_on_avx2_kernels() {
+    use waste::kernels::Isa;
+    let ids = read_json(&fixture("oracles/qwen3_f32/input_ids.json"));
+    let prompt = ids_of(ids.get("prompt_ids").unwrap());
+    assert!(prompt.len() > waste::kernels::DECODE_VECTORS, "the prompt must be a prefill chunk");
+    let dir = temp_dir("int21-auto");
+    let q = dir.join("q");
+    quantize_checkpoint(&fixture("oracles/qwen3_f32/model"), &q, Width::Q4).unwrap();
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if !isa.supported() {
+            common::skip("the_default_decodes_q4b32_with_int21_on_avx2_kernels", &format!("this CPU has no {}", isa.name()));
+            continue;
+        }
+        let f32 = Options { threads: 2, ctx: 64, isa: Some(isa), activations: Activations::F32, ..Options::default() };
+        let auto = Options { activations: Activations::Auto, ..f32.clone() };
+        assert_eq!(Options::default().activations, Activations::Auto);
+        let mut m = Model::open(&q, &auto).unwrap();
+        assert_eq!(m.info().activations, Activations::Auto);
+        assert_eq!(m.info().activation_kernels.is_some(), isa == Isa::Avx2, "{isa:?}");
+        assert_eq!(m.memory_used(), plan_memory(&q, &auto).unwrap().resident_bytes(), "{isa:?}: the plan must count the decode buffer");
+        let mut reference = Model::open(&q, &f32).unwrap();
+        let (chunked, chunked_f32) = (all_logits(&mut m, &prompt).unwrap(), all_logits(&mut reference, &prompt).unwrap());
+        assert_eq!(bits(&chunked), bits(&chunked_f32), "{isa:?}: a prefill chunk must keep the f32 GEMM");
+        m.reset();
+        reference.reset();
+        let (single, single_f32) = (prompt_logits(&mut m, &prompt, true), prompt_logits(&mut reference, &prompt, true));
+        let rel = rel_max_diff(&single, &single_f32);
+        println!("{isa:?}: the default one token at a time vs f32: {rel:.2e}");
+        if isa == Isa::Avx2 {
+            assert!(rel > 0.0 && rel < 2e-5, "{isa:?}: int21 decode is {rel} from f32");
+        } else {
+            assert_eq!(bits(&single), bits(&single_f32), "{isa:?}: the default changed an AVX-512 decode");
         }
     }
 }
@@ -100,7 +142,7 @@ fn the_activation_switches_reach_the_commands() {
     let q = dir.join("q");
     quantize_checkpoint(&fixture("oracles/qwen3_f32/model"), &q, Width::Q8).unwrap();
     let q = q.to_str().unwrap();
-    for (switch, name) in [("--int8-act", "int8"), ("--int16-act", "int16")] {
+    for (switch, name) in [("--int8-act", "int8"), ("--int16-act", "int16"), ("--int21-act", "int21")] {
         let (status, out, err) = waste(&["info", q, switch]);
         assert_eq!(status, 0, "{err}");
         assert!(out.contains(&format!("{name} activations (")), "{out}");

@@ -131,7 +131,15 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     } else {
         0
     };
-    let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab) + split
+    // Where the kernels are AVX2's, the default's int21 decode buffer: four vectors of the
+    // widest input (3 bytes a value, 4 per block of 32 for its scale).
+    let int21 = if k.isa() == waste::kernels::Isa::Avx2 {
+        let values = (waste::kernels::DECODE_VECTORS * cfg.intermediate) as u64;
+        3 * values + values / 32 * 4
+    } else {
+        0
+    };
+    let rest = (cfg.rope.dim / 2 * 4) as u64 + waste::SampleBuffers::plan_bytes(cfg.vocab) + split + int21
         + (plan.threads as u64 - 1) * waste::kernels::pool::THREAD_BYTES + waste::model::plan::metadata_bytes(cfg.layers);
     assert_eq!((plan.state_bytes, plan.scratch_bytes, plan.tokenizer_bytes), (kv, scratch + rest, 0));
     // The session: keys and values of every layer for the context, and room for its tokens.

@@ -107,15 +107,16 @@ pub(super) fn model_options(a: &Args) -> Result<Options, Failure> {
     Ok(o)
 }
 
-/// `--int8-act`, `--int16-act`, `--int21-act`: at most one (the model commands and `plan`).
+/// `--f32-act`, `--int8-act`, `--int16-act`, `--int21-act`: at most one, else the default
+/// (the model commands and `plan`).
 pub(super) fn activations(a: &Args) -> Result<waste::Activations, Failure> {
     use waste::Activations;
-    let on: Vec<Activations> = [("int8-act", Activations::Int8), ("int16-act", Activations::Int16), ("int21-act", Activations::Int21)]
-        .into_iter().filter(|(name, _)| a.flag(name)).map(|(_, path)| path).collect();
+    let paths = [("f32-act", Activations::F32), ("int8-act", Activations::Int8), ("int16-act", Activations::Int16), ("int21-act", Activations::Int21)];
+    let on: Vec<Activations> = paths.into_iter().filter(|(name, _)| a.flag(name)).map(|(_, path)| path).collect();
     match on[..] {
-        [] => Ok(Activations::F32),
+        [] => Ok(Activations::Auto),
         [one] => Ok(one),
-        _ => Err(Failure::Usage("--int8-act, --int16-act and --int21-act choose between paths: give one".into())),
+        _ => Err(Failure::Usage("--f32-act, --int8-act, --int16-act and --int21-act choose between paths: give one".into())),
     }
 }
 
@@ -510,9 +511,14 @@ fn info(a: &Args) -> Outcome {
     Ok(())
 }
 
-/// ", int8 activations (KERNELS)" (or int16) when an integer path is on.
+/// ", int8 activations (KERNELS)" (or int16, int21) when an integer path is on; ", int21
+/// decode (KERNELS)" when the default turned it on for decode.
 fn activations_note(i: &waste::ModelInfo) -> String {
-    i.activation_kernels.map_or(String::new(), |k| format!(", {} activations ({k})", i.activations.name()))
+    match (i.activations, i.activation_kernels) {
+        (_, None) => String::new(),
+        (waste::Activations::Auto, Some(k)) => format!(", int21 decode ({k})"),
+        (a, Some(k)) => format!(", {} activations ({k})", a.name()),
+    }
 }
 
 fn bench(a: &Args) -> Outcome {

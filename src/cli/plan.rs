@@ -11,7 +11,7 @@ use waste::{BudgetSource, MemoryPlan, RamReading};
 
 pub const PLAN: Command = Command {
     name: "plan",
-    usage: "plan MODEL [--budget SIZE] [--ctx N] [--sessions N] [--threads N | --cpus LIST] [--chunk N] [--int8-act | --int16-act | --int21-act] [--cache SIZE] [--json]",
+    usage: "plan MODEL [--budget SIZE] [--ctx N] [--sessions N] [--threads N | --cpus LIST] [--chunk N] [--f32-act | --int8-act | --int16-act | --int21-act] [--cache SIZE] [--json]",
     about: "Show the RAM a model needs: its floor (trunk, state and KV cache, scratch, tokenizer, minimum expert cache), \
 the recommended budget, and the expert cache a budget leaves; plus this machine's physical and usable RAM \
 (usable = physical, or the cgroup memory limit when smaller; physical from /proc/meminfo, or sysinfo(2) where it does not exist). Reads headers only, no weights. \
@@ -22,6 +22,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         val("threads", "N", "compute threads, which size the scratch (default: one per available CPU, or per CPU of --cpus)"),
         val("cpus", "LIST", "the CPUs a run binds to: one compute thread each unless --threads says otherwise"),
         val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache, or all fit it with AMX tiles)"),
+        flag("f32-act", "f32 activations everywhere (no int21 decode buffer on AVX2-only CPUs)"),
         flag("int8-act", "count the int8-activation path's buffer"),
         flag("int16-act", "count the int16-activation path's buffer"),
         flag("int21-act", "count the int21-activation path's buffer"),

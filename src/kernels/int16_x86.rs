@@ -254,7 +254,7 @@ unsafe fn widen(f: Format, rows: &[*const u8; LANES], next: *const u8, mask: __m
 /// The sixteen bytes are readable in every block.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn load_four(blocks: [*const u8; 4], at: usize) -> __m512i {
+pub(super) unsafe fn load_four(blocks: [*const u8; 4], at: usize) -> __m512i {
     // SAFETY: the caller's contract.
     unsafe {
         let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(blocks[0].add(at).cast())), _mm_loadu_si128(blocks[1].add(at).cast()));
@@ -415,7 +415,7 @@ unsafe fn four_rows<const T: usize>(f: Format, blocks: [*const u8; 4], pats: &[[
 /// Per 128-bit lane, `[a0 + a2, b0 + b2, a1 + a3, b1 + b3]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn add_across_pairs(a: __m512i, b: __m512i) -> __m512i {
+pub(super) fn add_across_pairs(a: __m512i, b: __m512i) -> __m512i {
     _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
 }
 
@@ -423,7 +423,7 @@ fn add_across_pairs(a: __m512i, b: __m512i) -> __m512i {
 /// lanes' totals `[Σa, Σb, Σc, Σd]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-fn add_across(ab: __m512i, cd: __m512i) -> __m512i {
+pub(super) fn add_across(ab: __m512i, cd: __m512i) -> __m512i {
     _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd))
 }
 

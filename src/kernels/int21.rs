@@ -115,17 +115,19 @@ pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usi
     }
 }
 
-/// The quantizer and the Q4B32 kernel of the int21 path that go with `isa`: AVX2 wherever the
-/// int8 path runs AVX2 or AVX-512 kernels (with AVX-VNNI's `vpdpbusd` where the CPU has it,
-/// [`super::int21_avx2`]), else the scalar twins.
+/// The quantizer and the Q4B32 kernel of the int21 path that go with `isa`: AVX-512 VNNI
+/// where the int8 path would use it ([`super::int21_x86`]), AVX2 where it uses AVX2 (with
+/// AVX-VNNI's `vpdpbusd` where the CPU has it, [`super::int21_avx2`]), else the scalar twins.
 pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn) {
     #[cfg(target_arch = "x86_64")]
     use super::int21_avx2 as avx2;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 | Int8Isa::Avx512Vnni if super::has_avx_vnni() => (Int8Isa::Avx2, quantize_scalar, avx2::vnni::rows_q4),
+        Int8Isa::Avx512Vnni => (isa, quantize_scalar, super::int21_x86::rows_q4),
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 | Int8Isa::Avx512Vnni => (Int8Isa::Avx2, quantize_scalar, avx2::madd::rows_q4),
+        Int8Isa::Avx2 if super::has_avx_vnni() => (isa, quantize_scalar, avx2::vnni::rows_q4),
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx2 => (isa, quantize_scalar, avx2::madd::rows_q4),
         _ => (Int8Isa::Scalar, quantize_scalar, rows_q4),
     }
 }

@@ -51,7 +51,7 @@ unsafe fn digit_runs(p: *const i8) -> [__m256i; 6] {
 /// The 96 bytes at `p` are readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn offset_of(p: *const i8) -> i32 {
+pub(super) unsafe fn offset_of(p: *const i8) -> i32 {
     let ones = _mm256_set1_epi8(1);
     // SAFETY: the caller's contract.
     let digit = |k: usize, weight: i16| unsafe {
@@ -270,6 +270,11 @@ mod tests {
                 forms.push(("vnni", vnni::rows_q4));
             } else {
                 println!("SKIP: the AVX-VNNI form: this CPU has no AVX-VNNI");
+            }
+            if crate::kernels::Int8Isa::Avx512Vnni.supported() {
+                forms.push(("avx512vnni", crate::kernels::int21_x86::rows_q4));
+            } else {
+                println!("SKIP: the AVX-512 VNNI form: this CPU has no AVX-512 VNNI");
             }
             for (name, f) in forms {
                 let mut got = vec![0f32; n * rows];

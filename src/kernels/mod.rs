@@ -156,6 +156,8 @@ mod int16_avx2;
 mod int16_x86;
 #[cfg(target_arch = "x86_64")]
 mod int21_avx2;
+#[cfg(target_arch = "x86_64")]
+mod int21_x86;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 
@@ -350,6 +352,10 @@ pub struct Kernels {
     q4_split: Option<RowsFn>,
 }
 
+/// The most vectors of a product [`Kernels::with_int21_decode`] gives the int21 path: a
+/// decode step's one (a few, when several sessions step together), never a prefill chunk's.
+pub const DECODE_VECTORS: usize = 4;
+
 /// Vectors whose Q4B32 inputs [`Kernels`] splits by parity at once (a longer product is run
 /// this many vectors at a time): the buffer holds this many × the widest input.
 pub const SPLIT_VECTORS: usize = 128;
@@ -431,7 +437,9 @@ impl std::fmt::Debug for Kernels {
 enum Integer {
     Int8(IntPath<i8>),
     Int16(IntPath<i16>),
-    Int21(IntPath<Digits>),
+    /// The int21 path and the most vectors a product it takes may have (more go to the f32
+    /// kernels: [`Kernels::with_int21_decode`]).
+    Int21(IntPath<Digits>, usize),
 }
 
 impl Integer {
@@ -439,7 +447,7 @@ impl Integer {
         match self {
             Integer::Int8(_) => "int8",
             Integer::Int16(_) => "int16",
-            Integer::Int21(_) => "int21",
+            Integer::Int21(..) => "int21",
         }
     }
 
@@ -447,17 +455,22 @@ impl Integer {
         match self {
             Integer::Int8(p) => p.isa,
             Integer::Int16(p) => p.isa,
-            Integer::Int21(p) => p.isa,
+            Integer::Int21(p, _) => p.isa,
         }
     }
 
-    /// True when the path takes products with `dtype` weights.
-    fn covers(&self, dtype: DType) -> bool {
+    /// True when the path has a kernel for `dtype` weights.
+    fn takes(&self, dtype: DType) -> bool {
         match self {
             Integer::Int8(p) => p.kernel(dtype).is_some(),
             Integer::Int16(p) => p.kernel(dtype).is_some(),
-            Integer::Int21(p) => p.kernel(dtype).is_some(),
+            Integer::Int21(p, _) => p.kernel(dtype).is_some(),
         }
+    }
+
+    /// True when the path takes products of `n` vectors with `dtype` weights.
+    fn covers(&self, dtype: DType, n: usize) -> bool {
+        self.takes(dtype) && !matches!(self, Integer::Int21(_, most) if n > *most)
     }
 }
 
@@ -773,7 +786,19 @@ impl Kernels {
     /// integer path. `values` as for [`Kernels::with_int8_activations`].
     pub fn with_int21_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values))), ..self }
+        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), usize::MAX)), ..self }
+    }
+
+    /// These kernels with the int21 path on for decode only: products of at most
+    /// [`DECODE_VECTORS`] vectors with Q4B32 weights take int21 activations, every other product
+    /// the f32 kernels — where the f32 Q4B32 decode is bound by its instruction count, int21
+    /// decodes faster at the same gate accuracy, while a prefill chunk's f32 GEMM is faster
+    /// than int21's four-vectors-a-pass form. A prompt's logits then differ from the same
+    /// tokens decoded one at a time by f32-level rounding (as with the AMX tiles). `values` as
+    /// for [`Kernels::with_int8_activations`], for [`DECODE_VECTORS`] vectors.
+    pub fn with_int21_decode(self, values: usize) -> Kernels {
+        let isa = Int8Isa::for_isa(self.isa);
+        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), DECODE_VECTORS)), ..self }
     }
 
     /// These kernels with a buffer for `values` inputs (the model passes
@@ -821,7 +846,7 @@ impl Kernels {
     /// 32-column blocks, [`TILE_MIN_VECTORS`] vectors or more.
     pub fn tiles_take(&self, w: &MatRef, n: usize) -> bool {
         #[cfg(target_arch = "x86_64")]
-        return self.isa == Isa::Amx && !self.int_covers(w.dtype) && amx::takes(w, n);
+        return self.isa == Isa::Amx && !self.int_covers(w.dtype, n) && amx::takes(w, n);
         #[cfg(not(target_arch = "x86_64"))]
         return {
             let _ = (w, n);
@@ -833,7 +858,7 @@ impl Kernels {
     /// beforehand: the tiles, or the AVX-512 Q4B32 GEMM (by parity; two or more vectors, one
     /// being split by the kernel itself, on the stack).
     fn takes_split(&self, w: &MatRef, n: usize) -> bool {
-        self.tiles_take(w, n) || (self.splits_inputs() && w.dtype == DType::Q4B32 && !self.int_covers(w.dtype) && n >= 2)
+        self.tiles_take(w, n) || (self.splits_inputs() && w.dtype == DType::Q4B32 && !self.int_covers(w.dtype, n) && n >= 2)
     }
 
     /// f32 values the split inputs of a group of `n` vectors of `w` take.
@@ -915,27 +940,29 @@ impl Kernels {
 
     /// The int21 path's kernels, when it is on.
     pub fn int21_isa(&self) -> Option<Int8Isa> {
-        self.int.as_ref().filter(|p| matches!(p, Integer::Int21(_))).map(Integer::isa)
+        self.int.as_ref().filter(|p| matches!(p, Integer::Int21(..))).map(Integer::isa)
     }
 
     /// The job for `w`'s rows: the integer path's kernel with `acts` when the path covers the
     /// dtype, else the f32 kernel with `x`.
     fn job<'a>(&self, w: &MatRef, x: &'a [f32], acts: Option<IntActs<'a>>, what: &str) -> Job<'a> {
-        if let Some(a) = acts.filter(|_| self.int_covers(w.dtype)) {
+        // Inputs are quantized only for products the path covers, so a path that takes the
+        // dtype takes this product.
+        if let Some(a) = acts.filter(|_| self.int.as_ref().is_some_and(|p| p.takes(w.dtype))) {
             assert_eq!(a.cols(), w.cols, "{what}: products of one group must share the input width");
         }
         let job = match (acts, &self.int) {
             (Some(IntActs::Int8(a)), Some(Integer::Int8(p))) => p.kernel(w.dtype).map(|f| Job::Int8(f, a)),
             (Some(IntActs::Int16(a)), Some(Integer::Int16(p))) => p.kernel(w.dtype).map(|f| Job::Int16(f, a)),
-            (Some(IntActs::Int21(a)), Some(Integer::Int21(p))) => p.kernel(w.dtype).map(|f| Job::Int21(f, a)),
+            (Some(IntActs::Int21(a)), Some(Integer::Int21(p, _))) => p.kernel(w.dtype).map(|f| Job::Int21(f, a)),
             _ => None,
         };
         job.unwrap_or_else(|| Job::F32(self.rows[slot(w.dtype).unwrap_or_else(|| panic!("{what}: not a compute dtype"))], x))
     }
 
-    /// True when an integer path is on and covers `dtype`.
-    fn int_covers(&self, dtype: DType) -> bool {
-        self.int.as_ref().is_some_and(|p| p.covers(dtype))
+    /// True when an integer path is on and takes products of `n` vectors with `dtype` weights.
+    fn int_covers(&self, dtype: DType, n: usize) -> bool {
+        self.int.as_ref().is_some_and(|p| p.covers(dtype, n))
     }
 
     /// Quantizes `n` vectors of `cols` inputs into the locked buffer `s` (of this path).
@@ -944,7 +971,7 @@ impl Kernels {
         match (s, &self.int) {
             (Quantizing::Int8(s), Some(Integer::Int8(p))) => IntActs::Int8(unsafe { s.quantize(p.quantize, x, n, cols) }),
             (Quantizing::Int16(s), Some(Integer::Int16(p))) => IntActs::Int16(unsafe { s.quantize(p.quantize, x, n, cols) }),
-            (Quantizing::Int21(s), Some(Integer::Int21(p))) => IntActs::Int21(unsafe { s.quantize(p.quantize, x, n, cols) }),
+            (Quantizing::Int21(s), Some(Integer::Int21(p, _))) => IntActs::Int21(unsafe { s.quantize(p.quantize, x, n, cols) }),
             _ => unreachable!("a buffer is locked from the path it quantizes for"),
         }
     }
@@ -956,7 +983,7 @@ impl Kernels {
         match self.int.as_ref()? {
             Integer::Int8(p) => p.quantize_into(room, x, cols).map(IntActs::Int8),
             Integer::Int16(p) => p.quantize_into(room, x, cols).map(IntActs::Int16),
-            Integer::Int21(p) => p.quantize_into(room, x, cols).map(IntActs::Int21),
+            Integer::Int21(p, _) => p.quantize_into(room, x, cols).map(IntActs::Int21),
         }
     }
 
@@ -967,7 +994,7 @@ impl Kernels {
         Some(match self.int.as_ref()? {
             Integer::Int8(p) => Quantizing::Int8(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
             Integer::Int16(p) => Quantizing::Int16(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
-            Integer::Int21(p) => Quantizing::Int21(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
+            Integer::Int21(p, _) => Quantizing::Int21(p.scratch.lock().unwrap_or_else(PoisonError::into_inner)),
         })
     }
 
@@ -986,7 +1013,7 @@ impl Kernels {
             self.with_split_inputs(&mut buf, &w, x, n, |job, t0, tn| self.product(pool, &w, job, tn, &mut y[t0 * rows..]));
             return;
         }
-        let mut scratch = if self.int_covers(w.dtype) { self.scratch() } else { None };
+        let mut scratch = if self.int_covers(w.dtype, n) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "matmul");
         self.product(pool, &w, job, n, y);
@@ -1043,7 +1070,7 @@ impl Kernels {
         let mut split_buf = split_w.and_then(|w| self.split_buffer(&w, n));
         let split = split_buf.as_deref_mut().zip(split_w).map(|(buf, w)| self.split_job(buf, &w, x, n));
         // The shared input is quantized once for every integer-path product of the group.
-        let int_cols = items.iter().find(|(w, _)| self.int_covers(w.dtype)).map(|(w, _)| w.cols);
+        let int_cols = items.iter().find(|(w, _)| self.int_covers(w.dtype, n)).map(|(w, _)| w.cols);
         let mut scratch = int_cols.and_then(|_| self.scratch());
         let acts = scratch.as_mut().zip(int_cols).map(|(s, cols)| self.quantize(s, x, n, cols));
         let threads = pool.threads();
@@ -1103,7 +1130,7 @@ impl Kernels {
             });
             return;
         }
-        let mut scratch = if self.int_covers(w.dtype) { self.scratch() } else { None };
+        let mut scratch = if self.int_covers(w.dtype, n) { self.scratch() } else { None };
         let acts = scratch.as_mut().map(|s| self.quantize(s, x, n, w.cols));
         let job = self.job(&w, x, acts, "rows");
         // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.
@@ -1123,7 +1150,7 @@ impl Kernels {
     pub fn rows_alone(&self, w: MatRef, x: &[f32], n: usize, y: &mut [f32], split: &mut [f32]) {
         assert!(holds(x.len(), &[n, w.cols]) && holds(y.len(), &[n, w.rows]), "rows_alone: buffers too short");
         assert!(holds(w.data.len(), &[w.rows, w.row_bytes()]), "rows_alone: weight data too short");
-        if self.int_covers(w.dtype) {
+        if self.int_covers(w.dtype, n) {
             if let Some(acts) = self.quantize_into(split, x, n, w.cols) {
                 let job = self.job(&w, x, Some(acts), "rows_alone");
                 // SAFETY: bounds asserted above; `y` is exclusively borrowed; the ISA was detected.

@@ -72,6 +72,8 @@ pub struct Model {
     identity: [u8; 32],
     pub(crate) stats: ModelStats,
     kernels: Kernels,
+    /// How products take their inputs, as `Options::activations` asked.
+    activations: crate::Activations,
     pool: Pool,
     inv_freq: Vec<f32>,
     pub(crate) tokenizer: Option<Tokenizer>,
@@ -265,7 +267,8 @@ impl Model {
         let session = Session::new(&cfg, ctx, identity, None)?;
         let mut kernels = plan::kernels_for(opts).with_split_buffer(State::split_values(&cfg, chunk));
         kernels = match opts.activations {
-            crate::Activations::F32 => kernels,
+            crate::Activations::Auto if plan::int21_decodes(&kernels) => kernels.with_int21_decode(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)),
+            crate::Activations::Auto | crate::Activations::F32 => kernels,
             crate::Activations::Int8 => kernels.with_int8_activations(State::int8_values(&cfg, chunk)),
             crate::Activations::Int16 => kernels.with_int16_activations(State::int8_values(&cfg, chunk)),
             crate::Activations::Int21 => kernels.with_int21_activations(State::int8_values(&cfg, chunk)),
@@ -288,6 +291,7 @@ impl Model {
             path: path.to_path_buf(),
             inv_freq: rope::inv_freq(&cfg.rope),
             kernels,
+            activations: opts.activations,
             pool: Pool::with_cpus(threads, opts.cpus.as_ref())?,
             cfg,
             weights,
@@ -343,12 +347,7 @@ impl Model {
             context: self.state.ctx,
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
-            activations: match (self.kernels.int8_isa(), self.kernels.int16_isa(), self.kernels.int21_isa()) {
-                (Some(_), _, _) => crate::Activations::Int8,
-                (_, Some(_), _) => crate::Activations::Int16,
-                (_, _, Some(_)) => crate::Activations::Int21,
-                _ => crate::Activations::F32,
-            },
+            activations: self.activations,
             activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).or(self.kernels.int21_isa()).map(|i| i.kernels_name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },

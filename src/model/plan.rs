@@ -299,6 +299,13 @@ pub(crate) fn kernels_for(opts: &Options) -> Kernels {
     if opts.tiles { k } else { k.without_tiles() }
 }
 
+/// True when [`crate::Activations::Auto`] turns the int21 decode on for these kernels: where
+/// they are AVX2's (no AVX-512), whose f32 Q4B32 decode is bound by its instruction count
+/// (`docs/BENCHMARKS.md`, int21 activations).
+pub(crate) fn int21_decodes(kernels: &Kernels) -> bool {
+    kernels.isa() == crate::kernels::Isa::Avx2
+}
+
 /// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
 /// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on, the kernels'
 /// split-input buffer on an instruction set that has one ([`Kernels::with_split_buffer`];
@@ -308,7 +315,8 @@ pub(crate) fn kernels_for(opts: &Options) -> Kernels {
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = match opts.activations {
-        crate::Activations::F32 => 0,
+        crate::Activations::Auto if int21_decodes(&kernels_for(opts)) => crate::kernels::int21::scratch_bytes(State::int8_values(cfg, crate::kernels::DECODE_VECTORS)),
+        crate::Activations::Auto | crate::Activations::F32 => 0,
         crate::Activations::Int8 => State::int8_scratch_bytes(cfg, chunk),
         crate::Activations::Int16 => State::int16_scratch_bytes(cfg, chunk),
         crate::Activations::Int21 => crate::kernels::int21::scratch_bytes(State::int8_values(cfg, chunk)),
@@ -469,7 +477,8 @@ impl MemoryPlan {
             c.push_str(&format!(" --io-threads {}", self.io_threads));
         }
         match self.activations {
-            crate::Activations::F32 => {}
+            crate::Activations::Auto => {}
+            crate::Activations::F32 => c.push_str(" --f32-act"),
             crate::Activations::Int8 => c.push_str(" --int8-act"),
             crate::Activations::Int16 => c.push_str(" --int16-act"),
             crate::Activations::Int21 => c.push_str(" --int21-act"),
@@ -564,7 +573,7 @@ mod tests {
     fn moe_plan(ws: u64) -> MemoryPlan {
         // trunk 1000 + state 200 + scratch 100 + min cache 50 (top-1, 2 slots of 25) = floor 1350.
         MemoryPlan { kind: ModelKind::Container, path: PathBuf::from("m"), ctx: 16, threads: 1, prefill_chunk: 1,
-            io_threads: 0, activations: crate::Activations::F32, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
+            io_threads: 0, activations: crate::Activations::Auto, trunk_bytes: 1000, state_bytes: 200, sessions: 1, session_bytes: 200, scratch_bytes: 60,
             tokenizer_bytes: 40, min_expert_cache_bytes: 50, working_set_bytes: ws, expert_slot_bytes: 25,
             expert_cache_fixed_bytes: 0, expert_records: 1000, open_extra_bytes: 0, embeddings_on_disk_bytes: 0 }
     }
@@ -686,7 +695,9 @@ mod tests {
         // one compute worker and 4 I/O threads, metadata.
         let k = Kernels::select(false);
         let split = if k.splits_inputs() { Floats::plan_bytes(k.split_buffer_len(State::split_values(&cfg, 4))) } else { 0 };
-        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + split + 5 * THREAD_BYTES + metadata_bytes(2);
+        // The default's int21 decode buffer where the kernels are AVX2's.
+        let int21 = if int21_decodes(&k) { crate::kernels::int21::scratch_bytes(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)) } else { 0 };
+        let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + split + int21 + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.
         let slot = 1000 + ExpertShape::SLOT_BOOKKEEPING + ExpertShape::QUEUE_BYTES;

@@ -1,0 +1,168 @@
+//! The AVX-512 VNNI kernel of the int21 path ([`super::int21`] states the arithmetic and
+//! holds the scalar twin it equals bit for bit): [`super::int21_avx2`]'s decode form on 512-bit
+//! registers, as [`super::int16_x86`]'s few-vector form widens the int16 one — four rows share
+//! a register, one per 128-bit lane, each lane's low and high nibbles meeting the digit runs
+//! broadcast to all four lanes, `vpdpbusd` summing four byte products per 32-bit lane; a
+//! transpose-and-add tree turns four such registers into sixteen rows' block sums in row order,
+//! and the rest is the AVX2 kernel's, sixteen rows at a time.
+
+use super::avx2::prefetch_span;
+use super::int16_x86::{add_across, add_across_pairs, load_four};
+use super::int21::Digits;
+use super::int8::Acts;
+use super::MatRef;
+use std::arch::x86_64::*;
+
+/// Rows per register group (the lanes of the block sums).
+const LANES: usize = 16;
+/// Vectors per pass over the weights.
+const FEW: usize = 4;
+/// Blocks per column chunk (16,384 columns): the chunk's `8·ΣX` offsets live on the stack.
+const CHUNK_BLOCKS: usize = 512;
+/// Bytes of a Q4B32 block.
+const BYTES: usize = 18;
+
+/// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors.
+///
+/// # Safety
+/// As [`super::int21::Int21RowsFn`]; the CPU has AVX-512 F/BW/VL and VNNI.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+    let rb = w.row_bytes();
+    if n == 0 || r0 >= r1 {
+        return;
+    }
+    if rb < BYTES || rb > (i32::MAX as usize) / LANES {
+        // No columns (every result is 0), or rows too long for the gathers' 32-bit offsets:
+        // the scalar twin gives the same bits.
+        // SAFETY: forwarded contract.
+        return unsafe { super::int21::rows_q4(w, r0, r1, x, n, y, ys) };
+    }
+    let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
+    let mut t = 0;
+    while t < n {
+        let tn = (n - t).min(FEW);
+        // SAFETY: vectors t..t + tn exist and their outputs are ours (forwarded).
+        unsafe {
+            match tn {
+                1 => few::<1>(w, r0, r1, x, t, offsets, y, ys),
+                2 => few::<2>(w, r0, r1, x, t, offsets, y, ys),
+                3 => few::<3>(w, r0, r1, x, t, offsets, y, ys),
+                _ => few::<4>(w, r0, r1, x, t, offsets, y, ys),
+            }
+        }
+        t += tn;
+    }
+}
+
+/// Vectors `t0..t0 + T` against rows `r0..r1` (see the module notes).
+///
+/// # Safety
+/// As [`rows_q4`], for those vectors.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m512i, y: *mut f32, ys: usize) {
+    let rb = w.row_bytes();
+    let blocks = rb / BYTES;
+    let cols = blocks * 32;
+    // Block b of vector t's 96 digit bytes (a Digits is three bytes).
+    let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
+    let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
+    let mut offset = [[0i32; CHUNK_BLOCKS]; T];
+    let mut b0 = 0;
+    while b0 < blocks {
+        let kb = (blocks - b0).min(CHUNK_BLOCKS);
+        for (t, ot) in offset.iter_mut().enumerate() {
+            for (b, o) in ot.iter_mut().take(kb).enumerate() {
+                // SAFETY: block b0 + b of vector t0 + t exists (the caller's contract).
+                *o = unsafe { super::int21_avx2::offset_of(digits(t, b0 + b)) };
+            }
+        }
+        let mut g = r0;
+        while g < r1 {
+            let live = (r1 - g).min(LANES);
+            let mask = ((1u32 << live) - 1) as __mmask16;
+            let mut acc = [_mm512_setzero_ps(); T];
+            if b0 > 0 {
+                for (t, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: the caller's contract; masked lanes are not read.
+                    *a = unsafe { _mm512_maskz_loadu_ps(mask, out(t, g)) };
+                }
+            }
+            // Row g + j, or the last row of the range for lanes past it (read, never stored).
+            let rows: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * BYTES));
+            // The next group's sixteen rows are contiguous: each block step asks for its share
+            // of their lines at this chunk's columns.
+            let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
+            for b in 0..kb {
+                prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
+                let at = |j: usize| rows[j].wrapping_add(b * BYTES);
+                // SAFETY: the live rows' block b0 + b is within the matrix.
+                let scales = unsafe { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, offsets, at(0).cast()))) };
+                // SAFETY: block b0 + b of each vector exists.
+                let runs: [[__m512i; 6]; T] = std::array::from_fn(|t| unsafe { digit_runs(digits(t, b0 + b)) });
+                // Register q holds rows q, q + 4, q + 8, q + 12: the tree below puts row j in lane j.
+                let mut part = [[_mm512_setzero_si512(); 4]; T];
+                for q in 0..4 {
+                    // SAFETY: each pointer is a block of a row within the matrix.
+                    let (even, odd) = unsafe { nibbles([at(q), at(q + 4), at(q + 8), at(q + 12)]) };
+                    for (pt, r) in part.iter_mut().zip(&runs) {
+                        pt[q] = digits_dot(even, odd, r);
+                    }
+                }
+                for (t, a) in acc.iter_mut().enumerate() {
+                    let [p0, p1, p2, p3] = part[t];
+                    let s = add_across(add_across_pairs(p0, p1), add_across_pairs(p2, p3));
+                    let s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset[t][b]));
+                    // SAFETY: the block's scale of vector t0 + t.
+                    let d = unsafe { *x.d.as_ptr().add((t0 + t) * blocks + b0 + b) };
+                    *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scales, _mm512_set1_ps(d)), *a);
+                }
+            }
+            for (t, a) in acc.iter().enumerate() {
+                // SAFETY: the caller's contract; masked lanes are not written.
+                unsafe { _mm512_mask_storeu_ps(out(t, g), mask, *a) };
+            }
+            g += live;
+        }
+        b0 += kb;
+    }
+}
+
+/// A block's six 16-byte digit runs (H even, H odd, M even, M odd, D even, D odd), each
+/// broadcast to the four 128-bit lanes.
+///
+/// # Safety
+/// The 96 bytes at `p` are readable.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn digit_runs(p: *const i8) -> [__m512i; 6] {
+    // SAFETY: the caller's contract.
+    std::array::from_fn(|k| unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(16 * k).cast())) })
+}
+
+/// Four rows' block payloads, row i in 128-bit lane i, as unsigned nibbles `w + 8`: (the even
+/// positions, the odd ones).
+///
+/// # Safety
+/// Each pointer is a whole Q4B32 block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn nibbles(blocks: [*const u8; 4]) -> (__m512i, __m512i) {
+    // SAFETY: 16 payload bytes after each block's scale.
+    let v = unsafe { load_four(blocks, 2) };
+    // A two's-complement nibble q flipped in bit 3 is q + 8.
+    let v = _mm512_xor_si512(v, _mm512_set1_epi8(0x88u8 as i8));
+    let low = _mm512_set1_epi8(0x0F);
+    (_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16::<4>(v), low))
+}
+
+/// Four partial sums per row of `Σ (w + 8)·X`: each digit's byte products summed by
+/// `vpdpbusd` (four per lane), the digits scaled by shifts.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+fn digits_dot(even: __m512i, odd: __m512i, runs: &[__m512i; 6]) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    let digit = |k: usize| _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, even, runs[2 * k]), odd, runs[2 * k + 1]);
+    _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32::<14>(digit(0)), _mm512_slli_epi32::<7>(digit(1))), digit(2))
+}
