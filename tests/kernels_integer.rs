@@ -352,9 +352,20 @@ fn the_simd_quantizer_equals_the_scalar_one() {
         assert!(d.iter().zip(&d0).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "int16: {d:?}");
         checked += 1;
     }
-    // The int21 quantizer: its zero, non-finite and tie blocks, and every digit's range.
-    let (mut q21, mut d21) = (vec![waste::kernels::int21::Digits([0x55; 3]); x.len()], vec![-1.0f32; x.len() / 32]);
-    waste::kernels::int21::quantize_with(Int8Isa::Avx2, &x, &mut q21, &mut d21);
+    // The int21 quantizer (AVX2, which the AVX-512 kernels take too): the scalar one's bytes
+    // and scales, its zero and non-finite blocks, and every value within its rounding.
+    let run21 = |isa| {
+        let (mut q, mut d) = (vec![waste::kernels::int21::Digits([0x55; 3]); x.len()], vec![-1.0f32; x.len() / 32]);
+        waste::kernels::int21::quantize_with(isa, &x, &mut q, &mut d);
+        (q, d)
+    };
+    let (q21, d21) = run21(Int8Isa::Scalar);
+    if Int8Isa::Avx2.supported() {
+        let (q, d) = run21(Int8Isa::Avx2);
+        assert_eq!(q, q21, "int21");
+        assert!(d.iter().zip(&d21).all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())), "int21: {d:?}");
+        checked += 1;
+    }
     assert!(d21[37].is_nan() && d21[38].is_nan() && d21[2] == 0.0, "{d21:?}");
     assert!(q21[32 * 2..32 * 3].iter().all(|v| v.0 == [0; 3]));
     for (b, blk) in q21.chunks(32).enumerate().filter(|(b, _)| d21[*b].is_finite()) {

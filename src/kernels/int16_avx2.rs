@@ -495,22 +495,14 @@ pub mod vnni {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize(x: &[f32], q: &mut [i16], d: &mut [f32]) {
     let blocks = (x.len() / 32).min(q.len() / 32).min(d.len());
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-    let largest = _mm256_set1_ps(f32::MAX);
     for (b, scale) in d.iter_mut().take(blocks).enumerate() {
         // SAFETY: block b lies inside x (blocks is bounded by it).
-        let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(32 * b + 8 * i)) });
-        let a: [__m256; 4] = v.map(|vi| _mm256_and_ps(vi, abs));
-        let finite = a.iter().fold(_mm256_castsi256_ps(_mm256_set1_epi32(-1)), |f, ai| _mm256_and_ps(f, _mm256_cmp_ps::<_CMP_LE_OQ>(*ai, largest)));
-        let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
-        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m)));
+        let (v, amax, finite) = unsafe { block_max(x.as_ptr().add(32 * b)) };
         let out = q[32 * b..32 * b + 32].as_mut_ptr();
-        if _mm256_movemask_ps(finite) != 0xFF || amax == 0.0 {
+        if !finite || amax == 0.0 {
             // SAFETY: 32 values at `out`.
             unsafe { std::ptr::write_bytes(out, 0, 32) };
-            *scale = if amax == 0.0 && _mm256_movemask_ps(finite) == 0xFF { 0.0 } else { f32::NAN };
+            *scale = if finite { 0.0 } else { f32::NAN };
             continue;
         }
         let inv = _mm256_set1_ps(32767.0 / amax);
@@ -525,6 +517,26 @@ pub unsafe fn quantize(x: &[f32], q: &mut [i16], d: &mut [f32]) {
         }
         *scale = amax / 32767.0;
     }
+}
+
+/// A block of 32 activations at `p` as four registers, its largest |x| (exact in any order)
+/// and whether every value is finite — the first steps of the integer paths' block rule.
+///
+/// # Safety
+/// 32 values are readable at `p`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn block_max(p: *const f32) -> ([__m256; 4], f32, bool) {
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    let largest = _mm256_set1_ps(f32::MAX);
+    // SAFETY: the caller's contract.
+    let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(p.add(8 * i)) });
+    let a: [__m256; 4] = v.map(|vi| _mm256_and_ps(vi, abs));
+    let finite = a.iter().fold(_mm256_castsi256_ps(_mm256_set1_epi32(-1)), |f, ai| _mm256_and_ps(f, _mm256_cmp_ps::<_CMP_LE_OQ>(*ai, largest)));
+    let m = _mm256_max_ps(_mm256_max_ps(a[0], a[1]), _mm256_max_ps(a[2], a[3]));
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    (v, _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<1>(m, m))), _mm256_movemask_ps(finite) == 0xFF)
 }
 
 #[cfg(test)]

@@ -123,11 +123,11 @@ pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn
     use super::int21_avx2 as avx2;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx512Vnni => (isa, quantize_scalar, super::int21_x86::rows_q4),
+        Int8Isa::Avx512Vnni => (isa, avx2::quantize, super::int21_x86::rows_q4),
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 if super::has_avx_vnni() => (isa, quantize_scalar, avx2::vnni::rows_q4),
+        Int8Isa::Avx2 if super::has_avx_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q4),
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 => (isa, quantize_scalar, avx2::madd::rows_q4),
+        Int8Isa::Avx2 => (isa, avx2::quantize, avx2::madd::rows_q4),
         _ => (Int8Isa::Scalar, quantize_scalar, rows_q4),
     }
 }

@@ -216,6 +216,55 @@ macro_rules! int21_avx2_kernels {
     };
 }
 
+/// The int21 quantizer on eight lanes ([`super::int21::quantize_block`]'s rule, bit for bit:
+/// the block's largest |x| and `L / max` as the scalar computes them, each `x · inv` the same
+/// f32 product rounded to nearest even by the conversion; the digits by the same integer
+/// steps), each digit's 32 bytes packed to position order and split into its even and odd
+/// runs.
+///
+/// # Safety
+/// As [`super::int8::QuantizeFn`]; the CPU has AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize(x: &[f32], q: &mut [Digits], d: &mut [f32]) {
+    let blocks = (x.len() / 32).min(q.len() / 32).min(d.len());
+    let (half, mask) = (_mm256_set1_epi32(64), _mm256_set1_epi32(127));
+    // Bytes packed as (0..4, 8..12, 16..20, 24..28 | 4..8, ...): dwords back to position
+    // order, then each 128-bit lane's even bytes before its odd ones, then the lanes' even
+    // halves before their odd ones.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let parity = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                  0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    for (b, scale) in d.iter_mut().take(blocks).enumerate() {
+        // SAFETY: block b lies inside x (blocks is bounded by it).
+        let (v, amax, finite) = unsafe { super::int16_avx2::block_max(x.as_ptr().add(32 * b)) };
+        let out = q[32 * b..32 * b + 32].as_mut_ptr().cast::<u8>();
+        if !finite || amax == 0.0 {
+            // SAFETY: 96 bytes at `out`.
+            unsafe { std::ptr::write_bytes(out, 0, 96) };
+            *scale = if finite { 0.0 } else { f32::NAN };
+            continue;
+        }
+        let inv = _mm256_set1_ps(super::int21::LEVEL as f32 / amax);
+        let level: [__m256i; 4] = v.map(|vi| _mm256_cvtps_epi32(_mm256_mul_ps(vi, inv)));
+        // The lowest balanced base-128 digit of each lane, and what is left of it, / 128.
+        let split = |x: __m256i| {
+            let low = _mm256_sub_epi32(_mm256_and_si256(_mm256_add_epi32(x, half), mask), half);
+            (low, _mm256_srai_epi32::<7>(_mm256_sub_epi32(x, low)))
+        };
+        let first = level.map(split);
+        let second = first.map(|(_, rest)| split(rest));
+        let digits = [second.map(|(_, high)| high), second.map(|(mid, _)| mid), first.map(|(low, _)| low)];
+        for (k, digit) in digits.iter().enumerate() {
+            // Every digit fits a byte: nothing saturates.
+            let bytes = _mm256_packs_epi16(_mm256_packs_epi32(digit[0], digit[1]), _mm256_packs_epi32(digit[2], digit[3]));
+            let runs = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bytes, order), parity);
+            // SAFETY: 32 bytes at out + 32k of the block's 96.
+            unsafe { _mm256_storeu_si256(out.add(32 * k).cast(), _mm256_permute4x64_epi64::<0b11_01_10_00>(runs)) };
+        }
+        *scale = amax / super::int21::LEVEL as f32;
+    }
+}
+
 /// The kernels with `vpmaddubsw` + `vpmaddwd` (every AVX2 CPU).
 pub mod madd {
     int21_avx2_kernels!("avx2,fma,f16c", digits_madd);

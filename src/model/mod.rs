@@ -138,8 +138,9 @@ pub struct ModelInfo {
     pub isa: &'static str,
     /// How Q8B32 and Q4B32 products take their inputs (`Options::activations`).
     pub activations: crate::Activations,
-    /// The integer path's kernels (`scalar`, `avx2`, `avx512vnni`) when the activations are
-    /// quantized.
+    /// The integer path's kernels (`scalar`, `avx2`, `avx2+avx-vnni`, `avx512vnni`) when the
+    /// activations are quantized — for the default ([`crate::Activations::Auto`]), when its
+    /// int21 decode is on and the model has Q4B32 weights for it.
     pub activation_kernels: Option<&'static str>,
     /// The tokenizer file, if the model has one.
     pub tokenizer: Option<PathBuf>,
@@ -348,7 +349,10 @@ impl Model {
             threads: self.pool.threads(),
             isa: self.kernels.isa().name(),
             activations: self.activations,
-            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).or(self.kernels.int21_isa()).map(|i| i.kernels_name()),
+            // The default's int21 decode is named only where it has Q4B32 products to take.
+            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).or(self.kernels.int21_isa())
+                .filter(|_| self.activations != crate::Activations::Auto || self.weights.dtypes.contains(&crate::format::dtype::DType::Q4B32))
+                .map(|i| i.kernels_name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
             expert_cache_bytes: if self.experts.is_streamed() { self.experts.resident_bytes() } else { 0 },
             expert_banks: self.cache_stats().map_or(0, |s| s.banks),
