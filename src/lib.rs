@@ -215,10 +215,11 @@ impl Default for Options {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Activations {
     /// The default: f32, except where a faster path keeps the same accuracy — on CPUs whose
-    /// kernels are AVX2 (no AVX-512), decode products with Q4B32 weights (at most
-    /// [`kernels::DECODE_VECTORS`] vectors) take [`Activations::Int21`], which passes seed
-    /// 000's token gate and decodes about 1.4–1.5× faster there, while prefill chunks keep the
-    /// f32 GEMM. A prompt's logits then differ from the same tokens decoded one at a time by
+    /// kernels are AVX2 (no AVX-512), products of at most [`kernels::DECODE_VECTORS`] vectors
+    /// with Q4B32 weights (a decode step's) take [`Activations::Int21`], which passes seed
+    /// 000's token gate and decodes about 1.4–1.5× faster there, while longer products (a
+    /// prefill chunk's GEMM) stay f32. Results then depend on how many vectors a product
+    /// carries: a prompt's logits differ from the same tokens decoded one at a time by
     /// f32-level rounding; [`Activations::F32`] keeps them bit-identical.
     #[default]
     Auto,

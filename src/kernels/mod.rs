@@ -353,7 +353,9 @@ pub struct Kernels {
 }
 
 /// The most vectors of a product [`Kernels::with_int21_decode`] gives the int21 path: a
-/// decode step's one (a few, when several sessions step together), never a prefill chunk's.
+/// decode step's one, and the few of a short prompt chunk, of an expert a prefill chunk routes
+/// few tokens to, or of the last layer's rows when a chunk reads its last logits only; never a
+/// long chunk's GEMM.
 pub const DECODE_VECTORS: usize = 4;
 
 /// Vectors whose Q4B32 inputs [`Kernels`] splits by parity at once (a longer product is run
@@ -793,9 +795,10 @@ impl Kernels {
     /// [`DECODE_VECTORS`] vectors with Q4B32 weights take int21 activations, every other product
     /// the f32 kernels — where the f32 Q4B32 decode is bound by its instruction count, int21
     /// decodes faster at the same gate accuracy, while a prefill chunk's f32 GEMM is faster
-    /// than int21's four-vectors-a-pass form. A prompt's logits then differ from the same
-    /// tokens decoded one at a time by f32-level rounding (as with the AMX tiles). `values` as
-    /// for [`Kernels::with_int8_activations`], for [`DECODE_VECTORS`] vectors.
+    /// than int21's four-vectors-a-pass form. Results then depend on how many vectors a
+    /// product carries: a prompt's logits differ from the same tokens decoded one at a time by
+    /// f32-level rounding (as with the AMX tiles). `values` as for
+    /// [`Kernels::with_int8_activations`], for [`DECODE_VECTORS`] vectors.
     pub fn with_int21_decode(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
         Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), DECODE_VECTORS)), ..self }
