@@ -237,10 +237,12 @@ pub enum Activations {
     Int16,
     /// Q4B32 products only (Q8B32 and the rest keep f32): blocks of 32 signed 21-bit
     /// integers with an f32 scale, each integer carried as three 8-bit digits and multiplied
-    /// exactly (AVX2 — with AVX-VNNI's `vpdpbusd` where present — or the scalar twin): an
-    /// activation error of at most 1/4,161,536 of its block's largest |x|, which passes seed
-    /// 000's token gate; for decode on AVX2 CPUs, where the f32 Q4B32 product is bound by its
-    /// instruction count. `docs/BENCHMARKS.md` has the speed and the logit error.
+    /// exactly (AVX-512 VNNI, or AVX2 — with AVX-VNNI's `vpdpbusd` where present — or the
+    /// scalar twin): an activation error of at most 1/4,161,536 of its block's largest |x|,
+    /// which passes seed 000's token gate. Its kernels are decode kernels (four vectors a pass
+    /// over the weights): the default takes it for decode on AVX2 CPUs ([`Activations::Auto`]);
+    /// on every product, prefill runs slower than f32. `docs/BENCHMARKS.md` has the speed and
+    /// the logit error.
     Int21,
 }
 

@@ -783,9 +783,9 @@ impl Kernels {
     /// These kernels with the int21-activation path on ([`int21`]): products with Q4B32
     /// weights quantize their inputs to 21-bit blocks (a rounding of at most 1/4,161,536 of
     /// each block's largest value: seed 000's token gate passes) and multiply them as exact
-    /// integers, three 8-bit digits at a time — with AVX2 kernels wherever the CPU has AVX2
-    /// and the scalar twin elsewhere; other dtypes keep f32 activations. Replaces another
-    /// integer path. `values` as for [`Kernels::with_int8_activations`].
+    /// integers, three 8-bit digits at a time — with the AVX-512 VNNI kernel where the int8
+    /// path would use it, the AVX2 ones elsewhere on x86 and the scalar twin beyond; other
+    /// dtypes keep f32 activations. Replaces another integer path. `values` as for [`Kernels::with_int8_activations`].
     pub fn with_int21_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
         Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), usize::MAX)), ..self }
