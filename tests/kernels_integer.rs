@@ -53,13 +53,9 @@ struct Path {
 }
 
 impl Path {
-    /// The path's kernels, as `Kernels` reports them.
+    /// The path's kernels, as `Kernels` reports them (`k` has this path on).
     fn isa(&self, k: &Kernels) -> Option<Int8Isa> {
-        match self.name {
-            "int8" => k.int8_isa(),
-            "int16" => k.int16_isa(),
-            _ => k.int21_isa(),
-        }
+        k.integer_isa()
     }
 
     /// The path on each instruction set this CPU has, each set's kernels once (scalar first).
@@ -121,7 +117,11 @@ fn the_path_is_chosen_per_instruction_set() {
     assert_eq!((both.int8_isa().is_some(), both.int16_isa().is_some()), (false, true));
     for k in Isa::ALL.into_iter().filter_map(Kernels::with_isa) {
         let want = k.clone().with_int8_activations(64).int8_isa();
-        assert_eq!(k.with_int16_activations(64).int16_isa(), want);
+        assert_eq!(k.clone().with_int16_activations(64).int16_isa(), want);
+        // int21 too (and its decode-only form), each replacing the path before it.
+        let int21 = k.clone().with_int16_activations(64).with_int21_activations(64);
+        assert_eq!((int21.int16_isa(), int21.int21_isa(), int21.integer_isa()), (None, want, want));
+        assert_eq!(k.with_int21_decode(64).int21_isa(), want);
     }
 }
 

@@ -8,6 +8,7 @@ use waste::format::dtype::DType;
 use waste::format::json::Json;
 use waste::kernels::bench::{self, MatmulBench};
 use waste::kernels::{CpuList, Isa, Prefetch, TokenGroups};
+use waste::Activations;
 
 pub const BENCH_MATMUL: Command = Command {
     name: "bench matmul",
@@ -71,9 +72,7 @@ fn options(a: &Args) -> Result<MatmulBench, Failure> {
         o.token_groups = Some(TokenGroups::from_name(name).ok_or_else(|| Failure::Usage(format!(
             "option `--token-groups`: `{name}` is not one of fit-l2, whole")))?);
     }
-    o.int8_activations = a.flag("int8-act");
-    o.int16_activations = a.flag("int16-act");
-    o.int21_activations = a.flag("int21-act");
+    o.activations = super::commands::activations(a)?;
     o.experts = a.flag("experts");
     if let Some(list) = a.value("dtype") {
         o.dtypes = list
@@ -101,13 +100,18 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             ("gb_per_s", Json::float(x.gb_per_s)),
             ("gmac_per_s", Json::float(x.gmac_per_s)),
         ])).collect());
+        // Each path's key names its kernels when the products ran through it, else null.
+        let path_kernels = |path: Activations| match r.integer {
+            Some((on, i)) if on == path => Json::str(i.kernels_name()),
+            _ => Json::Null,
+        };
         let doc = Json::object([
             ("isa", Json::str(r.isa.name())),
             ("prefetch", Json::str(r.prefetch.name())),
             ("token_groups", Json::str(r.token_groups.name())),
-            ("int8_activations", r.int8.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
-            ("int16_activations", r.int16.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
-            ("int21_activations", r.int21.map_or(Json::Null, |i| Json::str(i.kernels_name()))),
+            ("int8_activations", path_kernels(Activations::Int8)),
+            ("int16_activations", path_kernels(Activations::Int16)),
+            ("int21_activations", path_kernels(Activations::Int21)),
             ("cpus", r.cpus.as_ref().map_or(Json::Null, |c| Json::str(c.to_string()))),
             ("passes", Json::uint(r.passes as u64)),
             ("tokens", Json::uint(r.tokens as u64)),
@@ -130,11 +134,10 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         return Ok(());
     }
     let cpus = r.cpus.as_ref().map_or("unbound".to_string(), |c| format!("cpus {c}"));
-    let int8 = match (r.int8, r.int16, r.int21) {
-        (Some(i), _, _) => format!(" (Q8B32, Q4B32: int8 activations, {} kernels)", i.kernels_name()),
-        (_, Some(i), _) => format!(" (Q8B32, Q4B32: int16 activations, {} kernels)", i.kernels_name()),
-        (_, _, Some(i)) => format!(" (Q4B32: int21 activations, {} kernels)", i.kernels_name()),
-        _ => String::new(),
+    let int8 = match r.integer {
+        Some((Activations::Int21, i)) => format!(" (Q4B32: int21 activations, {} kernels)", i.kernels_name()),
+        Some((path, i)) => format!(" (Q8B32, Q4B32: {} activations, {} kernels)", path.name(), i.kernels_name()),
+        None => String::new(),
     };
     let tokens = if r.tokens > 1 { format!(", {} vectors per product", r.tokens) } else { String::new() };
     let prefetch = match r.isa {

@@ -42,13 +42,11 @@ pub struct MatmulBench {
     pub prefetch: Option<super::Prefetch>,
     /// The AVX-512 prefill GEMM's token groups; `None` is the rule chosen for this CPU.
     pub token_groups: Option<super::TokenGroups>,
-    /// Q8B32 and Q4B32 through the opt-in int8-activation path (the quantization of the
-    /// input vector is part of each timed product, as in decode).
-    pub int8_activations: bool,
-    /// Q8B32 and Q4B32 through the int16-activation path instead (quantization timed too).
-    pub int16_activations: bool,
-    /// Q4B32 through the int21-activation path instead (quantization timed too).
-    pub int21_activations: bool,
+    /// The products' activations: `Int8`, `Int16` (Q8B32 and Q4B32) or `Int21` (Q4B32)
+    /// through that integer path — the quantization of the input vector is part of each timed
+    /// product, as in decode — or the f32 kernels (`F32`, and `Auto`: the kernels alone, with
+    /// no model to decide for).
+    pub activations: crate::Activations,
     /// Timed passes per measurement (the median is reported), after one untimed warm-up.
     pub passes: usize,
     /// The dtypes to measure.
@@ -78,9 +76,7 @@ impl Default for MatmulBench {
             isa: None,
             prefetch: None,
             token_groups: None,
-            int8_activations: false,
-            int16_activations: false,
-            int21_activations: false,
+            activations: crate::Activations::F32,
             passes: 5,
             dtypes: vec![DType::F32, DType::BF16, DType::F16, DType::Q8B32, DType::Q4B32],
             regions: 2000,
@@ -135,12 +131,9 @@ pub struct MatmulReport {
     pub prefetch: super::Prefetch,
     /// The AVX-512 prefill GEMM's token groups.
     pub token_groups: super::TokenGroups,
-    /// The int8 path's kernels, when Q8B32 and Q4B32 were measured through it.
-    pub int8: Option<super::Int8Isa>,
-    /// The int16 path's kernels, when Q8B32 and Q4B32 were measured through it.
-    pub int16: Option<super::Int8Isa>,
-    /// The int21 path's kernels, when Q4B32 was measured through it.
-    pub int21: Option<super::Int8Isa>,
+    /// The integer path the products were measured through (`Int8`, `Int16`, `Int21`) and its
+    /// kernels, when one was.
+    pub integer: Option<(crate::Activations, super::Int8Isa)>,
     /// The thread counts measured, ascending.
     pub threads: Vec<usize>,
     /// The CPUs the threads were bound to, when bound.
@@ -173,9 +166,10 @@ impl MatmulReport {
     /// Q8B32 and Q4B32 through the int8 (int16) path, the int8 one for Q4B32 through the
     /// int21 path (byte products, three per multiply-add), the f32 one otherwise.
     pub fn peak_for(&self, dtype: DType) -> &[Rate] {
-        match (self.int8, self.int16, self.int21, dtype) {
-            (Some(_), _, _, DType::Q8B32 | DType::Q4B32) | (_, _, Some(_), DType::Q4B32) => &self.int8_peak,
-            (_, Some(_), _, DType::Q8B32 | DType::Q4B32) => &self.int16_peak,
+        use crate::Activations::{Int16, Int21, Int8};
+        match (self.integer.map(|(path, _)| path), dtype) {
+            (Some(Int8), DType::Q8B32 | DType::Q4B32) | (Some(Int21), DType::Q4B32) => &self.int8_peak,
+            (Some(Int16), DType::Q8B32 | DType::Q4B32) => &self.int16_peak,
             _ => &self.fma_peak,
         }
     }
@@ -205,18 +199,13 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     }
     // As a model holds it: room for a Q4B32 product's inputs split by parity.
     kernels = kernels.with_split_buffer(opts.cols * super::split_vectors(opts.tokens));
-    if [opts.int8_activations, opts.int16_activations, opts.int21_activations].iter().filter(|&&on| on).count() > 1 {
-        return Err(Error::arg("bench matmul: int8, int16 and int21 activations are three paths: choose one"));
-    }
-    if opts.int8_activations {
-        kernels = kernels.with_int8_activations(opts.cols * opts.tokens);
-    }
-    if opts.int16_activations {
-        kernels = kernels.with_int16_activations(opts.cols * opts.tokens);
-    }
-    if opts.int21_activations {
-        kernels = kernels.with_int21_activations(opts.cols * opts.tokens);
-    }
+    let values = opts.cols * opts.tokens;
+    kernels = match opts.activations {
+        crate::Activations::Auto | crate::Activations::F32 => kernels,
+        crate::Activations::Int8 => kernels.with_int8_activations(values),
+        crate::Activations::Int16 => kernels.with_int16_activations(values),
+        crate::Activations::Int21 => kernels.with_int21_activations(values),
+    };
     let mut threads = vec![1, opts.threads];
     threads.dedup();
     let pools = threads.iter().map(|&t| Pool::with_cpus(t, opts.cpus.as_ref())).collect::<Result<Vec<_>>>()?;
@@ -235,7 +224,7 @@ pub fn matmul(opts: &MatmulBench) -> Result<MatmulReport> {
     for &dtype in &opts.dtypes {
         dtypes.push(stream_dtype(&kernels, &pools, opts, dtype, &probe)?);
     }
-    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), int8: kernels.int8_isa(), int16: kernels.int16_isa(), int21: kernels.int21_isa(), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
+    Ok(MatmulReport { isa: kernels.isa(), prefetch: kernels.prefetch(), token_groups: kernels.token_groups(), integer: kernels.integer_isa().map(|i| (opts.activations, i)), threads, cpus: opts.cpus.clone(), passes: opts.passes, tokens: opts.tokens,
         read_bytes: probe.bytes(), read: probe.first, dispatch_us, fma_peak, int8_peak, int16_peak, dtypes })
 }
 

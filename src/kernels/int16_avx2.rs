@@ -548,16 +548,6 @@ mod tests {
     use crate::kernels::TestRng as Rng;
 
     /// Random blocks of `f` with normal binary16 scales.
-    fn matrix(f: Format, rows: usize, blocks: usize, rng: &mut Rng) -> Vec<u8> {
-        let mut data = vec![0u8; rows * blocks * f.bytes];
-        for blk in data.chunks_exact_mut(f.bytes) {
-            let scale = half::f16::from_f32(0.001 + rng.f32().abs() * 0.1).to_bits();
-            blk[..2].copy_from_slice(&scale.to_le_bytes());
-            blk[2..].iter_mut().for_each(|v| *v = (rng.next() >> 56) as u8);
-        }
-        data
-    }
-
     /// Both multiply forms (AVX-VNNI where the CPU has it) equal the scalar twin bit for bit,
     /// through both the few-vector form and the widened tile, their chunk edges, and row
     /// groups cut short; the quantizer equals the scalar one.
@@ -573,7 +563,7 @@ mod tests {
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
         for (f, dtype) in [(Q4, DType::Q4B32), (Q8, DType::Q8B32)] {
             for (rows, blocks) in [(1, 1), (7, 3), (8, 17), (19, 2), (13, 33), (9, 513)] {
-                let data = matrix(f, rows, blocks, &mut rng);
+                let data = rng.blocks(f.bytes, rows * blocks);
                 let cols = blocks * 32;
                 let w = MatRef { dtype, rows, cols, data: &data };
                 for n in [1, 2, 3, 4, 5, 6, 7, 13] {

@@ -282,19 +282,6 @@ mod tests {
     use crate::kernels::TestRng as Rng;
     use crate::format::dtype::DType;
 
-    fn matrix(rows: usize, blocks: usize, rng: &mut Rng) -> Vec<u8> {
-        let mut m = vec![0u8; rows * blocks * BYTES];
-        for blk in m.chunks_exact_mut(BYTES) {
-            // Scales 2⁻⁸..2⁻¹ (binary16 exponents 7..14), payloads anything.
-            let bits = (((7 + rng.next() % 8) << 10) | (rng.next() % 1024)) as u16;
-            blk[..2].copy_from_slice(&bits.to_le_bytes());
-            for v in &mut blk[2..] {
-                *v = rng.next() as u8;
-            }
-        }
-        m
-    }
-
     #[test]
     fn both_forms_equal_the_scalar_twin() {
         if !is_x86_feature_detected!("avx2") || !is_x86_feature_detected!("fma") || !is_x86_feature_detected!("f16c") {
@@ -303,7 +290,7 @@ mod tests {
         }
         let mut rng = Rng(0x1d21);
         for (rows, blocks, n) in [(19, 3, 1), (8, 1, 2), (37, 600, 1), (16, 5, 3), (9, 7, 4), (23, 4, 9), (1, 2, 1)] {
-            let data = matrix(rows, blocks, &mut rng);
+            let data = rng.blocks(BYTES, rows * blocks);
             let w = crate::kernels::MatRef { data: &data, rows, cols: blocks * 32, dtype: DType::Q4B32 };
             let xs: Vec<f32> = (0..n * blocks * 32).map(|_| rng.f32() * 3.0 - 1.5).collect();
             let mut q = vec![Digits::default(); xs.len()];

@@ -941,6 +941,11 @@ impl Kernels {
         self.int.as_ref().filter(|p| matches!(p, Integer::Int16(_))).map(Integer::isa)
     }
 
+    /// The integer path's kernels, whichever path is on.
+    pub fn integer_isa(&self) -> Option<Int8Isa> {
+        self.int.as_ref().map(Integer::isa)
+    }
+
     /// The int21 path's kernels, when it is on.
     pub fn int21_isa(&self) -> Option<Int8Isa> {
         self.int.as_ref().filter(|p| matches!(p, Integer::Int21(..))).map(Integer::isa)
@@ -1328,5 +1333,17 @@ impl TestRng {
     /// A value in [−1, 1).
     pub fn f32(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    /// `count` quantized blocks of `bytes` bytes each (Q8B32 34, Q4B32 18): a binary16 scale
+    /// in 0.001..0.101, then payload bytes of any value.
+    pub fn blocks(&mut self, bytes: usize, count: usize) -> Vec<u8> {
+        let mut data = vec![0u8; count * bytes];
+        for blk in data.chunks_exact_mut(bytes) {
+            let scale = half::f16::from_f32(0.001 + self.f32().abs() * 0.1).to_bits();
+            blk[..2].copy_from_slice(&scale.to_le_bytes());
+            blk[2..].iter_mut().for_each(|v| *v = (self.next() >> 56) as u8);
+        }
+        data
     }
 }

@@ -275,7 +275,7 @@ impl Model {
             crate::Activations::Int21 => kernels.with_int21_activations(State::int8_values(&cfg, chunk)),
         };
         let scalar_twins = |isa: Option<crate::kernels::Int8Isa>| isa == Some(crate::kernels::Int8Isa::Scalar) && kernels.isa() != crate::kernels::Isa::Scalar;
-        if scalar_twins(kernels.int16_isa()) || scalar_twins(kernels.int21_isa()) {
+        if opts.activations != crate::Activations::Int8 && scalar_twins(kernels.integer_isa()) {
             notes.push(format!("{} activations run on the scalar twins on this CPU (their SIMD kernels need AVX2; \
                 the f32 kernels here are {}): the products they take will be several times slower than with f32 activations",
                 opts.activations.name(), kernels.isa().name()));
@@ -350,7 +350,7 @@ impl Model {
             isa: self.kernels.isa().name(),
             activations: self.activations,
             // The default's int21 decode is named only where it has Q4B32 products to take.
-            activation_kernels: self.kernels.int8_isa().or(self.kernels.int16_isa()).or(self.kernels.int21_isa())
+            activation_kernels: self.kernels.integer_isa()
                 .filter(|_| self.activations != crate::Activations::Auto || self.weights.dtypes.contains(&crate::format::dtype::DType::Q4B32))
                 .map(|i| i.kernels_name()),
             tokenizer: self.tokenizer.as_ref().map(|t| t.path().to_path_buf()),
