@@ -70,6 +70,7 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
     // Block b of vector t's 96 digit bytes (a Digits is three bytes).
     let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
     let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
+    // Each block's `−8·ΣX`, negated here so that the loop adds it from memory.
     let mut offset = [[0i32; CHUNK_BLOCKS]; T];
     let mut b0 = 0;
     while b0 < blocks {
@@ -77,7 +78,7 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
         for (t, ot) in offset.iter_mut().enumerate() {
             for (b, o) in ot.iter_mut().take(kb).enumerate() {
                 // SAFETY: block b0 + b of vector t0 + t exists (the caller's contract).
-                *o = unsafe { super::int21_avx2::offset_of(digits(t, b0 + b)) };
+                *o = -unsafe { super::int21_avx2::offset_of(digits(t, b0 + b)) };
             }
         }
         let mut g = r0;
@@ -120,7 +121,7 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
                 for (t, a) in acc.iter_mut().enumerate() {
                     let [p0, p1, p2, p3] = part[t];
                     let s = add_across(add_across_pairs(p0, p1), add_across_pairs(p2, p3));
-                    let s = _mm512_sub_epi32(s, _mm512_set1_epi32(offset[t][b]));
+                    let s = _mm512_add_epi32(s, _mm512_set1_epi32(offset[t][b]));
                     // SAFETY: the block's scale of vector t0 + t.
                     let d = unsafe { *x.d.as_ptr().add((t0 + t) * blocks + b0 + b) };
                     *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scales, _mm512_set1_ps(d)), *a);
@@ -158,18 +159,23 @@ unsafe fn digit_runs(p: *const i8) -> [__m512i; 6] {
 unsafe fn nibbles(blocks: [*const u8; 4]) -> (__m512i, __m512i) {
     // SAFETY: 16 payload bytes after each block's scale.
     let v = unsafe { load_four(blocks, 2) };
-    // A two's-complement nibble q flipped in bit 3 is q + 8.
-    let v = _mm512_xor_si512(v, _mm512_set1_epi8(0x88u8 as i8));
-    let low = _mm512_set1_epi8(0x0F);
-    (_mm512_and_si512(v, low), _mm512_and_si512(_mm512_srli_epi16::<4>(v), low))
+    // A two's-complement nibble q flipped in bit 3 is q + 8: `(v ^ 0x88) & 0x0F` is one
+    // ternary-logic instruction (0x28: A ^ B, then AND C), for the high nibbles after the shift
+    // too (the bits shifted in from the next byte are masked off).
+    let (flip, low) = (_mm512_set1_epi8(0x88u8 as i8), _mm512_set1_epi8(0x0F));
+    let high = _mm512_srli_epi16::<4>(v);
+    (_mm512_ternarylogic_epi32::<0x28>(v, flip, low), _mm512_ternarylogic_epi32::<0x28>(high, flip, low))
 }
 
 /// Four partial sums per row of `Σ (w + 8)·X`: each digit's byte products summed by
-/// `vpdpbusd` (four per lane), the digits scaled by shifts.
+/// `vpdpbusd` (four per lane) into the running sum, which is scaled by 2⁷ before the next
+/// digit's — Horner's rule for `2¹⁴·H + 2⁷·M + D`, two shifts and no adds (exact: every
+/// partial value is within the final sum's bound).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 fn digits_dot(even: __m512i, odd: __m512i, runs: &[__m512i; 6]) -> __m512i {
-    let zero = _mm512_setzero_si512();
-    let digit = |k: usize| _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, even, runs[2 * k]), odd, runs[2 * k + 1]);
-    _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32::<14>(digit(0)), _mm512_slli_epi32::<7>(digit(1))), digit(2))
+    let digit = |acc: __m512i, k: usize| _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, even, runs[2 * k]), odd, runs[2 * k + 1]);
+    let h = digit(_mm512_setzero_si512(), 0);
+    let m = digit(_mm512_slli_epi32::<7>(h), 1);
+    digit(_mm512_slli_epi32::<7>(m), 2)
 }
