@@ -91,14 +91,17 @@ fn digits_madd(even: __m256i, odd: __m256i, runs: &[__m256i; 6]) -> __m256i {
     _mm256_add_epi32(_mm256_add_epi32(digit(0, 1 << 14), digit(1, 1 << 7)), digit(2, 1))
 }
 
-/// AVX-VNNI `vpdpbusd`: each digit's four products per lane summed straight into 32 bits,
-/// then the digits scaled by shifts.
+/// AVX-VNNI `vpdpbusd`: each digit's four products per lane summed straight into the running
+/// sum, which is scaled by 2⁷ before the next digit's (Horner's rule for `2¹⁴·H + 2⁷·M + D`:
+/// two shifts and no adds, exact — every partial value is within the final sum's bound).
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 #[inline]
 fn digits_vnni(even: __m256i, odd: __m256i, runs: &[__m256i; 6]) -> __m256i {
     use super::int8_x86::dpbusd_avx as dot;
-    let digit = |k: usize| dot(dot(_mm256_setzero_si256(), even, runs[2 * k]), odd, runs[2 * k + 1]);
-    _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32::<14>(digit(0)), _mm256_slli_epi32::<7>(digit(1))), digit(2))
+    let digit = |acc: __m256i, k: usize| dot(dot(acc, even, runs[2 * k]), odd, runs[2 * k + 1]);
+    let h = digit(_mm256_setzero_si256(), 0);
+    let m = digit(_mm256_slli_epi32::<7>(h), 1);
+    digit(_mm256_slli_epi32::<7>(m), 2)
 }
 
 /// Generates the kernels for one way of summing the digits' products: `$feat` the
