@@ -98,10 +98,13 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
             for b in 0..kb {
                 // Each row asks for its own line [`AHEAD`] blocks on, every fourth block (a
                 // line holds 3.6 blocks): 5–8 % more than asking for the next group's rows, as
-                // the AVX2 form does (BENCHMARKS, int21).
+                // the AVX2 form does (BENCHMARKS, int21). Past the row's end the same place in
+                // the next group's row, `LANES` rows on (a prefetch does not fault): a
+                // 2,048-column row is 64 blocks, whose first 24 would otherwise arrive unasked.
                 if b % 4 == 0 {
+                    let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (LANES - 1) * rb };
                     for row in &rows {
-                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add((b + AHEAD) * BYTES).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
                     }
                 }
                 let at = |j: usize| rows[j].wrapping_add(b * BYTES);
