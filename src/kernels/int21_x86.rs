@@ -6,6 +6,7 @@
 //! transpose-and-add tree turns four such registers into sixteen rows' block sums in row order,
 //! and the rest is the AVX2 kernel's, sixteen rows at a time.
 
+use super::avx2::prefetch_span;
 use super::int16_x86::{add_across, add_across_pairs, load_four};
 use super::int21::Digits;
 use super::int8::Acts;
@@ -20,6 +21,14 @@ const FEW: usize = 4;
 const CHUNK_BLOCKS: usize = 512;
 /// Bytes of a Q4B32 block.
 const BYTES: usize = 18;
+/// Rows of at least this many bytes ask for their own lines ahead, to L1: each row asks for
+/// the line [`AHEAD`] blocks on, every fourth block (a line holds 3.6 blocks). Shorter rows
+/// — several to a 4 KiB page, where the CPU's own prefetchers follow them poorly — ask for the
+/// next group's lines instead, to L2, as the AVX2 form does. From DRAM on the Intel host, two
+/// threads (BENCHMARKS, 2026-12-06): own rows 52–63 % of the read bandwidth at 2,048 and
+/// 4,096 columns (1,152 and 2,304 bytes a row), 79–85 % from 6,144 on; the next group's
+/// 64–75 % at every width.
+const OWN_ROWS_MIN_BYTES: usize = 3072;
 /// Blocks ahead of its row's current one a row's prefetch asks for (24 measured best of 24,
 /// 48 and 96).
 const AHEAD: usize = 24;
@@ -71,6 +80,7 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
     let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
     let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
     // Each block's `−8·ΣX`, negated here so that the loop adds it from memory.
+    let own_rows = rb >= OWN_ROWS_MIN_BYTES;
     let mut offset = [[0i32; CHUNK_BLOCKS]; T];
     let mut b0 = 0;
     while b0 < blocks {
@@ -94,14 +104,16 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
             }
             // Row g + j, or the last row of the range for lanes past it (read, never stored).
             let rows: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * BYTES));
+            // The next group's rows are contiguous: under the short rows' scheme each block
+            // step asks for its share of their lines at this chunk's columns.
+            let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
             #[allow(clippy::needless_range_loop)]
             for b in 0..kb {
-                // Each row asks for its own line [`AHEAD`] blocks on, every fourth block (a
-                // line holds 3.6 blocks): 5–8 % more than asking for the next group's rows, as
-                // the AVX2 form does (BENCHMARKS, int21). Past the row's end the same place in
-                // the next group's row, `LANES` rows on (a prefetch does not fault): a
-                // 2,048-column row is 64 blocks, whose first 24 would otherwise arrive unasked.
-                if b % 4 == 0 {
+                if !own_rows {
+                    prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
+                } else if b % 4 == 0 {
+                    // Past the row's end, the same place in the next group's row, `LANES` rows
+                    // on (a prefetch does not fault).
                     let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (LANES - 1) * rb };
                     for row in &rows {
                         _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
