@@ -9,7 +9,7 @@
 use crate::common;
 use common::{random_matrix, Rng};
 use waste::format::dtype::DType;
-use waste::kernels::{Int8Isa, Isa, Kernels, MatRef, Pool};
+use waste::kernels::{Int8Isa, Isa, Kernels, MatRef, Pool, Prefetch};
 
 const WIDTHS: [DType; 2] = [DType::Q8B32, DType::Q4B32];
 
@@ -73,10 +73,14 @@ impl Path {
     }
 }
 
-const PATHS: [Path; 3] = [
+/// int21 once per prefetch scheme: the AVX-512 kernel has a form for each (only when bytes
+/// arrive differs; the bits must not).
+const PATHS: [Path; 4] = [
     Path { name: "int8", level: 127.0, on: |k| k.with_int8_activations(0), dtypes: &WIDTHS },
     Path { name: "int16", level: 32767.0, on: |k| k.with_int16_activations(0), dtypes: &WIDTHS },
-    Path { name: "int21", level: 2_080_768.0, on: |k| k.with_int21_activations(0), dtypes: &[DType::Q4B32] },
+    Path { name: "int21", level: 2_080_768.0, on: |k| k.with_prefetch(Prefetch::OwnRows).with_int21_activations(0), dtypes: &[DType::Q4B32] },
+    Path { name: "int21 (next group)", level: 2_080_768.0, on: |k| k.with_int21_activations(0).with_prefetch(Prefetch::TileAfterNext),
+           dtypes: &[DType::Q4B32] },
 ];
 
 /// Every (path, kernels) pair this CPU runs.
@@ -136,7 +140,7 @@ fn simd_integer_kernels_equal_the_scalar_twin_bit_for_bit() {
     let scalar = &all[0];
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for &dtype in path.dtypes {
-        for (rows, cols) in [(1, 32), (3, 64), (7, 96), (37, 160), (9, 1056), (5, 1024), (2, 2048)] {
+        for (rows, cols) in [(1, 32), (3, 64), (7, 96), (37, 160), (9, 1056), (5, 1024), (2, 2048), (17, 6144)] {
             let data = random_matrix(dtype, rows, cols, &mut rng);
             let w = MatRef { dtype, rows, cols, data: &data };
             // Vector counts on both sides of the prefill kernel's group of 32.

@@ -116,14 +116,19 @@ pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usi
 }
 
 /// The quantizer and the Q4B32 kernel of the int21 path that go with `isa`: AVX-512 VNNI
-/// where the int8 path would use it ([`super::int21_x86`]), AVX2 where it uses AVX2 (with
-/// AVX-VNNI's `vpdpbusd` where the CPU has it, [`super::int21_avx2`]), else the scalar twins.
-pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn) {
+/// where the int8 path would use it ([`super::int21_x86`], its prefetch by the decode tiles'
+/// scheme `prefetch`), AVX2 where it uses AVX2 (with AVX-VNNI's `vpdpbusd` where the CPU has
+/// it, [`super::int21_avx2`]), else the scalar twins.
+pub(super) fn kernels(isa: Int8Isa, prefetch: super::Prefetch) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn) {
     #[cfg(target_arch = "x86_64")]
     use super::int21_avx2 as avx2;
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = prefetch;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx512Vnni => (isa, avx2::quantize, super::int21_x86::rows_q4),
+        Int8Isa::Avx512Vnni if prefetch == super::Prefetch::OwnRows => (isa, avx2::quantize, super::int21_x86::rows_q4),
+        #[cfg(target_arch = "x86_64")]
+        Int8Isa::Avx512Vnni => (isa, avx2::quantize, super::int21_x86::rows_q4_next_group),
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx2 if super::has_avx_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q4),
         #[cfg(target_arch = "x86_64")]
@@ -135,7 +140,7 @@ pub(super) fn kernels(isa: Int8Isa) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn
 /// Quantizes whole blocks of `x` with the int21 quantizer of `isa` (which this CPU must
 /// support, else the scalar one runs): for tests that compare the two.
 pub fn quantize_with(isa: Int8Isa, x: &[f32], q: &mut [Digits], d: &mut [f32]) {
-    let f = if isa.supported() { kernels(isa).1 } else { quantize_scalar as QuantizeFn<Digits> };
+    let f = if isa.supported() { kernels(isa, super::Prefetch::OwnRows).1 } else { quantize_scalar as QuantizeFn<Digits> };
     // SAFETY: the ISA was checked.
     unsafe { quantize_blocks(f, x, q, d) }
 }

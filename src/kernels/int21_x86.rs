@@ -33,12 +33,36 @@ const OWN_ROWS_MIN_BYTES: usize = 3072;
 /// 48 and 96).
 const AHEAD: usize = 24;
 
-/// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors.
+/// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors, under
+/// [`super::Prefetch::OwnRows`]: rows of [`OWN_ROWS_MIN_BYTES`] or more ask for their own lines,
+/// shorter ones for the next group's.
 ///
 /// # Safety
 /// As [`super::int21::Int21RowsFn`]; the CPU has AVX-512 F/BW/VL and VNNI.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { rows::<true>(w, r0, r1, x, n, y, ys) }
+}
+
+/// As [`rows_q4`], every row asking for the next group's lines (under
+/// [`super::Prefetch::TileAfterNext`], the AMD CPUs' scheme, on which a row's own lines ahead
+/// measured slower for the f32 tiles).
+///
+/// # Safety
+/// As [`rows_q4`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q4_next_group(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { rows::<false>(w, r0, r1, x, n, y, ys) }
+}
+
+/// [`rows_q4`] (`OWN`) or [`rows_q4_next_group`].
+///
+/// # Safety
+/// As [`rows_q4`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn rows<const OWN: bool>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
     let rb = w.row_bytes();
     if n == 0 || r0 >= r1 {
         return;
@@ -50,29 +74,31 @@ pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usi
         return unsafe { super::int21::rows_q4(w, r0, r1, x, n, y, ys) };
     }
     let offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(rb as i32));
+    let own_rows = OWN && rb >= OWN_ROWS_MIN_BYTES;
     let mut t = 0;
     while t < n {
         let tn = (n - t).min(FEW);
         // SAFETY: vectors t..t + tn exist and their outputs are ours (forwarded).
         unsafe {
             match tn {
-                1 => few::<1>(w, r0, r1, x, t, offsets, y, ys),
-                2 => few::<2>(w, r0, r1, x, t, offsets, y, ys),
-                3 => few::<3>(w, r0, r1, x, t, offsets, y, ys),
-                _ => few::<4>(w, r0, r1, x, t, offsets, y, ys),
+                1 => few::<1>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                2 => few::<2>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                3 => few::<3>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                _ => few::<4>(w, r0, r1, x, t, offsets, own_rows, y, ys),
             }
         }
         t += tn;
     }
 }
 
-/// Vectors `t0..t0 + T` against rows `r0..r1` (see the module notes).
+/// Vectors `t0..t0 + T` against rows `r0..r1` (see the module notes), the rows asking for their
+/// own lines ahead when `own_rows`, else for the next group's.
 ///
 /// # Safety
 /// As [`rows_q4`], for those vectors.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m512i, y: *mut f32, ys: usize) {
+unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m512i, own_rows: bool, y: *mut f32, ys: usize) {
     let rb = w.row_bytes();
     let blocks = rb / BYTES;
     let cols = blocks * 32;
@@ -80,7 +106,6 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
     let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
     let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
     // Each block's `−8·ΣX`, negated here so that the loop adds it from memory.
-    let own_rows = rb >= OWN_ROWS_MIN_BYTES;
     let mut offset = [[0i32; CHUNK_BLOCKS]; T];
     let mut b0 = 0;
     while b0 < blocks {

@@ -391,10 +391,10 @@ impl IntPath<i16> {
 }
 
 impl IntPath<super::int21::Digits> {
-    /// The int21 path with the kernels that go with `isa` ([`super::int21`]), with room for
-    /// `values` activations.
-    pub fn int21(isa: Int8Isa, values: usize) -> IntPath<super::int21::Digits> {
-        let (isa, quantize, q4) = super::int21::kernels(isa);
+    /// The int21 path with the kernels that go with `isa` and the decode tiles' prefetch scheme
+    /// ([`super::int21`]), with room for `values` activations.
+    pub fn int21(isa: Int8Isa, prefetch: super::Prefetch, values: usize) -> IntPath<super::int21::Digits> {
+        let (isa, quantize, q4) = super::int21::kernels(isa, prefetch);
         IntPath { isa, quantize, q8: None, q4, scratch: std::sync::Mutex::new(ActScratch::with_capacity(values)) }
     }
 }

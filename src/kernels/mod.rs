@@ -696,8 +696,12 @@ impl Kernels {
 
     /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
     /// AVX-512 Q8B32 and Q4B32 tiles and to every AVX-512 decode tile (dense, F8B32, MXFP4);
-    /// the scalar and NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]).
-    pub fn with_prefetch(self, p: Prefetch) -> Kernels {
+    /// the scalar and NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]) — and to
+    /// the int21 path's AVX-512 kernel when that path is on.
+    pub fn with_prefetch(mut self, p: Prefetch) -> Kernels {
+        if let Some(Integer::Int21(path, _)) = &mut self.int {
+            path.q4 = int21::kernels(path.isa, p).2;
+        }
         let own = p == Prefetch::OwnRows;
         let mut rows = self.rows;
         let mut q4_split = self.q4_split;
@@ -788,7 +792,7 @@ impl Kernels {
     /// dtypes keep f32 activations. Replaces another integer path. `values` as for [`Kernels::with_int8_activations`].
     pub fn with_int21_activations(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), usize::MAX)), ..self }
+        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, self.prefetch, values), usize::MAX)), ..self }
     }
 
     /// These kernels with the int21 path on for decode only: products of at most
@@ -801,7 +805,7 @@ impl Kernels {
     /// [`Kernels::with_int8_activations`], for [`DECODE_VECTORS`] vectors.
     pub fn with_int21_decode(self, values: usize) -> Kernels {
         let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, values), DECODE_VECTORS)), ..self }
+        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, self.prefetch, values), DECODE_VECTORS)), ..self }
     }
 
     /// These kernels with a buffer for `values` inputs (the model passes
