@@ -131,9 +131,9 @@ fn plan_of_a_large_shape_matches_its_tensor_list() {
     } else {
         0
     };
-    // Where the kernels are AVX2's, the default's int21 decode buffer: four vectors of the
-    // widest input (3 bytes a value, 4 per block of 32 for its scale).
-    let int21 = if k.isa() == waste::kernels::Isa::Avx2 {
+    // Where the default decodes with int21 (AVX2 kernels; Intel's AVX-512 VNNI ones), its
+    // buffer: four vectors of the widest input (3 bytes a value, 4 per block of 32 for its scale).
+    let int21 = if k.int21_decodes_by_default() {
         let values = (waste::kernels::DECODE_VECTORS * cfg.intermediate) as u64;
         3 * values + values / 32 * 4
     } else {

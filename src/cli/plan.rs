@@ -22,7 +22,7 @@ Takes every option run, eval and bench take, so the same options show the plan o
         val("threads", "N", "compute threads, which size the scratch (default: one per available CPU, or per CPU of --cpus)"),
         val("cpus", "LIST", "the CPUs a run binds to: one compute thread each unless --threads says otherwise"),
         val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache, or all fit it with AMX tiles)"),
-        flag("f32-act", "f32 activations everywhere (no int21 decode buffer on AVX2-only CPUs)"),
+        flag("f32-act", "f32 activations everywhere (no int21 decode buffer where the default decodes with int21)"),
         flag("int8-act", "count the int8-activation path's buffer"),
         flag("int16-act", "count the int16-activation path's buffer"),
         flag("int21-act", "count the int21-activation path's buffer"),

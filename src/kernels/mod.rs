@@ -689,6 +689,18 @@ impl Kernels {
         self.isa
     }
 
+    /// True when the default activations ([`crate::Activations::Auto`]) decode Q4B32 with the
+    /// int21 path on these kernels ([`Kernels::with_int21_decode`]): on AVX2's, whose f32
+    /// Q4B32 decode is bound by its instruction count, and on AVX-512 VNNI ones where
+    /// the tuning for this CPU says so (Intel, where it was measured); f32 elsewhere.
+    pub fn int21_decodes_by_default(&self) -> bool {
+        match self.isa {
+            Isa::Avx2 => true,
+            Isa::Avx512 | Isa::Amx => Int8Isa::for_isa(self.isa) == Int8Isa::Avx512Vnni && tuning::avx512_int21_decode_for_this_cpu(),
+            _ => false,
+        }
+    }
+
     /// The decode tiles' prefetch scheme in use (see [`Prefetch`]).
     pub fn prefetch(&self) -> Prefetch {
         self.prefetch

@@ -268,7 +268,7 @@ impl Model {
         let session = Session::new(&cfg, ctx, identity, None)?;
         let mut kernels = plan::kernels_for(opts).with_split_buffer(State::split_values(&cfg, chunk));
         kernels = match opts.activations {
-            crate::Activations::Auto if plan::int21_decodes(&kernels) => kernels.with_int21_decode(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)),
+            crate::Activations::Auto if kernels.int21_decodes_by_default() => kernels.with_int21_decode(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)),
             crate::Activations::Auto | crate::Activations::F32 => kernels,
             crate::Activations::Int8 => kernels.with_int8_activations(State::int8_values(&cfg, chunk)),
             crate::Activations::Int16 => kernels.with_int16_activations(State::int8_values(&cfg, chunk)),

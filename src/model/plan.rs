@@ -299,13 +299,6 @@ pub(crate) fn kernels_for(opts: &Options) -> Kernels {
     if opts.tiles { k } else { k.without_tiles() }
 }
 
-/// True when [`crate::Activations::Auto`] turns the int21 decode on for these kernels: where
-/// they are AVX2's (no AVX-512), whose f32 Q4B32 decode is bound by its instruction count
-/// (`docs/BENCHMARKS.md`, int21 activations).
-pub(crate) fn int21_decodes(kernels: &Kernels) -> bool {
-    kernels.isa() == crate::kernels::Isa::Avx2
-}
-
 /// Bytes of the scratch outside [`State`] for a model of `cfg` opened with these settings:
 /// the RoPE frequencies, the sampler's buffers, the int8 path's buffer when on, the kernels'
 /// split-input buffer on an instruction set that has one ([`Kernels::with_split_buffer`];
@@ -315,7 +308,7 @@ pub(crate) fn int21_decodes(kernels: &Kernels) -> bool {
 fn model_scratch_bytes(cfg: &ModelConfig, chunk: usize, threads: usize, io_threads: usize, opts: &Options) -> u64 {
     let rope = (cfg.rope.dim / 2 * size_of::<f32>()) as u64;
     let int8 = match opts.activations {
-        crate::Activations::Auto if int21_decodes(&kernels_for(opts)) => crate::kernels::int21::scratch_bytes(State::int8_values(cfg, crate::kernels::DECODE_VECTORS)),
+        crate::Activations::Auto if kernels_for(opts).int21_decodes_by_default() => crate::kernels::int21::scratch_bytes(State::int8_values(cfg, crate::kernels::DECODE_VECTORS)),
         crate::Activations::Auto | crate::Activations::F32 => 0,
         crate::Activations::Int8 => State::int8_scratch_bytes(cfg, chunk),
         crate::Activations::Int16 => State::int16_scratch_bytes(cfg, chunk),
@@ -695,8 +688,8 @@ mod tests {
         // one compute worker and 4 I/O threads, metadata.
         let k = Kernels::select(false);
         let split = if k.splits_inputs() { Floats::plan_bytes(k.split_buffer_len(State::split_values(&cfg, 4))) } else { 0 };
-        // The default's int21 decode buffer where the kernels are AVX2's.
-        let int21 = if int21_decodes(&k) { crate::kernels::int21::scratch_bytes(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)) } else { 0 };
+        // The default's int21 decode buffer where it is on.
+        let int21 = if k.int21_decodes_by_default() { crate::kernels::int21::scratch_bytes(State::int8_values(&cfg, crate::kernels::DECODE_VECTORS)) } else { 0 };
         let rest = (cfg.rope.dim / 2 * 4) as u64 + SampleBuffers::plan_bytes(32) + split + int21 + 5 * THREAD_BYTES + metadata_bytes(2);
         assert_eq!((p.state_bytes, p.scratch_bytes, p.tokenizer_bytes, p.io_threads), (kv, scratch + rest, 3, 4));
         // With I/O threads a slot also holds its place in their queues.
