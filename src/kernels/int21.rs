@@ -35,6 +35,20 @@ use crate::format::dtype::BLOCK;
 /// The largest quantized magnitude, 127 · 2¹⁴.
 pub const LEVEL: i32 = 127 << 14;
 
+/// Under [`super::Prefetch::OwnRows`] (Intel), the SIMD kernels' rows of at least this many
+/// bytes ask for their own lines ahead, to L1; shorter rows — several to a 4 KiB page, where
+/// the CPU's own prefetchers follow them poorly — ask for the next group's lines, to L2, as
+/// every row does under [`super::Prefetch::TileAfterNext`] (AMD, where a row's own lines
+/// measured slower for the f32 tiles). From DRAM on the Intel host, two threads (BENCHMARKS,
+/// 2026-12-06), the AVX-512 form: own rows 52–63 % of the read bandwidth at 2,048 and 4,096
+/// columns (1,152 and 2,304 bytes a row), 79–85 % from 6,144 on; the next group's 64–75 % at
+/// every width. The AVX-VNNI form at 8,192 columns: 77–78 % against 67–69 %.
+pub(super) const OWN_ROWS_MIN_BYTES: usize = 3072;
+
+/// Blocks ahead of its row's current one a row's own prefetch asks for (24 measured best of
+/// 12, 24, 48 and 96 on the AVX-512 form).
+pub(super) const AHEAD: usize = 24;
+
 /// One activation's share of its block's 96 bytes: three bytes, which hold digits of the
 /// block's activations in the layout of the module notes (not this activation's own digits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,9 +130,9 @@ pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usi
 }
 
 /// The quantizer and the Q4B32 kernel of the int21 path that go with `isa`: AVX-512 VNNI
-/// where the int8 path would use it ([`super::int21_x86`], its prefetch by the decode tiles'
-/// scheme `prefetch`), AVX2 where it uses AVX2 (with AVX-VNNI's `vpdpbusd` where the CPU has
-/// it, [`super::int21_avx2`]), else the scalar twins.
+/// where the int8 path would use it ([`super::int21_x86`]), AVX2 where it uses AVX2 (with
+/// AVX-VNNI's `vpdpbusd` where the CPU has it, [`super::int21_avx2`]), else the scalar twins;
+/// the SIMD kernels' prefetch by the decode tiles' scheme `prefetch` ([`OWN_ROWS_MIN_BYTES`]).
 pub(super) fn kernels(isa: Int8Isa, prefetch: super::Prefetch) -> (Int8Isa, QuantizeFn<Digits>, Int21RowsFn) {
     #[cfg(target_arch = "x86_64")]
     use super::int21_avx2 as avx2;
@@ -130,9 +144,16 @@ pub(super) fn kernels(isa: Int8Isa, prefetch: super::Prefetch) -> (Int8Isa, Quan
         #[cfg(target_arch = "x86_64")]
         Int8Isa::Avx512Vnni => (isa, avx2::quantize, super::int21_x86::rows_q4_next_group),
         #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 if super::has_avx_vnni() => (isa, avx2::quantize, avx2::vnni::rows_q4),
-        #[cfg(target_arch = "x86_64")]
-        Int8Isa::Avx2 => (isa, avx2::quantize, avx2::madd::rows_q4),
+        Int8Isa::Avx2 => {
+            let own = prefetch == super::Prefetch::OwnRows;
+            let rows: Int21RowsFn = match (super::has_avx_vnni(), own) {
+                (true, true) => avx2::vnni::rows_q4,
+                (true, false) => avx2::vnni::rows_q4_next_group,
+                (false, true) => avx2::madd::rows_q4,
+                (false, false) => avx2::madd::rows_q4_next_group,
+            };
+            (isa, avx2::quantize, rows)
+        }
         _ => (Int8Isa::Scalar, quantize_scalar, rows_q4),
     }
 }

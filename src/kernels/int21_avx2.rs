@@ -18,7 +18,7 @@
 //! for decode, whose single vector is bound by the f32 kernels' instruction count on AVX2.
 
 use super::int16_avx2::{gather_scales, live_mask};
-use super::int21::Digits;
+use super::int21::{Digits, AHEAD, OWN_ROWS_MIN_BYTES};
 use super::int8::Acts;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -110,13 +110,37 @@ macro_rules! int21_avx2_kernels {
     ($feat:literal, $digits:ident) => {
         use super::*;
 
-        /// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors.
+        /// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors, under
+        /// [`crate::kernels::Prefetch::OwnRows`]: rows of
+        /// [`crate::kernels::int21::OWN_ROWS_MIN_BYTES`] or more ask for their own lines
+        /// ahead, shorter ones for the next group's.
         ///
         /// # Safety
         /// As [`crate::kernels::int21::Int21RowsFn`]; the CPU has the instruction sets named
         /// in the attribute.
         #[target_feature(enable = $feat)]
         pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+            // SAFETY: forwarded contract.
+            unsafe { rows::<true>(w, r0, r1, x, n, y, ys) }
+        }
+
+        /// As [`rows_q4`], every row asking for the next group's lines (under
+        /// [`crate::kernels::Prefetch::TileAfterNext`]).
+        ///
+        /// # Safety
+        /// As [`rows_q4`].
+        #[target_feature(enable = $feat)]
+        pub unsafe fn rows_q4_next_group(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
+            // SAFETY: forwarded contract.
+            unsafe { rows::<false>(w, r0, r1, x, n, y, ys) }
+        }
+
+        /// [`rows_q4`] (`OWN`) or [`rows_q4_next_group`].
+        ///
+        /// # Safety
+        /// As [`rows_q4`].
+        #[target_feature(enable = $feat)]
+        unsafe fn rows<const OWN: bool>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, ys: usize) {
             let rb = w.row_bytes();
             if n == 0 || r0 >= r1 {
                 return;
@@ -128,29 +152,31 @@ macro_rules! int21_avx2_kernels {
                 return unsafe { crate::kernels::int21::rows_q4(w, r0, r1, x, n, y, ys) };
             }
             let offsets = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(rb as i32));
+            let own_rows = OWN && rb >= OWN_ROWS_MIN_BYTES;
             let mut t = 0;
             while t < n {
                 let tn = (n - t).min(FEW);
                 // SAFETY: vectors t..t + tn exist and their outputs are ours (forwarded).
                 unsafe {
                     match tn {
-                        1 => few::<1>(w, r0, r1, x, t, offsets, y, ys),
-                        2 => few::<2>(w, r0, r1, x, t, offsets, y, ys),
-                        3 => few::<3>(w, r0, r1, x, t, offsets, y, ys),
-                        _ => few::<4>(w, r0, r1, x, t, offsets, y, ys),
+                        1 => few::<1>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                        2 => few::<2>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                        3 => few::<3>(w, r0, r1, x, t, offsets, own_rows, y, ys),
+                        _ => few::<4>(w, r0, r1, x, t, offsets, own_rows, y, ys),
                     }
                 }
                 t += tn;
             }
         }
 
-        /// Vectors `t0..t0 + T` against rows `r0..r1`: see the module notes.
+        /// Vectors `t0..t0 + T` against rows `r0..r1` (see the module notes), the rows asking
+        /// for their own lines ahead when `own_rows`, else for the next group's.
         ///
         /// # Safety
         /// As [`rows_q4`], for those vectors.
         #[target_feature(enable = $feat)]
         #[allow(clippy::too_many_arguments)]
-        unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m256i, y: *mut f32, ys: usize) {
+        unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m256i, own_rows: bool, y: *mut f32, ys: usize) {
             let rb = w.row_bytes();
             let blocks = rb / BYTES;
             let cols = blocks * 32;
@@ -180,11 +206,20 @@ macro_rules! int21_avx2_kernels {
                     }
                     // Row g + j, or the last row of the range for lanes past it (read, never stored).
                     let at: [*const u8; LANES] = std::array::from_fn(|j| w.data.as_ptr().wrapping_add((g + j).min(r1 - 1) * rb + b0 * BYTES));
-                    // The next group's eight rows are contiguous: each block step asks for its
-                    // share of their lines at this chunk's columns.
+                    // The next group's eight rows are contiguous: under the next group's scheme
+                    // each block step asks for its share of their lines at this chunk's columns.
                     let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
                     for b in 0..kb {
-                        crate::kernels::avx2::prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
+                        if !own_rows {
+                            crate::kernels::avx2::prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
+                        } else if b % 4 == 0 {
+                            // Past the row's end, the same place in the next group's row,
+                            // `LANES` rows on (a prefetch does not fault).
+                            let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (LANES - 1) * rb };
+                            for row in &at {
+                                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
+                            }
+                        }
                         let blk = |j: usize| at[j].wrapping_add(b * BYTES);
                         // SAFETY: the live rows' block b0 + b is within the matrix.
                         let scales = unsafe { gather_scales(blk(0), offsets, mask) };
@@ -304,14 +339,16 @@ mod tests {
             let mut want = vec![0f32; n * rows];
             // SAFETY: the buffers hold n × rows results and the matrix is whole.
             unsafe { int21::rows_q4(&w, r0, r1, &acts, n, want.as_mut_ptr(), rows) };
-            let mut forms: Vec<(&str, int21::Int21RowsFn)> = vec![("madd", madd::rows_q4)];
+            // Each form under both prefetch schemes (only when bytes arrive differs).
+            let mut forms: Vec<(&str, int21::Int21RowsFn)> = vec![("madd", madd::rows_q4), ("madd, next group", madd::rows_q4_next_group)];
             if crate::kernels::has_avx_vnni() {
-                forms.push(("vnni", vnni::rows_q4));
+                forms.extend([("vnni", vnni::rows_q4 as int21::Int21RowsFn), ("vnni, next group", vnni::rows_q4_next_group)]);
             } else {
                 println!("SKIP: the AVX-VNNI form: this CPU has no AVX-VNNI");
             }
             if crate::kernels::Int8Isa::Avx512Vnni.supported() {
-                forms.push(("avx512vnni", crate::kernels::int21_x86::rows_q4));
+                forms.extend([("avx512vnni", crate::kernels::int21_x86::rows_q4 as int21::Int21RowsFn),
+                              ("avx512vnni, next group", crate::kernels::int21_x86::rows_q4_next_group)]);
             } else {
                 println!("SKIP: the AVX-512 VNNI form: this CPU has no AVX-512 VNNI");
             }

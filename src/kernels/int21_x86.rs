@@ -8,7 +8,7 @@
 
 use super::avx2::prefetch_span;
 use super::int16_x86::{add_across, add_across_pairs, load_four};
-use super::int21::Digits;
+use super::int21::{Digits, AHEAD, OWN_ROWS_MIN_BYTES};
 use super::int8::Acts;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -21,21 +21,11 @@ const FEW: usize = 4;
 const CHUNK_BLOCKS: usize = 512;
 /// Bytes of a Q4B32 block.
 const BYTES: usize = 18;
-/// Rows of at least this many bytes ask for their own lines ahead, to L1: each row asks for
-/// the line [`AHEAD`] blocks on, every fourth block (a line holds 3.6 blocks). Shorter rows
-/// — several to a 4 KiB page, where the CPU's own prefetchers follow them poorly — ask for the
-/// next group's lines instead, to L2, as the AVX2 form does. From DRAM on the Intel host, two
-/// threads (BENCHMARKS, 2026-12-06): own rows 52–63 % of the read bandwidth at 2,048 and
-/// 4,096 columns (1,152 and 2,304 bytes a row), 79–85 % from 6,144 on; the next group's
-/// 64–75 % at every width.
-const OWN_ROWS_MIN_BYTES: usize = 3072;
-/// Blocks ahead of its row's current one a row's prefetch asks for (24 measured best of 24,
-/// 48 and 96).
-const AHEAD: usize = 24;
 
 /// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors, under
-/// [`super::Prefetch::OwnRows`]: rows of [`OWN_ROWS_MIN_BYTES`] or more ask for their own lines,
-/// shorter ones for the next group's.
+/// [`super::Prefetch::OwnRows`]: rows of [`OWN_ROWS_MIN_BYTES`] or more ask for their own lines
+/// [`AHEAD`] blocks on, every fourth block (a line holds 3.6 blocks), shorter ones for the
+/// next group's.
 ///
 /// # Safety
 /// As [`super::int21::Int21RowsFn`]; the CPU has AVX-512 F/BW/VL and VNNI.
