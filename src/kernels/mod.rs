@@ -709,7 +709,7 @@ impl Kernels {
     /// These kernels with the decode tiles' prefetch scheme `p`: it applies to the AVX2 and
     /// AVX-512 Q8B32 and Q4B32 tiles and to every AVX-512 decode tile (dense, F8B32, MXFP4);
     /// the scalar and NEON kernels keep theirs (and report [`Prefetch::TileAfterNext`]) — and to
-    /// the int21 path's AVX-512 kernel when that path is on.
+    /// the int21 path's SIMD kernel when that path is on.
     pub fn with_prefetch(mut self, p: Prefetch) -> Kernels {
         if let Some(Integer::Int21(path, _)) = &mut self.int {
             path.q4 = int21::kernels(path.isa, p).2;
