@@ -142,7 +142,8 @@ pub struct Options {
     /// them ([`kernels::Isa::Amx`]; on by default): products exact in f32 as on the FMA
     /// kernels, their sums added in another order, so a prompt's logits differ from those of
     /// the same tokens decoded one at a time by f32 rounding. Off, every product takes the
-    /// AVX-512 kernels, whose bits do not depend on the chunk.
+    /// AVX-512 kernels, whose bits do not depend on the chunk with [`Activations::F32`] (the
+    /// default decodes Q4B32 with int21 on Intel CPUs, which has the same effect).
     pub tiles: bool,
     /// How the inputs of Q8B32 and Q4B32 products are represented ([`Activations`]): the
     /// default ([`Activations::Auto`]: f32, with int21 Q4B32 decode on AVX2 and Intel AVX-512

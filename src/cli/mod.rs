@@ -32,7 +32,7 @@ pub(crate) const MODEL_OPTS: &[Opt] = &[
     val("chunk", "N", "prefill chunk: tokens per forward pass (default: 128, or 512 when experts stream past the cache, or all fit it with AMX tiles)"),
     flag("scalar", "use the scalar reference kernels"),
     val("isa", "NAME", "kernels: scalar, avx2, avx512, amx (AVX-512 and AMX tiles), neon — one this CPU has, e.g. an AVX2-only machine's on an AVX-512 one (default: the best this CPU has)"),
-    flag("no-tiles", "keep Q4B32, Q8B32 and BF16 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's"),
+    flag("no-tiles", "keep Q4B32, Q8B32 and BF16 prefill products off the AMX tiles (on a CPU that has them): the AVX-512 kernels, whose bits match decode's with --f32-act"),
     flag("f32-act", "f32 activations for every product: the reference (the default takes int21 for Q4B32 decode on AVX2 and Intel AVX-512 CPUs, and a prompt's logits then differ from one-token-at-a-time decoding by rounding)"),
     flag("int8-act", "opt-in int8 activations for Q8B32/Q4B32 weights (faster, slightly less accurate)"),
     flag("int16-act", "opt-in int16 activations for Q8B32/Q4B32 weights (integer products; an activation error of at most 1/65534 of its block's largest value)"),
