@@ -147,8 +147,7 @@ pub struct Options {
     pub tiles: bool,
     /// How the inputs of Q8B32 and Q4B32 products are represented ([`Activations`]): the
     /// default ([`Activations::Auto`]: f32, with int21 Q4B32 decode on AVX2 and Intel AVX-512
-    /// CPUs), f32
-    /// everywhere (the reference), or quantized blocks multiplied as integers.
+    /// CPUs), f32 everywhere (the reference), or quantized blocks multiplied as integers.
     pub activations: Activations,
     /// The most memory the engine may hold, in bytes: a hard ceiling on trunk, state,
     /// scratch, tokenizer and expert cache together (docs/MEMORY.md). `None` lets the engine choose from the model's plan
@@ -221,9 +220,9 @@ pub enum Activations {
     /// Intel's AVX-512 VNNI ones), products of at most [`kernels::DECODE_VECTORS`] vectors
     /// with Q4B32 weights (a decode step's) take [`Activations::Int21`], which passes seed
     /// 000's token gate and decodes about 1.4–1.5× faster than f32 on AVX2, 1.1× on AVX-512,
-    /// while longer products (a prefill chunk's GEMM) stay f32. Results then depend on how many vectors a product
-    /// carries: a prompt's logits differ from the same tokens decoded one at a time by
-    /// f32-level rounding; [`Activations::F32`] keeps them bit-identical.
+    /// while longer products (a prefill chunk's GEMM) stay f32. Results then depend on how
+    /// many vectors a product carries: a prompt's logits differ from the same tokens decoded
+    /// one at a time by f32-level rounding; [`Activations::F32`] keeps them bit-identical.
     #[default]
     Auto,
     /// f32 inputs, multiplied exactly by the decoded weights everywhere: the reference.
@@ -244,9 +243,8 @@ pub enum Activations {
     /// scalar twin): an activation error of at most 1/4,161,536 of its block's largest |x|,
     /// which passes seed 000's token gate. Its kernels are decode kernels (four vectors a pass
     /// over the weights): the default takes it for decode on AVX2 and Intel AVX-512 CPUs
-    /// ([`Activations::Auto`]);
-    /// on every product, prefill runs slower than f32. `docs/BENCHMARKS.md` has the speed and
-    /// the logit error.
+    /// ([`Activations::Auto`]); on every product, prefill runs slower than f32.
+    /// `docs/BENCHMARKS.md` has the speed and the logit error.
     Int21,
 }
 

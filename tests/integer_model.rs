@@ -74,7 +74,7 @@ fn integer_activations_run_through_the_model_bit_identically() {
 /// (and not the same bits: the path is on); elsewhere nothing changes. The plan counts the
 /// decode buffer either way.
 #[test]
-fn the_default_decodes_q4b32_with_int21_on_avx2_kernels() {
+fn the_default_decodes_q4b32_with_int21_where_the_kernels_say() {
     use waste::kernels::Isa;
     let ids = read_json(&fixture("oracles/qwen3_f32/input_ids.json"));
     let prompt = ids_of(ids.get("prompt_ids").unwrap());
@@ -84,7 +84,7 @@ fn the_default_decodes_q4b32_with_int21_on_avx2_kernels() {
     quantize_checkpoint(&fixture("oracles/qwen3_f32/model"), &q, Width::Q4).unwrap();
     for isa in [Isa::Avx2, Isa::Avx512] {
         if !isa.supported() {
-            common::skip("the_default_decodes_q4b32_with_int21_on_avx2_kernels", &format!("this CPU has no {}", isa.name()));
+            common::skip("the_default_decodes_q4b32_with_int21_where_the_kernels_say", &format!("this CPU has no {}", isa.name()));
             continue;
         }
         let int21 = waste::kernels::Kernels::with_isa(isa).is_some_and(|k| k.int21_decodes_by_default());

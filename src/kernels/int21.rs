@@ -49,6 +49,19 @@ pub(super) const OWN_ROWS_MIN_BYTES: usize = 3072;
 /// 12, 24, 48 and 96 on the AVX-512 form).
 pub(super) const AHEAD: usize = 24;
 
+/// Bytes of a Q4B32 block (a binary16 scale and 16 bytes of nibbles).
+pub(super) const BLOCK_BYTES: usize = 18;
+
+/// Blocks per column chunk of the SIMD kernels (16,384 columns): a chunk's block offsets
+/// live on the stack.
+pub(super) const CHUNK_BLOCKS: usize = 512;
+
+/// The 96 digit bytes of block `b` of vector `t` in `x` (in the layout of the module notes).
+/// Only an address: the caller reads it within `x`'s bounds.
+pub(super) fn block_digits(x: &Acts<Digits>, t: usize, b: usize) -> *const i8 {
+    x.q.as_ptr().cast::<i8>().wrapping_add(3 * (t * x.cols + b * BLOCK))
+}
+
 /// One activation's share of its block's 96 bytes: three bytes, which hold digits of the
 /// block's activations in the layout of the module notes (not this activation's own digits).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,7 +131,7 @@ pub fn value_at(q: &[Digits], k: usize) -> i32 {
 /// # Safety
 /// As [`Int21RowsFn`].
 pub unsafe fn rows_q4(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, n: usize, y: *mut f32, y_stride: usize) {
-    const BYTES: usize = 18;
+    const BYTES: usize = BLOCK_BYTES;
     // SAFETY: forwarded contract.
     unsafe {
         scalar_rows_by(w, r0, r1, x, n, y, y_stride, BYTES, |row, q, d| {

@@ -18,7 +18,7 @@
 //! for decode, whose single vector is bound by the f32 kernels' instruction count on AVX2.
 
 use super::int16_avx2::{gather_scales, live_mask};
-use super::int21::{Digits, AHEAD, OWN_ROWS_MIN_BYTES};
+use super::int21::{block_digits, Digits, AHEAD, BLOCK_BYTES as BYTES, CHUNK_BLOCKS, OWN_ROWS_MIN_BYTES};
 use super::int8::Acts;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -27,10 +27,6 @@ use std::arch::x86_64::*;
 const LANES: usize = 8;
 /// Vectors per pass over the weights.
 const FEW: usize = 4;
-/// Blocks per column chunk (16,384 columns): the chunk's `8·ΣX` offsets live on the stack.
-const CHUNK_BLOCKS: usize = 512;
-/// Bytes of a Q4B32 block.
-const BYTES: usize = 18;
 
 /// A block's 96 digit bytes of vector `t`: six 16-byte runs (H even, H odd, M even, M odd,
 /// D even, D odd), each broadcast to both 128-bit halves.
@@ -51,7 +47,7 @@ unsafe fn digit_runs(p: *const i8) -> [__m256i; 6] {
 /// The 96 bytes at `p` are readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) unsafe fn offset_of(p: *const i8) -> i32 {
+unsafe fn offset_of(p: *const i8) -> i32 {
     let ones = _mm256_set1_epi8(1);
     // SAFETY: the caller's contract.
     let digit = |k: usize, weight: i16| unsafe {
@@ -61,6 +57,42 @@ pub(super) unsafe fn offset_of(p: *const i8) -> i32 {
     let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
     let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01_00_11_10>(h));
     8 * _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32::<0b10_11_00_01>(h)))
+}
+
+/// Each block's `−8·ΣX` (the offset the unsigned nibbles add, negated so that the kernels add
+/// it) for blocks `b0..b0 + kb` of vectors `t0..t0 + T`, into `out[t][b - b0]`: the AVX2 and
+/// AVX-512 forms' per-chunk table.
+///
+/// # Safety
+/// Those blocks of those vectors exist in `x`; `kb ≤ CHUNK_BLOCKS`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn negated_offsets<const T: usize>(x: &Acts<Digits>, t0: usize, b0: usize, kb: usize, out: &mut [[i32; CHUNK_BLOCKS]; T]) {
+    for (t, ot) in out.iter_mut().enumerate() {
+        for (b, o) in ot.iter_mut().take(kb).enumerate() {
+            // SAFETY: the caller's contract.
+            *o = -unsafe { offset_of(block_digits(x, t0 + t, b0 + b)) };
+        }
+    }
+}
+
+/// Block step `b` (of the chunk starting at block `b0`; `blocks` a row) of a row group's
+/// prefetch, for rows `rb` bytes long starting at `rows` (block `b0` of each): with
+/// `own_rows` each row asks for its own line [`AHEAD`] blocks on, every fourth step — past
+/// the row's end the same place in the next group's row, `rows.len()` rows on (a prefetch
+/// does not fault); else the step's share of the next group's contiguous lines at `next`
+/// ([`OWN_ROWS_MIN_BYTES`] says which). Shared by the AVX2 and AVX-512 forms.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_step(rows: &[*const u8], next: *const u8, b: usize, b0: usize, blocks: usize, rb: usize, own_rows: bool) {
+    let lanes = rows.len();
+    if !own_rows {
+        super::avx2::prefetch_span(next.wrapping_add(b * BYTES * lanes), BYTES * lanes);
+    } else if b.is_multiple_of(4) {
+        let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (lanes - 1) * rb };
+        for row in rows {
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
+        }
+    }
 }
 
 /// Two rows' block payloads (`lo` in the low 128-bit half, `hi` in the high one) as unsigned
@@ -179,20 +211,14 @@ macro_rules! int21_avx2_kernels {
         unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m256i, own_rows: bool, y: *mut f32, ys: usize) {
             let rb = w.row_bytes();
             let blocks = rb / BYTES;
-            let cols = blocks * 32;
-            // Block b of vector t's 96 digit bytes (a Digits is three bytes).
-            let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
+            let digits = |t: usize, b: usize| block_digits(x, t0 + t, b);
             let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
             let mut offset = [[0i32; CHUNK_BLOCKS]; T];
             let mut b0 = 0;
             while b0 < blocks {
                 let kb = (blocks - b0).min(CHUNK_BLOCKS);
-                for (t, ot) in offset.iter_mut().enumerate() {
-                    for (b, o) in ot.iter_mut().take(kb).enumerate() {
-                        // SAFETY: block b0 + b of vector t0 + t exists (the caller's contract).
-                        *o = unsafe { offset_of(digits(t, b0 + b)) };
-                    }
-                }
+                // SAFETY: blocks b0..b0 + kb of vectors t0..t0 + T exist (the caller's contract).
+                unsafe { negated_offsets(x, t0, b0, kb, &mut offset) };
                 let mut g = r0;
                 while g < r1 {
                     let live = (r1 - g).min(LANES);
@@ -210,16 +236,7 @@ macro_rules! int21_avx2_kernels {
                     // each block step asks for its share of their lines at this chunk's columns.
                     let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
                     for b in 0..kb {
-                        if !own_rows {
-                            crate::kernels::avx2::prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
-                        } else if b % 4 == 0 {
-                            // Past the row's end, the same place in the next group's row,
-                            // `LANES` rows on (a prefetch does not fault).
-                            let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (LANES - 1) * rb };
-                            for row in &at {
-                                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
-                            }
-                        }
+                        prefetch_step(&at, next, b, b0, blocks, rb, own_rows);
                         let blk = |j: usize| at[j].wrapping_add(b * BYTES);
                         // SAFETY: the live rows' block b0 + b is within the matrix.
                         let scales = unsafe { gather_scales(blk(0), offsets, mask) };
@@ -236,7 +253,7 @@ macro_rules! int21_avx2_kernels {
                         for (t, a) in acc.iter_mut().enumerate() {
                             let [p0, p1, p2, p3] = part[t];
                             let s = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-                            let s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset[t][b]));
+                            let s = _mm256_add_epi32(s, _mm256_set1_epi32(offset[t][b]));
                             // SAFETY: the block's scale of vector t0 + t.
                             let d = unsafe { *x.d.as_ptr().add((t0 + t) * blocks + b0 + b) };
                             *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scales, _mm256_set1_ps(d)), *a);

@@ -6,9 +6,9 @@
 //! transpose-and-add tree turns four such registers into sixteen rows' block sums in row order,
 //! and the rest is the AVX2 kernel's, sixteen rows at a time.
 
-use super::avx2::prefetch_span;
 use super::int16_x86::{add_across, add_across_pairs, load_four};
-use super::int21::{Digits, AHEAD, OWN_ROWS_MIN_BYTES};
+use super::int21::{block_digits, Digits, BLOCK_BYTES as BYTES, CHUNK_BLOCKS, OWN_ROWS_MIN_BYTES};
+use super::int21_avx2::{negated_offsets, prefetch_step};
 use super::int8::Acts;
 use super::MatRef;
 use std::arch::x86_64::*;
@@ -17,15 +17,10 @@ use std::arch::x86_64::*;
 const LANES: usize = 16;
 /// Vectors per pass over the weights.
 const FEW: usize = 4;
-/// Blocks per column chunk (16,384 columns): the chunk's `8·ΣX` offsets live on the stack.
-const CHUNK_BLOCKS: usize = 512;
-/// Bytes of a Q4B32 block.
-const BYTES: usize = 18;
 
 /// Rows `r0..r1` of the Q4B32 matrix `w` against `n` quantized vectors, under
 /// [`super::Prefetch::OwnRows`]: rows of [`OWN_ROWS_MIN_BYTES`] or more ask for their own lines
-/// [`AHEAD`] blocks on, every fourth block (a line holds 3.6 blocks), shorter ones for the
-/// next group's.
+/// ahead, shorter ones for the next group's ([`prefetch_step`]).
 ///
 /// # Safety
 /// As [`super::int21::Int21RowsFn`]; the CPU has AVX-512 F/BW/VL and VNNI.
@@ -91,21 +86,15 @@ unsafe fn rows<const OWN: bool>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digit
 unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>, t0: usize, offsets: __m512i, own_rows: bool, y: *mut f32, ys: usize) {
     let rb = w.row_bytes();
     let blocks = rb / BYTES;
-    let cols = blocks * 32;
-    // Block b of vector t's 96 digit bytes (a Digits is three bytes).
-    let digits = |t: usize, b: usize| x.q.as_ptr().cast::<i8>().wrapping_add(3 * ((t0 + t) * cols + b * 32));
+    let digits = |t: usize, b: usize| block_digits(x, t0 + t, b);
     let out = |t: usize, g: usize| y.wrapping_add((t0 + t) * ys + g);
-    // Each block's `−8·ΣX`, negated here so that the loop adds it from memory.
+    // Each block's `−8·ΣX`, which the loop adds from memory (an embedded broadcast).
     let mut offset = [[0i32; CHUNK_BLOCKS]; T];
     let mut b0 = 0;
     while b0 < blocks {
         let kb = (blocks - b0).min(CHUNK_BLOCKS);
-        for (t, ot) in offset.iter_mut().enumerate() {
-            for (b, o) in ot.iter_mut().take(kb).enumerate() {
-                // SAFETY: block b0 + b of vector t0 + t exists (the caller's contract).
-                *o = -unsafe { super::int21_avx2::offset_of(digits(t, b0 + b)) };
-            }
-        }
+        // SAFETY: blocks b0..b0 + kb of vectors t0..t0 + T exist (the caller's contract).
+        unsafe { negated_offsets(x, t0, b0, kb, &mut offset) };
         let mut g = r0;
         while g < r1 {
             let live = (r1 - g).min(LANES);
@@ -124,16 +113,7 @@ unsafe fn few<const T: usize>(w: &MatRef, r0: usize, r1: usize, x: &Acts<Digits>
             let next = w.data.as_ptr().wrapping_add((g + LANES) * rb + b0 * BYTES * LANES);
             #[allow(clippy::needless_range_loop)]
             for b in 0..kb {
-                if !own_rows {
-                    prefetch_span(next.wrapping_add(b * BYTES * LANES), BYTES * LANES);
-                } else if b % 4 == 0 {
-                    // Past the row's end, the same place in the next group's row, `LANES` rows
-                    // on (a prefetch does not fault).
-                    let ahead = (b + AHEAD) * BYTES + if b0 + b + AHEAD < blocks { 0 } else { (LANES - 1) * rb };
-                    for row in &rows {
-                        _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(ahead).cast());
-                    }
-                }
+                prefetch_step(&rows, next, b, b0, blocks, rb, own_rows);
                 let at = |j: usize| rows[j].wrapping_add(b * BYTES);
                 // SAFETY: the live rows' block b0 + b is within the matrix.
                 let scales = unsafe { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, offsets, at(0).cast()))) };

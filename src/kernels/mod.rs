@@ -803,8 +803,7 @@ impl Kernels {
     /// path would use it, the AVX2 ones elsewhere on x86 and the scalar twin beyond; other
     /// dtypes keep f32 activations. Replaces another integer path. `values` as for [`Kernels::with_int8_activations`].
     pub fn with_int21_activations(self, values: usize) -> Kernels {
-        let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, self.prefetch, values), usize::MAX)), ..self }
+        self.with_int21(values, usize::MAX)
     }
 
     /// These kernels with the int21 path on for decode only: products of at most
@@ -816,8 +815,14 @@ impl Kernels {
     /// f32-level rounding (as with the AMX tiles). `values` as for
     /// [`Kernels::with_int8_activations`], for [`DECODE_VECTORS`] vectors.
     pub fn with_int21_decode(self, values: usize) -> Kernels {
-        let isa = Int8Isa::for_isa(self.isa);
-        Kernels { int: Some(Integer::Int21(IntPath::int21(isa, self.prefetch, values), DECODE_VECTORS)), ..self }
+        self.with_int21(values, DECODE_VECTORS)
+    }
+
+    /// The int21 path for products of at most `most` vectors, with this instruction set's
+    /// kernels and this prefetch scheme.
+    fn with_int21(self, values: usize, most: usize) -> Kernels {
+        let path = IntPath::int21(Int8Isa::for_isa(self.isa), self.prefetch, values);
+        Kernels { int: Some(Integer::Int21(path, most)), ..self }
     }
 
     /// These kernels with a buffer for `values` inputs (the model passes
